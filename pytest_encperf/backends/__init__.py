@@ -1,0 +1,206 @@
+"""Backends: how an encrypted (or plain) volume is made, mounted and removed.
+
+A backend is one module plus one line in ``REGISTRY``. Modules are imported on first use, so
+one backend's missing dependency never breaks the others (fsspec's registry does the same).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..host import Cleanup
+from ..targets import Target
+
+# name -> "module:Class" (relative to this package) or a class registered by a hook
+REGISTRY: dict[str, str | type[BackendBase]] = {
+    "plain": "plain:PlainBackend",
+    "fscrypt": "fscrypt:FscryptBackend",
+}
+
+# Names users will try that are planned but not built yet: a usage error says so.
+PLANNED: tuple[str, ...] = (
+    "luks2", "luks", "luks1", "dm-plain", "tcrypt", "bitlk", "veracrypt",
+    "gocryptfs", "encfs", "cryfs", "securefs", "qemu-luks", "bitlocker",
+)  # fmt: skip
+
+BASELINE = "plain"
+
+_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
+_KEY = re.compile(r"^[a-z][a-z0-9-]*$")
+
+
+class BackendError(RuntimeError):
+    """Creating, mounting or removing a volume failed; the message names backend and cause."""
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """``name[:key=value,...]``; the spec string is the identity of a backend's results."""
+
+    name: str
+    params: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> BackendSpec:
+        text = text.strip()
+        name, _, rest = text.partition(":")
+        if not _NAME.match(name):
+            raise ValueError(f"bad backend spec {text!r}: expected name[:key=value,...], e.g. fscrypt")
+        params: dict[str, str] = {}
+        if rest:
+            for item in rest.split(","):
+                key, eq, value = item.partition("=")
+                key, value = key.strip(), value.strip()
+                if not eq or not _KEY.match(key) or not value:
+                    raise ValueError(f"bad parameter {item!r} in backend spec {text!r}: expected key=value")
+                if key in params:
+                    raise ValueError(f"parameter {key!r} given twice in backend spec {text!r}")
+                params[key] = value
+        return cls(name, tuple(params.items()))
+
+    @property
+    def param_dict(self) -> dict[str, str]:
+        return dict(self.params)
+
+    def __str__(self) -> str:
+        if not self.params:
+            return self.name
+        return self.name + ":" + ",".join(f"{k}={v}" for k, v in self.params)
+
+
+@dataclass
+class Volume:
+    """A volume and every resource it holds, so teardown can always find them."""
+
+    backend: Backend
+    target: Target
+    workdir: Path  # private to this volume: container file, mount point, key files
+    data_dir: Path | None = None  # where workloads put their files, once mounted
+    created: Cleanup = field(default_factory=Cleanup)  # released by destroy()
+    mounted: Cleanup = field(default_factory=Cleanup)  # released by unmount()
+    state: dict[str, Any] = field(default_factory=dict)  # backend-private (device paths, key ids)
+
+
+class Backend(Protocol):
+    """What every backend implements. unmount() and destroy() are idempotent and must succeed
+    after a partial create()."""
+
+    spec: BackendSpec
+
+    @property
+    def name(self) -> str: ...
+
+    def problems(self, target: Target) -> list[str]:
+        """Why this backend cannot run on ``target`` here; empty when it can."""
+        ...
+
+    def create(self, target: Target, workdir: Path) -> Volume: ...
+
+    def mount(self, volume: Volume) -> Path: ...
+
+    def unmount(self, volume: Volume) -> None: ...
+
+    def destroy(self, volume: Volume) -> None: ...
+
+    def describe(self, volume: Volume) -> dict[str, Any]: ...
+
+
+class BackendBase:
+    """Shared plumbing: parameter checking and the idempotent unmount/destroy."""
+
+    accepted_params: dict[str, str] = {}  # name -> help
+
+    def __init__(self, spec: BackendSpec) -> None:
+        unknown = [key for key, _ in spec.params if key not in self.accepted_params]
+        if unknown:
+            accepted = ", ".join(sorted(self.accepted_params)) or "none"
+            raise ValueError(f"backend {spec.name!r} has no parameter {unknown[0]!r} (accepted: {accepted})")
+        self.spec = spec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def unmount(self, volume: Volume) -> None:
+        try:
+            volume.mounted.release()
+        except Exception as exc:
+            raise BackendError(f"{self.spec}: unmount: {exc}") from exc
+        volume.data_dir = None
+
+    def destroy(self, volume: Volume) -> None:
+        self.unmount(volume)
+        try:
+            volume.created.release()
+        except Exception as exc:
+            raise BackendError(f"{self.spec}: destroy: {exc}") from exc
+
+
+def register(name: str, backend: str | type[BackendBase]) -> None:
+    """Add a backend (from the ``pytest_encperf_register_backends`` hook)."""
+    if not _NAME.match(name):
+        raise ValueError(f"bad backend name {name!r}: lower-case letters, digits and dashes")
+    if name in REGISTRY:
+        raise ValueError(f"backend name {name!r} is already taken")
+    REGISTRY[name] = backend
+
+
+def unregister(name: str) -> None:
+    REGISTRY.pop(name, None)
+
+
+def known_names() -> list[str]:
+    return sorted(REGISTRY)
+
+
+def backend_class(name: str) -> type[BackendBase]:
+    entry = REGISTRY[name]
+    if not isinstance(entry, str):
+        return entry
+    module_name, _, class_name = entry.partition(":")
+    module = importlib.import_module(f"{__name__}.{module_name}")
+    return getattr(module, class_name)
+
+
+def make_backend(spec: BackendSpec) -> BackendBase:
+    """Instantiate a backend; ValueError (with the accepted forms) for unknown names/params."""
+    if spec.name not in REGISTRY:
+        known = ", ".join(known_names())
+        if spec.name in PLANNED:
+            raise ValueError(f"backend {spec.name!r} is not implemented yet (available: {known})")
+        raise ValueError(f"unknown backend {spec.name!r} (available: {known})")
+    return backend_class(spec.name)(spec)
+
+
+def parse_backend_list(text: str) -> list[BackendSpec]:
+    """Parse ``--encperf-backends``: comma-separated specs; ``auto`` = every registered one.
+
+    Commas also separate a spec's parameters, so an item with ``=`` and no ``:`` continues
+    the previous spec (``luks2:cipher=x,key-size=512,fscrypt``).
+    """
+    if not text.strip():
+        raise ValueError("empty backend list: expected e.g. fscrypt or auto")
+    items: list[str] = []
+    for part in text.split(","):
+        part = part.strip()
+        if "=" in part and ":" not in part and items:
+            items[-1] += "," + part
+        else:
+            items.append(part)
+    specs: list[BackendSpec] = []
+    for item in items:
+        if item == "auto":
+            specs += [BackendSpec(name) for name in known_names() if name != BASELINE]
+            continue
+        spec = BackendSpec.parse(item)
+        make_backend(spec)  # validates name and parameters now, as a usage error
+        specs.append(spec)
+    unique: list[BackendSpec] = []
+    for spec in specs:
+        if spec not in unique:
+            unique.append(spec)
+    return unique

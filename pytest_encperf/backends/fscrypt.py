@@ -1,0 +1,181 @@
+"""fscrypt: ext4's native per-file encryption, driven through the kernel's ioctls.
+
+No external tool: the key is added with FS_IOC_ADD_ENCRYPTION_KEY and a v2 policy
+(AES-256-XTS contents, AES-256-CTS file names) is set with FS_IOC_SET_ENCRYPTION_POLICY.
+The raw 64-byte key is random per volume and lives in this process's memory and the file
+system's key ring only; it is removed before unmount (FS_IOC_REMOVE_ENCRYPTION_KEY), forgotten
+at destroy, and never written anywhere.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+from .. import host
+from ..targets import Target, create_container
+from . import BackendBase, BackendError, Volume
+from .ext4 import e2fsprogs_version, make_ext4, mount_ext4
+
+# ioctl numbers from <linux/fscrypt.h> (_IOWR/_IOR('f', nr, size))
+FS_IOC_SET_ENCRYPTION_POLICY = 0x800C6613
+FS_IOC_GET_ENCRYPTION_POLICY_EX = 0xC0096616
+FS_IOC_ADD_ENCRYPTION_KEY = 0xC0506617
+FS_IOC_REMOVE_ENCRYPTION_KEY = 0xC0406618
+
+KEY_SPEC_TYPE_IDENTIFIER = 2
+POLICY_V2 = 2
+# Modes by the names users pass as params: contents / filenames
+CONTENTS_MODES = {"aes-256-xts": 1, "adiantum": 9, "aes-128-cbc": 5, "sm4-xts": 7}
+FILENAMES_MODES = {"aes-256-cts": 4, "adiantum": 9, "aes-128-cts": 6, "sm4-cts": 8, "aes-256-hctr2": 10}
+PAD_32 = 0x03  # FSCRYPT_POLICY_FLAGS_PAD_32, the default of the fscrypt tool
+RAW_KEY_BYTES = 64
+
+
+def _key_spec(identifier: bytes = b"") -> bytes:
+    return struct.pack("<II32s", KEY_SPEC_TYPE_IDENTIFIER, 0, identifier)
+
+
+def add_key(directory: Path, raw_key: bytes) -> bytes:
+    """Add a raw key to the file system holding ``directory``; returns its 16-byte identifier."""
+    arg = bytearray(_key_spec() + struct.pack("<II32s", len(raw_key), 0, b"") + raw_key)
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.ioctl(fd, FS_IOC_ADD_ENCRYPTION_KEY, arg, True)
+    finally:
+        os.close(fd)
+    arg[80:] = bytes(len(raw_key))  # don't keep a copy of the key around
+    return bytes(arg[8:24])
+
+
+def remove_key(directory: Path, identifier: bytes) -> None:
+    arg = bytearray(_key_spec(identifier) + bytes(24))
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.ioctl(fd, FS_IOC_REMOVE_ENCRYPTION_KEY, arg, True)
+    except OSError as exc:
+        if exc.errno != errno.ENOKEY:  # already gone
+            raise
+    finally:
+        os.close(fd)
+
+
+def set_policy(directory: Path, identifier: bytes, contents: int, filenames: int) -> None:
+    policy = struct.pack("<BBBB4s16s", POLICY_V2, contents, filenames, PAD_32, b"", identifier)
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.ioctl(fd, FS_IOC_SET_ENCRYPTION_POLICY, policy)
+    finally:
+        os.close(fd)
+
+
+def policy_status(directory: Path) -> str:
+    """ "encrypted", "unencrypted" (file system supports it) or "unsupported: <why>"."""
+    arg = bytearray(struct.pack("<Q", 24) + bytes(24))
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        return f"unsupported: {exc.strerror}"
+    try:
+        fcntl.ioctl(fd, FS_IOC_GET_ENCRYPTION_POLICY_EX, arg, True)
+        return "encrypted"
+    except OSError as exc:
+        if exc.errno == errno.ENODATA:
+            return "unencrypted"
+        if exc.errno in (errno.EOPNOTSUPP, errno.ENOTTY):
+            return "unsupported: the file system has no encryption feature"
+        return f"unsupported: {exc.strerror}"
+    finally:
+        os.close(fd)
+
+
+class FscryptBackend(BackendBase):
+    accepted_params = {
+        "contents": f"contents cipher ({', '.join(CONTENTS_MODES)}; default aes-256-xts)",
+        "filenames": f"file-name cipher ({', '.join(FILENAMES_MODES)}; default aes-256-cts)",
+    }
+
+    def __init__(self, spec: Any) -> None:
+        super().__init__(spec)
+        params = spec.param_dict
+        self.contents = params.get("contents", "aes-256-xts")
+        self.filenames = params.get("filenames", "aes-256-cts")
+        if self.contents not in CONTENTS_MODES:
+            raise ValueError(f"fscrypt: contents must be one of {', '.join(CONTENTS_MODES)}")
+        if self.filenames not in FILENAMES_MODES:
+            raise ValueError(f"fscrypt: filenames must be one of {', '.join(FILENAMES_MODES)}")
+
+    def problems(self, target: Target) -> list[str]:
+        found = target.problems()
+        if target.kind == "container":
+            if not Path("/sys/fs/ext4/features/encryption").exists():
+                feature = "/sys/fs/ext4/features/encryption"
+                found.append(f"fscrypt: kernel's ext4 has no encryption support ({feature} missing)")
+            found += [f"fscrypt: needs {tool} (e2fsprogs)" for tool in host.missing_tools("mkfs.ext4")]
+        elif target.directory.is_dir():
+            status = policy_status(target.directory)
+            if status.startswith("unsupported"):
+                fstype = host.filesystem_type(target.directory)
+                found.append(f"fscrypt: {target.directory} ({fstype}) {status.split(': ', 1)[1]}")
+        return found
+
+    def create(self, target: Target, workdir: Path) -> Volume:
+        volume = Volume(self, target, workdir)
+        # The volume's key: random, in memory only, reused by every mount of this volume.
+        volume.state["raw_key"] = os.urandom(RAW_KEY_BYTES)
+        volume.created.push("forget fscrypt key", lambda: volume.state.pop("raw_key", None))
+        if target.kind == "container":
+            try:
+                loop = create_container(target, workdir, volume.created)
+                volume.state.update(device=loop.path, loop_direct_io=loop.direct_io)
+                make_ext4(loop.path, features=["encrypt"])
+            except Exception:
+                self.destroy(volume)
+                raise
+        return volume
+
+    def mount(self, volume: Volume) -> Path:
+        try:
+            if volume.target.kind == "container":
+                root = mount_ext4(volume, volume.state["device"])
+            else:
+                root = volume.workdir
+            identifier = add_key(root, volume.state["raw_key"])
+            volume.state["key_identifier"] = identifier.hex()
+            volume.mounted.push("remove fscrypt key", lambda: remove_key(root, identifier))
+            data_dir = root / "data"
+            if not data_dir.exists():
+                data_dir.mkdir()
+                set_policy(
+                    data_dir, identifier, CONTENTS_MODES[self.contents], FILENAMES_MODES[self.filenames]
+                )
+        except OSError as exc:
+            self.unmount(volume)
+            raise BackendError(f"{self.spec}: mount: {exc}") from exc
+        except Exception:
+            self.unmount(volume)
+            raise
+        volume.data_dir = data_dir
+        return data_dir
+
+    def describe(self, volume: Volume) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "encryption": "fscrypt",
+            "policy": "v2",
+            "contents": self.contents,
+            "filenames": self.filenames,
+            "target": volume.target.kind,
+        }
+        if volume.target.kind == "container":
+            info.update(
+                filesystem="ext4",
+                e2fsprogs=e2fsprogs_version(),
+                loop_direct_io=volume.state.get("loop_direct_io"),
+            )
+        else:
+            info["filesystem"] = host.filesystem_type(volume.workdir)
+        return info

@@ -1,0 +1,219 @@
+"""The built-in engine: no external tool, Python threads over pread/pwrite.
+
+Queue depth is emulated with one thread per outstanding I/O (iodepth x numjobs threads):
+os.preadv/os.pwritev release the GIL, so the kernel sees that many requests in flight.
+O_DIRECT uses page-aligned mmap buffers. In buffered mode a read round never re-reads what it
+already brought into the page cache (the file's pages are dropped on every pass) and a write
+round flushes every FLUSH_BYTES and ends with fdatasync (included in its time), so the page
+cache cannot inflate the numbers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import math
+import mmap
+import os
+import random
+import threading
+import time
+from array import array
+from pathlib import Path
+
+import psutil
+
+from .. import __version__, host
+from ..model import Measurement
+from ..workloads import MiB, Workload
+from . import TEST_FILE_NAME
+
+PAGE = mmap.PAGESIZE
+FLUSH_BYTES = 16 * MiB  # buffered writes: most dirty data a round may leave in memory
+
+
+def busy_cpu_seconds() -> float:
+    """System-wide CPU time spent working (all cores), from psutil."""
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+
+
+def percentile(sorted_values: list[int] | array, fraction: float) -> float:
+    """Nearest-rank percentile of an already sorted sequence."""
+    if not sorted_values:
+        return 0.0
+    rank = max(0, min(len(sorted_values) - 1, math.ceil(round(fraction * len(sorted_values), 9)) - 1))
+    return float(sorted_values[rank])
+
+
+def probe_io_mode(path: Path) -> str:
+    """Reopen ``path`` with O_DIRECT and see what the kernel really does with it.
+
+    An unaligned read must fail with EINVAL under true direct I/O; if it succeeds, the file
+    system accepted O_DIRECT but serves it from the page cache (fscrypt without inline crypto).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            return "buffered"
+        raise
+    try:
+        aligned = mmap.mmap(-1, PAGE)
+        try:
+            os.preadv(fd, [aligned], 0)
+        except OSError:
+            return "buffered"
+        finally:
+            aligned.close()
+        try:
+            os.pread(fd, 1, 1)  # unaligned length, offset and buffer
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:
+                return "direct"
+            raise
+        return "direct-requested-but-buffered"
+    finally:
+        os.close(fd)
+
+
+class NativeEngine:
+    name = "native"
+
+    def version(self) -> str:
+        return __version__
+
+    def prepare(self, directory: Path, size: int) -> Path:
+        path = directory / TEST_FILE_NAME
+        if path.exists() and path.stat().st_size == size:
+            return path
+        chunk = 4 * MiB
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            written = 0
+            pattern = os.urandom(chunk)  # incompressible, so no layer below can shortcut it
+            while written < size:
+                count = min(chunk, size - written)
+                written += os.write(fd, pattern[:count])
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        host.drop_page_cache(path)
+        return path
+
+    def io_mode(self, path: Path) -> str:
+        return probe_io_mode(path)
+
+    def run(self, workload: Workload, path: Path, *, runtime: float, direct: bool) -> Measurement:
+        size = path.stat().st_size
+        block = workload.block_size
+        blocks = size // block
+        if blocks == 0:
+            raise ValueError(f"{path} ({size} bytes) is smaller than one {block}-byte block")
+        mode = "buffered"
+        flags = os.O_RDWR
+        if direct:
+            mode = probe_io_mode(path)
+            flags |= os.O_DIRECT
+        truly_direct = mode == "direct"
+
+        # Order of blocks: sequential, or each block once per pass in random order (like
+        # fio's random map), so a buffered pass never hits the same page twice.
+        order: list[int] | range = range(blocks)
+        if workload.is_random:
+            order = list(range(blocks))
+            random.Random(0x5EED).shuffle(order)
+        cursor = itertools.count()  # next() is atomic under the GIL
+        lock = threading.Lock()
+        # Buffered: reads forget the file's cached pages once per pass, writes flush every few MiB.
+        every = blocks if workload.is_read else max(1, FLUSH_BYTES // block)
+        state = {"next": every}
+        maintain = (
+            (lambda: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED))
+            if workload.is_read
+            else (lambda: os.fdatasync(fd))
+        )
+
+        fd = os.open(path, flags)
+        threads_count = workload.iodepth * workload.numjobs
+        latencies: list[array] = [array("Q") for _ in range(threads_count)]
+        go = threading.Event()
+        deadline = [0.0]
+        errors: list[BaseException] = []
+
+        def worker(index: int) -> None:
+            buf = mmap.mmap(-1, max(block, PAGE))
+            view = memoryview(buf)[:block]
+            if not workload.is_read:
+                view[:] = os.urandom(block)
+            lat = latencies[index]
+            clock = time.perf_counter_ns
+            io = os.preadv if workload.is_read else os.pwritev
+            go.wait()
+            end = deadline[0]
+            try:
+                while True:
+                    n = next(cursor)
+                    if not truly_direct and n >= state["next"]:
+                        with lock:
+                            if n >= state["next"]:
+                                maintain()
+                                state["next"] += every
+                    offset = order[n % blocks] * block
+                    t0 = clock()
+                    done = io(fd, [view], offset)
+                    lat.append(clock() - t0)
+                    if done != block:
+                        raise OSError(
+                            errno.EIO, f"short {'read' if workload.is_read else 'write'} at {offset}"
+                        )
+                    if t0 >= end:
+                        break
+            except BaseException as exc:
+                errors.append(exc)
+            finally:
+                view.release()
+                buf.close()
+
+        threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads_count)]
+        try:
+            if not truly_direct:
+                host.drop_page_cache(path)
+            if workload.is_random and not truly_direct:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            for thread in threads:
+                thread.start()
+            cpu0 = busy_cpu_seconds()
+            start = time.perf_counter_ns()
+            deadline[0] = start + int(runtime * 1e9)
+            go.set()
+            for thread in threads:
+                thread.join()
+            if not workload.is_read:
+                os.fdatasync(fd)  # written means on the device, not in the page cache
+            elapsed = (time.perf_counter_ns() - start) / 1e9
+            cpu = busy_cpu_seconds() - cpu0
+        finally:
+            go.set()
+            for thread in threads:
+                with contextlib.suppress(RuntimeError):
+                    thread.join()
+            os.close(fd)
+        if errors:
+            raise errors[0]
+
+        merged = sorted(itertools.chain.from_iterable(latencies))
+        ios = len(merged)
+        return Measurement(
+            engine=self.name,
+            engine_version=self.version(),
+            bytes=ios * block,
+            seconds=elapsed,
+            ios=ios,
+            lat_p50_us=percentile(merged, 0.50) / 1e3,
+            lat_p99_us=percentile(merged, 0.99) / 1e3,
+            lat_p999_us=percentile(merged, 0.999) / 1e3,
+            cpu_seconds=cpu,
+            io_mode=mode,
+        )

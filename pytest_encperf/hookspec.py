@@ -1,0 +1,25 @@
+"""Hooks that conftest files and other plugins implement to extend pytest-encperf."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+def pytest_encperf_register_backends(config: pytest.Config) -> dict[str, Any] | None:
+    """Return extra backends as ``{name: BackendClass}`` (or ``"package.module:Class"``).
+
+    Called before the options are parsed, so the names are valid in ``--encperf-backends``.
+    A class takes a ``BackendSpec`` and implements the ``Backend`` protocol; subclassing
+    ``pytest_encperf.backends.BackendBase`` gives parameter checking and idempotent teardown.
+    Example, in a conftest.py::
+
+        from pytest_encperf.backends import BackendBase
+
+        class RamBackend(BackendBase):
+            ...
+
+        def pytest_encperf_register_backends(config):
+            return {"ram": RamBackend}
+    """

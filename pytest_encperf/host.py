@@ -1,0 +1,264 @@
+"""The host system as backends and targets see it: commands, loop devices, mounts, caches.
+
+Every helper raises :class:`HostError` with the command and its stderr, never a bare
+CalledProcessError, so a failing step names itself in the test report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_TIMEOUT = 120.0
+
+
+class HostError(RuntimeError):
+    """A host command or system call failed; the message says which and why."""
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def missing_tools(*names: str) -> list[str]:
+    return [name for name in names if shutil.which(name) is None]
+
+
+def run(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    input: bytes | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    env: dict[str, str] | None = None,
+) -> str:
+    """Run a command non-interactively (stdin closed unless ``input``), return its stdout.
+
+    Secrets go through ``input`` or files, never ``argv``: argv is world-readable in /proc.
+    """
+    args = [os.fspath(a) for a in argv]
+    try:
+        proc = subprocess.run(
+            args,
+            input=input if input is not None else b"",
+            capture_output=True,
+            timeout=timeout,
+            env=env,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise HostError(f"{args[0]}: not installed") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise HostError(f"{' '.join(args)}: no answer after {timeout:g} s (killed)") from exc
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).decode(errors="replace").strip()
+        raise HostError(f"{' '.join(args)}: exit {proc.returncode}: {detail}")
+    return proc.stdout.decode(errors="replace")
+
+
+class Cleanup:
+    """A last-in-first-out stack of release actions, registered the moment a resource exists.
+
+    ``release()`` runs every action even when some fail, empties the stack (so a second call
+    is a no-op) and then raises one HostError naming every failure.
+    """
+
+    def __init__(self) -> None:
+        self._actions: list[tuple[str, Callable[[], None]]] = []
+
+    def push(self, label: str, action: Callable[[], None]) -> None:
+        self._actions.append((label, action))
+
+    def __len__(self) -> int:
+        return len(self._actions)
+
+    @property
+    def labels(self) -> list[str]:
+        return [label for label, _ in self._actions]
+
+    def release(self) -> None:
+        errors: list[str] = []
+        while self._actions:
+            label, action = self._actions.pop()
+            try:
+                action()
+            except Exception as exc:  # keep releasing the rest, report all at the end
+                errors.append(f"{label}: {exc}")
+        if errors:
+            raise HostError("cleanup failed: " + "; ".join(errors))
+
+
+# ---------------------------------------------------------------- loop devices
+
+
+@dataclass(frozen=True)
+class LoopDevice:
+    path: Path
+    backing_file: Path
+    direct_io: bool  # what the kernel reports in /sys/block/loopN/loop/dio, not what was asked
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def loop_direct_io(device: Path) -> bool:
+    try:
+        return (Path("/sys/block") / device.name / "loop" / "dio").read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def attach_loop(backing_file: Path, *, direct_io: bool = True) -> LoopDevice:
+    """Attach a file to a free loop device (``losetup --find`` picks one atomically)."""
+    argv = ["losetup", "--find", "--show"]
+    if direct_io:
+        argv.append("--direct-io=on")
+    argv.append(str(backing_file))
+    device = Path(run(argv).strip())
+    return LoopDevice(device, backing_file, loop_direct_io(device))
+
+
+def detach_loop(device: Path, backing_file: Path | None = None) -> None:
+    """Detach a loop device; a no-op when it is already gone or now backs another file."""
+    backing = Path("/sys/block") / device.name / "loop" / "backing_file"
+    try:
+        current = backing.read_text().strip()
+    except OSError:
+        return  # not attached any more
+    if backing_file is not None and os.path.realpath(current) != os.path.realpath(backing_file):
+        return  # reused by someone else since: never touch it
+    for attempt in range(10):
+        try:
+            run(["losetup", "--detach", str(device)])
+            return
+        except HostError:
+            if attempt == 9:
+                raise
+            time.sleep(0.2)  # udev or a lazy unmount may still hold it
+
+
+def loops_backed_by(directory: Path) -> list[Path]:
+    """Loop devices whose backing file lies under ``directory`` (for leftover checks)."""
+    found = []
+    prefix = os.path.realpath(directory) + os.sep
+    for entry in Path("/sys/block").glob("loop*"):
+        with contextlib.suppress(OSError):
+            backing = (entry / "loop" / "backing_file").read_text().strip()
+            if os.path.realpath(backing).startswith(prefix):
+                found.append(Path("/dev") / entry.name)
+    return found
+
+
+# ---------------------------------------------------------------- mounts
+
+
+def mounts_under(directory: Path) -> list[Path]:
+    prefix = os.path.realpath(directory)
+    found = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        mountpoint = line.split()[1].replace("\\040", " ")
+        if mountpoint == prefix or mountpoint.startswith(prefix + os.sep):
+            found.append(Path(mountpoint))
+    return found
+
+
+def is_mounted(path: Path) -> bool:
+    return Path(os.path.realpath(path)) in mounts_under(path)
+
+
+def mount(device: Path, mountpoint: Path, fstype: str, options: str | None = None) -> None:
+    argv = ["mount", "-t", fstype]
+    if options:
+        argv += ["-o", options]
+    run([*argv, str(device), str(mountpoint)])
+
+
+def unmount(mountpoint: Path, *, retries: int = 10) -> None:
+    """Unmount if mounted; retry while busy, then fall back to a lazy unmount."""
+    for _ in range(retries):
+        if not is_mounted(mountpoint):
+            return
+        try:
+            run(["umount", str(mountpoint)])
+            return
+        except HostError:
+            time.sleep(0.2)
+    if is_mounted(mountpoint):
+        run(["umount", "--lazy", str(mountpoint)])
+
+
+def filesystem_type(path: Path) -> str:
+    """The type of the filesystem holding ``path`` (longest matching mount point)."""
+    real = os.path.realpath(path)
+    best, fstype = "", "unknown"
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        mountpoint = fields[1].replace("\\040", " ")
+        inside = real == mountpoint or real.startswith(mountpoint.rstrip(os.sep) + os.sep)
+        if inside and len(mountpoint) >= len(best):
+            best, fstype = mountpoint, fields[2]
+    return fstype
+
+
+# ---------------------------------------------------------------- caches
+
+
+def drop_page_cache(path: Path | None = None) -> bool:
+    """Evict ``path`` from the page cache, and every clean page when root.
+
+    Returns True when the system-wide drop was done (root), False when only the file's own
+    pages could be dropped.
+    """
+    if path is not None:
+        with contextlib.suppress(OSError):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fdatasync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+    if not is_root():
+        return False
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("1\n")
+    except OSError:
+        return False
+    return True
+
+
+@dataclass
+class PrivateDir:
+    """A 0700 directory for key files and other secrets, removed with its content."""
+
+    path: Path
+    files: list[Path] = field(default_factory=list)
+
+    def write_secret(self, name: str, data: bytes) -> Path:
+        target = self.path / name
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        self.files.append(target)
+        return target
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def tool_version(argv: Sequence[str]) -> str:
+    """First version-looking word a tool prints about itself (stdout or stderr), or "unknown"."""
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    text = (proc.stdout + proc.stderr).decode(errors="replace")
+    match = re.search(r"\d+\.\d+(?:\.\d+)*", text)
+    return match.group(0) if match else "unknown"

@@ -1,0 +1,111 @@
+"""pytest glue: options and their ini twins, hookspecs, fixtures, parametrization.
+
+All behaviour lives elsewhere; each hook here hands over to the EncperfSession kept in
+``config.stash`` (the way pytest's junitxml keeps its LogXML).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from . import backends, hookspec
+from .backends import BASELINE
+from .runner import MountedVolume, Runner
+from .session import EncperfSession
+from .settings import OPTIONS, resolve
+
+session_key = pytest.StashKey[EncperfSession]()
+registered_key = pytest.StashKey[list[str]]()
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspec)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("encperf", "encryption overhead benchmarks (pytest-encperf)")
+    for option in OPTIONS:
+        group.addoption(
+            option.flag,
+            dest=f"encperf_{option.name.replace('-', '_')}",
+            metavar=option.metavar,
+            default=None,
+            help=f"{option.help} (ini: {option.ini}, env: {option.env}; default: {option.default_text()})",
+        )
+        parser.addini(option.ini, f"{option.help} (default: {option.default_text()})", default=None)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[registered_key] = []
+    for extra in config.hook.pytest_encperf_register_backends(config=config):
+        for name, backend in (extra or {}).items():
+            try:
+                backends.register(name, backend)
+            except ValueError as exc:
+                raise pytest.UsageError(f"pytest_encperf_register_backends: {exc}") from None
+            config.stash[registered_key].append(name)
+    dest = {option.name: f"encperf_{option.name.replace('-', '_')}" for option in OPTIONS}
+    cli = {name: config.getoption(attr) for name, attr in dest.items()}
+    ini = {option.name: config.getini(option.ini) for option in OPTIONS}
+    try:
+        settings = resolve(cli, ini)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    session = EncperfSession(config, settings)
+    config.stash[session_key] = session
+    config.pluginmanager.register(session, "encperf-session")
+    session.start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for name in config.stash.get(registered_key, []):
+        backends.unregister(name)  # registrations belong to this run (pytester runs many)
+    session = config.stash.get(session_key, None)
+    if session is not None:
+        session.stop()
+        del config.stash[session_key]
+        config.pluginmanager.unregister(session)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    session = metafunc.config.stash[session_key]
+    if "encperf_volume" in metafunc.fixturenames:
+        specs = session.backend_specs
+        metafunc.parametrize("encperf_volume", specs, indirect=True, ids=specs, scope="session")
+    if "encperf_workload" in metafunc.fixturenames:
+        workloads = session.workloads
+        metafunc.parametrize("encperf_workload", workloads, ids=[w.name for w in workloads])
+
+
+@pytest.fixture(scope="session")
+def encperf_baseline(request: pytest.FixtureRequest) -> Iterator[MountedVolume]:
+    """The unencrypted volume on the same kind of target, created once per session."""
+    session = request.config.stash[session_key]
+    mounted = session.open(BASELINE)
+    try:
+        yield mounted
+    finally:
+        session.close(mounted)
+
+
+@pytest.fixture(scope="session")
+def encperf_volume(request: pytest.FixtureRequest) -> Iterator[MountedVolume]:
+    """The volume of one selected backend (parametrized by ``--encperf-backends``)."""
+    session = request.config.stash[session_key]
+    mounted = session.open(request.param)
+    try:
+        yield mounted
+    finally:
+        session.close(mounted)
+
+
+@pytest.fixture
+def encperf(
+    request: pytest.FixtureRequest, encperf_baseline: MountedVolume, encperf_volume: MountedVolume
+) -> Runner:
+    """The runner: ``encperf.run(workload)`` measures ``workload`` on the volume against
+    the baseline and returns the Result."""
+    return request.config.stash[session_key].runner(encperf_volume, encperf_baseline)

@@ -1,0 +1,131 @@
+"""The built-in engine on a plain file: counts, alignment, modes, latency summary."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pytest_encperf.engines import TEST_FILE_NAME, native
+from pytest_encperf.engines.native import NativeEngine, percentile, probe_io_mode
+from pytest_encperf.workloads import CDM, KiB, MiB, Workload
+
+SIZE = 4 * MiB
+
+
+@pytest.fixture
+def engine() -> NativeEngine:
+    return NativeEngine()
+
+
+@pytest.fixture
+def test_file(engine: NativeEngine, tmp_path: Path) -> Path:
+    return engine.prepare(tmp_path, SIZE)
+
+
+def test_prepare_writes_random_file_of_exact_size_once(engine: NativeEngine, tmp_path: Path) -> None:
+    path = engine.prepare(tmp_path, SIZE)
+    assert path == tmp_path / TEST_FILE_NAME
+    assert path.stat().st_size == SIZE
+    head = path.read_bytes()[:4096]
+    assert len(set(head)) > 200  # random, not zeros
+    mtime = path.stat().st_mtime_ns
+    assert engine.prepare(tmp_path, SIZE) == path and path.stat().st_mtime_ns == mtime
+
+
+@pytest.mark.parametrize("workload", CDM, ids=str)
+def test_every_cdm_workload_counts_whole_blocks(
+    engine: NativeEngine, test_file: Path, workload: Workload
+) -> None:
+    m = engine.run(workload, test_file, runtime=0.05, direct=False)
+    assert m.ios > 0
+    assert m.bytes == m.ios * workload.block_size
+    assert m.seconds > 0 and m.mb_per_s == pytest.approx(m.bytes / m.seconds / 1e6)
+    assert 0 < m.lat_p50_us <= m.lat_p99_us <= m.lat_p999_us
+    assert m.io_mode == "buffered"
+    assert m.engine == "native"
+
+
+def test_offsets_are_block_aligned_and_inside_the_file(
+    engine: NativeEngine, test_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[int, int]] = []
+    real = os.preadv
+
+    def spy(fd: int, buffers: list, offset: int) -> int:
+        seen.append((offset, len(buffers[0])))
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(native.os, "preadv", spy)
+    workload = Workload("RND4K Q4T1", "randread", 4 * KiB, 4)
+    m = engine.run(workload, test_file, runtime=0.05, direct=False)
+    assert len(seen) == m.ios
+    assert all(offset % (4 * KiB) == 0 and 0 <= offset <= SIZE - length for offset, length in seen)
+    # a random pass visits distinct blocks (no repeats before the file is covered)
+    first_pass = [offset for offset, _ in seen[: SIZE // (4 * KiB)]]
+    assert len(set(first_pass)) == len(first_pass)
+
+
+def test_sequential_writes_cover_the_file_in_order(
+    engine: NativeEngine, test_file: Path, monkeypatch
+) -> None:
+    seen: list[int] = []
+    real = os.pwritev
+
+    def spy(fd: int, buffers: list, offset: int) -> int:
+        seen.append(offset)
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(native.os, "pwritev", spy)
+    engine.run(Workload("SEQ1M Q1T1", "write", MiB, 1), test_file, runtime=0.05, direct=False)
+    assert seen[: SIZE // MiB] == [i * MiB for i in range(min(len(seen), SIZE // MiB))]
+    assert test_file.stat().st_size == SIZE  # writes overwrite, never grow the file
+
+
+def test_queue_depth_runs_that_many_ios_in_flight(engine: NativeEngine, test_file: Path, monkeypatch) -> None:
+    import threading
+    import time
+
+    in_flight = 0
+    peak = 0
+    lock = threading.Lock()
+    real = os.preadv
+
+    def slow(fd: int, buffers: list, offset: int) -> int:
+        nonlocal in_flight, peak
+        with lock:
+            in_flight += 1
+            peak = max(peak, in_flight)
+        time.sleep(0.002)
+        try:
+            return real(fd, buffers, offset)
+        finally:
+            with lock:
+                in_flight -= 1
+
+    monkeypatch.setattr(native.os, "preadv", slow)
+    engine.run(Workload("RND4K Q8T2", "randread", 4 * KiB, 8, 2), test_file, runtime=0.1, direct=False)
+    assert peak == 16
+
+
+def test_direct_io_probe_and_mode_on_a_disk_file(engine: NativeEngine, test_file: Path) -> None:
+    mode = probe_io_mode(test_file)
+    assert mode in ("direct", "buffered", "direct-requested-but-buffered")
+    m = engine.run(Workload("SEQ1M Q1T1", "read", MiB, 1), test_file, runtime=0.05, direct=True)
+    assert m.io_mode == mode
+
+
+def test_percentile_nearest_rank() -> None:
+    values = list(range(1, 101))
+    assert percentile(values, 0.5) == 50
+    assert percentile(values, 0.99) == 99
+    assert percentile(values, 0.999) == 100
+    assert percentile([], 0.5) == 0.0
+
+
+def test_file_smaller_than_a_block_is_a_clear_error(engine: NativeEngine, tmp_path: Path) -> None:
+    small = tmp_path / "small"
+    small.write_bytes(b"x" * 4096)
+    with pytest.raises(ValueError, match="smaller than one"):
+        engine.run(Workload("SEQ1M Q1T1", "read", MiB, 1), small, runtime=0.05, direct=False)

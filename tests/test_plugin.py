@@ -1,0 +1,186 @@
+"""Plugin behaviour through pytester: options, fixtures, parametrization, skips, summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+QUICK = ["--encperf-size=1MiB", "--encperf-runtime=0.02", "--encperf-rounds=2", "-p", "no:cacheprovider"]
+
+BENCHMARK = """
+def test_workload(encperf, encperf_workload):
+    result = encperf.run(encperf_workload)
+    assert len(result.rounds) == len(result.baseline_rounds)
+"""
+
+# A backend that keeps its volume in a directory and logs each lifecycle step.
+RECORDING_CONFTEST = """
+from pathlib import Path
+from pytest_encperf.backends import BackendBase, Volume
+
+LOG = Path(__file__).parent / "lifecycle.log"
+
+def log(line):
+    with LOG.open("a") as f:
+        f.write(line + "\\n")
+
+class Recording(BackendBase):
+    accepted_params = {"tag": "a label", "problem": "make problems() report this"}
+
+    def problems(self, target):
+        reason = self.spec.param_dict.get("problem")
+        return [reason] if reason else []
+
+    def create(self, target, workdir):
+        log(f"create {self.spec}")
+        volume = Volume(self, target, workdir)
+        volume.created.push("destroy", lambda: log(f"destroy {self.spec}"))
+        return volume
+
+    def mount(self, volume):
+        log(f"mount {self.spec}")
+        volume.mounted.push("unmount", lambda: log(f"unmount {self.spec}"))
+        volume.data_dir = volume.workdir
+        return volume.data_dir
+
+    def describe(self, volume):
+        return {"encryption": "none"}
+
+def pytest_encperf_register_backends(config):
+    return {"recording": Recording}
+"""
+
+
+@pytest.fixture
+def bench(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(test_bench=BENCHMARK)
+    return pytester
+
+
+def run_directory(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest("--encperf-target=directory", f"--encperf-dir={pytester.path}", *QUICK, *args)
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (
+            "--encperf-size=12Q",
+            "--encperf-size: bad size '12Q': expected e.g. 256MiB, 1GiB, 512M or a byte count",
+        ),
+        ("--encperf-backends=nosuch", "unknown backend 'nosuch' (available: fscrypt, plain)"),
+        ("--encperf-backends=veracrypt", "backend 'veracrypt' is not implemented yet"),
+        ("--encperf-rounds=-2", "bad rounds '-2': expected a whole number >= 1"),
+        ("--encperf-runtime=soon", "bad duration 'soon'"),
+        ("--encperf-target=cloud", "expected one of container, directory"),
+        ("--encperf-engine=dd", "expected one of native, auto"),
+        ("--encperf-profile=atto9", "expected a comma list of cdm"),
+        ("--encperf-dir=/nonexistent/encperf", "does not exist"),
+    ],
+)
+def test_bad_option_is_a_usage_error_with_accepted_forms(
+    bench: pytest.Pytester, option: str, message: str
+) -> None:
+    result = bench.runpytest(option)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_ini_and_environment_twins(bench: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    bench.makeini("[pytest]\nencperf_rounds = 4\nencperf_backends = nosuch\n")
+    monkeypatch.setenv("ENCPERF_BACKENDS", "plain")  # environment beats ini
+    result = bench.runpytest(
+        "--encperf-target=directory",
+        f"--encperf-dir={bench.path}",
+        "--encperf-size=1MiB",
+        "--encperf-runtime=0.02",
+    )
+    result.assert_outcomes(passed=8)
+    result.stdout.fnmatch_lines(["*4 rounds x 0.02 s*"])
+
+
+def test_options_are_documented_in_help(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(["*encryption overhead benchmarks*", "*--encperf-backends=SPECS*"])
+    assert "ENCPERF_ROUNDS" in result.stdout.str()
+
+
+def test_directory_target_end_to_end_prints_the_table(bench: pytest.Pytester) -> None:
+    result = run_directory(bench, "--encperf-backends=plain")
+    result.assert_outcomes(passed=8)
+    result.stdout.fnmatch_lines(
+        [
+            "*encperf: encryption overhead vs plain*",
+            "*SEQ1M Q8T1*SEQ1M Q1T1*RND4K Q32T1*RND4K Q1T1*",
+            "*IOPS read / write*",
+            "*plain (baseline)*",
+            "*plain *%*",
+        ]
+    )
+    result.stdout.fnmatch_lines(["*plain*RND4K-Q1T1-write*"])
+    assert not list(bench.path.glob("encperf-*")), "run directory left behind"
+
+
+def test_test_ids_name_backend_and_workload(bench: pytest.Pytester) -> None:
+    result = run_directory(bench, "--encperf-backends=plain", "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["test_bench.py::test_workload[plain-SEQ1M-Q8T1-read]", "*RND4K-Q1T1-write]"])
+
+
+def test_volume_lifecycle_order(bench: pytest.Pytester) -> None:
+    bench.makeconftest(RECORDING_CONFTEST)
+    result = run_directory(
+        bench, "--encperf-backends=recording:tag=a,recording:tag=b", "--encperf-profile=cdm"
+    )
+    result.assert_outcomes(passed=16)
+    lines = (bench.path / "lifecycle.log").read_text().splitlines()
+    # each volume is created once, lives through its tests, and is gone before the next one
+    assert lines == [
+        "create recording:tag=a",
+        "mount recording:tag=a",
+        "unmount recording:tag=a",
+        "destroy recording:tag=a",
+        "create recording:tag=b",
+        "mount recording:tag=b",
+        "unmount recording:tag=b",
+        "destroy recording:tag=b",
+    ]
+
+
+def test_backend_with_problems_is_skipped_with_reason_and_listed(bench: pytest.Pytester) -> None:
+    bench.makeconftest(RECORDING_CONFTEST)
+    result = run_directory(bench, "--encperf-backends=recording:problem=needs a unicorn,plain", "-rs")
+    result.assert_outcomes(passed=8, skipped=8)
+    result.stdout.fnmatch_lines(
+        [
+            "*recording:problem=needs a unicorn*skipped: needs a unicorn*",
+            "SKIPPED * recording:problem=needs a unicorn: needs a unicorn",
+        ]
+    )
+
+
+def test_unavailable_baseline_skips_everything_with_reason(bench: pytest.Pytester) -> None:
+    result = bench.runpytest("--encperf-target=directory", "--encperf-dir=/dev/shm", *QUICK, "-rs")
+    result.assert_outcomes(skipped=8)
+    result.stdout.fnmatch_lines(["*baseline unavailable: plain: /dev/shm is on tmpfs (memory, not a disk)*"])
+
+
+def test_failure_in_create_is_reported_and_torn_down(bench: pytest.Pytester) -> None:
+    bench.makeconftest(
+        RECORDING_CONFTEST
+        + """
+class Broken(Recording):
+    def mount(self, volume):
+        super().mount(volume)
+        raise RuntimeError("mount exploded")
+
+def pytest_encperf_register_backends(config):
+    return {"broken": Broken}
+"""
+    )
+    result = run_directory(bench, "--encperf-backends=broken")
+    result.assert_outcomes(errors=8)
+    result.stdout.fnmatch_lines(["*mount exploded*"])
+    lines = (Path(bench.path) / "lifecycle.log").read_text().splitlines()
+    assert lines == ["create broken", "mount broken", "unmount broken", "destroy broken"]

@@ -1,0 +1,30 @@
+"""The README's two commands are what the project runs: CI takes the test command from it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def command_after(marker: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    match = re.search(re.escape(marker) + r"\s*```sh\n(.+?)\n```", text, re.S)
+    assert match, f"README.md has no command after {marker}"
+    return match.group(1)
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    script = (ROOT / ".ci" / "run").read_text()
+    extract = re.search(r"command=\$\((.+)\)\n", script).group(1)
+    shown = subprocess.run(["bash", "-c", extract], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert shown.stdout.strip() == command_after("<!-- test-command -->")
+    assert "pytest -n auto tests/" in shown.stdout
+
+
+def test_main_command_runs_the_benchmarks_on_the_default() -> None:
+    command = command_after("<!-- main-command -->")
+    assert command.endswith("pytest benchmarks/")
+    assert "--encperf" not in command  # the embedded default, no extra options

@@ -1,0 +1,97 @@
+"""Option parsing and precedence (pure code, no pytest session)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_encperf.backends import BackendSpec, parse_backend_list
+from pytest_encperf.settings import parse_duration, parse_rounds, parse_size, resolve
+from pytest_encperf.workloads import GiB, MiB
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("256MiB", 256 * MiB),
+        ("1GiB", GiB),
+        ("512M", 512 * MiB),
+        ("1G", GiB),
+        ("1048576", MiB),
+        ("2 MiB", 2 * MiB),
+    ],
+)
+def test_parse_size_accepts_binary_units(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "12Q", "-5MiB", "0", "1000KB", "1.5KiB", "MiB"])
+def test_parse_size_rejects_with_accepted_forms(text: str) -> None:
+    with pytest.raises(ValueError, match=r"expected e\.g\. 256MiB|whole number of MiB"):
+        parse_size(text)
+
+
+@pytest.mark.parametrize(("text", "expected"), [("2", 2.0), ("1.5s", 1.5), ("500ms", 0.5)])
+def test_parse_duration(text: str, expected: float) -> None:
+    assert parse_duration(text) == expected
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "fast", "2h"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "two", "1.5"])
+def test_parse_rounds_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match=r"whole number >= 1"):
+        parse_rounds(text)
+
+
+def test_backend_spec_round_trips() -> None:
+    spec = BackendSpec.parse("fscrypt:contents=adiantum,filenames=adiantum")
+    assert spec.name == "fscrypt"
+    assert spec.param_dict == {"contents": "adiantum", "filenames": "adiantum"}
+    assert str(spec) == "fscrypt:contents=adiantum,filenames=adiantum"
+
+
+def test_backend_list_keeps_parameters_with_their_spec() -> None:
+    specs = parse_backend_list("fscrypt:contents=adiantum,filenames=adiantum,plain")
+    assert [str(s) for s in specs] == ["fscrypt:contents=adiantum,filenames=adiantum", "plain"]
+
+
+def test_backend_list_auto_excludes_baseline_and_dedupes() -> None:
+    assert [str(s) for s in parse_backend_list("auto,fscrypt")] == ["fscrypt"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("luks2", "not implemented yet"),
+        ("nosuch", "unknown backend 'nosuch' \\(available: fscrypt, plain\\)"),
+        ("fscrypt:cipher=aes", "has no parameter 'cipher'"),
+        ("fscrypt:contents", "expected key=value"),
+        ("Bad Name", "expected name"),
+        ("", "empty backend list"),
+        ("fscrypt:contents=rot13", "contents must be one of"),
+    ],
+)
+def test_backend_list_errors(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_backend_list(text)
+
+
+def test_precedence_cli_then_env_then_ini_then_default(tmp_path: Path) -> None:
+    env = {"ENCPERF_ROUNDS": "5", "ENCPERF_SIZE": "8MiB"}
+    ini = {"rounds": "7", "size": "16MiB", "runtime": "3s"}
+    settings = resolve({"rounds": "2"}, ini, env)
+    assert settings.rounds == 2 and settings.sources["rounds"] == "--encperf-rounds"
+    assert settings.size == 8 * MiB and settings.sources["size"] == "ENCPERF_SIZE"
+    assert settings.runtime == 3.0 and settings.sources["runtime"] == "encperf_runtime"
+    assert settings.engine == "auto" and settings.sources["engine"] == "default"
+
+
+def test_resolve_names_option_and_source() -> None:
+    with pytest.raises(ValueError, match=r"--encperf-size \(from ENCPERF_SIZE\): bad size 'huge'"):
+        resolve({}, {}, {"ENCPERF_SIZE": "huge"})

@@ -1,0 +1,140 @@
+"""Real volumes on real loop devices and mounts (root): plain and fscrypt."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_encperf import host
+from pytest_encperf.backends import BackendBase, BackendSpec, make_backend
+from pytest_encperf.backends.fscrypt import policy_status
+from pytest_encperf.runner import open_volume
+from pytest_encperf.targets import Target, container_size
+from pytest_encperf.workloads import MiB
+
+pytestmark = pytest.mark.integration
+
+MARKER = b"ENCPERF-PLAINTEXT-MARKER-7f3a9c"
+NAME_MARKER = "encperf-secret-filename-7f3a9c"
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Target:
+    base = Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
+    return Target("container", base if base.is_dir() else tmp_path, container_size(8 * MiB))
+
+
+@pytest.fixture
+def workdir(target: Target, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="encperf-test-", dir=target.directory))
+    yield path / "volume"
+    assert host.mounts_under(path) == [], "mount left behind"
+    assert host.loops_backed_by(path) == [], "loop device left behind"
+    shutil.rmtree(path)
+
+
+def write_marker_files(directory: Path) -> str:
+    payload = MARKER * 4096
+    (directory / NAME_MARKER).write_bytes(payload)
+    with (directory / NAME_MARKER).open("rb+") as handle:
+        os.fsync(handle.fileno())
+    return hashlib.sha256(payload).hexdigest()
+
+
+@pytest.mark.parametrize("name", ["plain", "fscrypt"])
+def test_create_mount_write_remount_read_destroy(name: str, target: Target, workdir: Path) -> None:
+    backend: BackendBase = make_backend(BackendSpec(name))
+    mounted = open_volume(backend, target, workdir)
+    volume = mounted.volume
+    try:
+        assert host.loop_direct_io(volume.state["device"]), "loop device without direct I/O"
+        assert host.is_mounted(workdir / "mnt")
+        digest = write_marker_files(mounted.data_dir)
+        backend.unmount(volume)
+        assert not host.is_mounted(workdir / "mnt")
+        raw = (workdir / "container.img").read_bytes()
+        leaked = MARKER in raw or NAME_MARKER.encode() in raw
+        # the check itself must be able to see plaintext: it does on the plain volume
+        assert leaked is (name == "plain")
+        data_dir = backend.mount(volume)
+        assert hashlib.sha256((data_dir / NAME_MARKER).read_bytes()).hexdigest() == digest
+        if name == "fscrypt":
+            assert policy_status(data_dir) == "encrypted"
+            info = mounted.description
+            assert info["contents"] == "aes-256-xts" and info["filenames"] == "aes-256-cts"
+    finally:
+        backend.destroy(volume)
+    assert not (workdir / "container.img").exists()
+    backend.destroy(volume)  # idempotent
+
+
+def test_destroy_after_failed_mount_releases_everything(
+    target: Target, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = make_backend(BackendSpec("fscrypt"))
+    from pytest_encperf.backends import fscrypt
+
+    def broken_policy(*args: object) -> None:
+        raise OSError(95, "Operation not supported")
+
+    monkeypatch.setattr(fscrypt, "set_policy", broken_policy)
+    with pytest.raises(Exception, match=r"fscrypt: .*Operation not supported"):
+        open_volume(backend, target, workdir)
+    # the workdir fixture asserts no mount or loop device remains
+
+
+def test_fscrypt_key_is_removed_at_unmount(target: Target, workdir: Path) -> None:
+    backend = make_backend(BackendSpec("fscrypt"))
+    mounted = open_volume(backend, target, workdir)
+    try:
+        (mounted.data_dir / "f").write_bytes(b"x")
+        identifier = bytes.fromhex(mounted.volume.state["key_identifier"])
+        mountpoint = workdir / "mnt"
+        backend.unmount(mounted.volume)
+        host.mount(mounted.volume.state["device"], mountpoint, "ext4")
+        try:
+            names = os.listdir(mountpoint / "data")
+            assert names != ["f"], "encrypted names readable without the key"
+            assert identifier.hex() not in Path("/proc/keys").read_text()
+        finally:
+            host.unmount(mountpoint)
+    finally:
+        backend.destroy(mounted.volume)
+
+
+def test_full_session_on_containers_leaves_nothing(pytester: pytest.Pytester, target: Target) -> None:
+    pytester.makepyfile(
+        test_bench="""
+def test_workload(encperf, encperf_workload):
+    encperf.run(encperf_workload)
+"""
+    )
+    result = pytester.runpytest(
+        f"--encperf-dir={target.directory}",
+        "--encperf-backends=fscrypt",
+        "--encperf-size=2MiB",
+        "--encperf-runtime=0.05",
+        "--encperf-rounds=1",
+        "-k",
+        "SEQ1M-Q1T1",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*plain (baseline)*", "*fscrypt*", "*%*"])
+    prefix = str(target.directory / f"encperf-{os.getpid()}-")
+    assert list(target.directory.glob(f"encperf-{os.getpid()}-*")) == [], "run directory left behind"
+    assert [m for m in host.mounts_under(target.directory) if str(m).startswith(prefix)] == []
+    leftover_loops = [
+        loop
+        for loop in host.loops_backed_by(target.directory)
+        if (Path("/sys/block") / loop.name / "loop" / "backing_file").read_text().startswith(prefix)
+    ]
+    assert leftover_loops == []
