@@ -125,23 +125,41 @@ def attach_loop(backing_file: Path, *, direct_io: bool = True) -> LoopDevice:
     return LoopDevice(device, backing_file, loop_direct_io(device))
 
 
-def detach_loop(device: Path, backing_file: Path | None = None) -> None:
-    """Detach a loop device; a no-op when it is already gone or now backs another file."""
+def detach_loop(device: Path, backing_file: Path | None = None, *, timeout: float = 10.0) -> None:
+    """Detach a loop device and wait until it is really free.
+
+    A no-op when it is already gone or now backs another file. ``losetup --detach`` of a device
+    that something still holds open (udev's probe after an unmount) only sets autoclear and
+    returns; the device is released when the last holder closes it, so wait for that.
+    """
     backing = Path("/sys/block") / device.name / "loop" / "backing_file"
-    try:
-        current = backing.read_text().strip()
-    except OSError:
-        return  # not attached any more
-    if backing_file is not None and os.path.realpath(current) != os.path.realpath(backing_file):
+
+    def current() -> str | None:
+        try:
+            return backing.read_text().strip()
+        except OSError:
+            return None
+
+    attached = current()
+    if attached is None:
+        return
+    if backing_file is not None and os.path.realpath(attached) != os.path.realpath(backing_file):
         return  # reused by someone else since: never touch it
-    for attempt in range(10):
+    deadline = time.monotonic() + timeout
+    while True:
         try:
             run(["losetup", "--detach", str(device)])
-            return
         except HostError:
-            if attempt == 9:
+            if current() is None:
+                return
+            if time.monotonic() > deadline:
                 raise
-            time.sleep(0.2)  # udev or a lazy unmount may still hold it
+        for _ in range(20):
+            if current() is None:
+                return
+            time.sleep(0.05)
+        if time.monotonic() > deadline:
+            raise HostError(f"{device} still attached to {attached} after {timeout:g} s")
 
 
 def loops_backed_by(directory: Path) -> list[Path]:
