@@ -62,36 +62,100 @@ def run(
     return proc.stdout.decode(errors="replace")
 
 
+@dataclass(frozen=True)
+class Resource:
+    """What a release action frees, in a form a later process can act on (journal, cleanup).
+
+    kind: "loop" (ident = device, detail = backing file), "mount" (mount point), "process"
+    (pid, detail = executable name), "dm" (device-mapper name), "path" (file or directory),
+    or "other" (only this process can release it).
+    """
+
+    kind: str
+    ident: str
+    detail: str = ""
+
+
 class Cleanup:
     """A last-in-first-out stack of release actions, registered the moment a resource exists.
 
     ``release()`` runs every action even when some fail, empties the stack (so a second call
-    is a no-op) and then raises one HostError naming every failure.
+    is a no-op) and then raises one HostError naming every failure. Use the typed helpers
+    (``loop``, ``mount``, ``process``, ``path``) where they fit: they record a Resource that a
+    later run can release if this process dies.
     """
 
     def __init__(self) -> None:
-        self._actions: list[tuple[str, Callable[[], None]]] = []
+        self._actions: list[tuple[str, Callable[[], None], Resource]] = []
 
-    def push(self, label: str, action: Callable[[], None]) -> None:
-        self._actions.append((label, action))
+    def push(self, label: str, action: Callable[[], None], resource: Resource | None = None) -> None:
+        self._actions.append((label, action, resource or Resource("other", label)))
+
+    def loop(self, device: Path, backing_file: Path) -> None:
+        self.push(
+            f"detach {device}",
+            lambda: detach_loop(device, backing_file),
+            Resource("loop", str(device), str(backing_file)),
+        )
+
+    def mount(self, mountpoint: Path) -> None:
+        self.push(f"unmount {mountpoint}", lambda: unmount(mountpoint), Resource("mount", str(mountpoint)))
+
+    def path(self, path: Path) -> None:
+        def remove() -> None:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+
+        self.push(f"remove {path}", remove, Resource("path", str(path)))
+
+    def process(self, proc: subprocess.Popen[bytes], *, stop: Callable[[], None] | None = None) -> None:
+        """Register a daemon: ``stop`` (e.g. fusermount -u) first, then terminate, kill, wait."""
+
+        def release() -> None:
+            if stop is not None and proc.poll() is None:
+                stop()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)  # FUSE daemons exit on their own after the unmount
+            stop_process(proc)
+
+        name = os.path.basename(str(proc.args[0] if isinstance(proc.args, list) else proc.args))
+        self.push(f"stop {name} (pid {proc.pid})", release, Resource("process", str(proc.pid), name))
 
     def __len__(self) -> int:
         return len(self._actions)
 
     @property
     def labels(self) -> list[str]:
-        return [label for label, _ in self._actions]
+        return [label for label, _, _ in self._actions]
+
+    @property
+    def resources(self) -> list[Resource]:
+        return [resource for _, _, resource in self._actions]
 
     def release(self) -> None:
         errors: list[str] = []
         while self._actions:
-            label, action = self._actions.pop()
+            label, action, _ = self._actions.pop()
             try:
                 action()
             except Exception as exc:  # keep releasing the rest, report all at the end
                 errors.append(f"{label}: {exc}")
         if errors:
             raise HostError("cleanup failed: " + "; ".join(errors))
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM a process unless it has exited, SIGKILL it after ``timeout``, reap it."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout)
 
 
 # ---------------------------------------------------------------- loop devices

@@ -106,18 +106,20 @@ def detail_table(results: list[Result]) -> str:
     """Every backend x workload: throughput, IOPS, latency, CPU cost, I/O mode, change vs plain."""
     headers = [
         "backend", "workload", "MB/s", "IOPS", "p50 µs", "p99 µs", "p99.9 µs",
-        "CPU s/GiB", "plain MB/s", "plain CPU s/GiB", "vs plain", "I/O mode", "rounds",
+        "CPU s/GiB", "plain MB/s", "plain CPU", "vs plain", "I/O", "rounds",
     ]  # fmt: skip
     rows = []
+    notes: dict[str, str] = {}
     for result in results:
         if not result.rounds:
             continue
         mode, base_mode = result.io_modes
         if base_mode != mode:
-            mode = f"{mode} (plain: {base_mode})"
+            mode = f"{mode}, plain {base_mode}"
         o_direct = result.description.get("o_direct")
         if o_direct and o_direct != "direct" and "buffered" in mode:
-            mode += f" [O_DIRECT: {o_direct}]"
+            mode += "*"
+            notes[result.backend] = o_direct
         rows.append([
             result.backend,
             result.workload.name,
@@ -135,4 +137,10 @@ def detail_table(results: list[Result]) -> str:
         ])  # fmt: skip
     if not rows:
         return ""
-    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+    lines = [tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)]
+    for backend, o_direct in notes.items():
+        lines.append(
+            f"* {backend}: O_DIRECT gives {o_direct} on this volume, so both sides ran buffered "
+            "(page cache dropped before each round)"
+        )
+    return "\n".join(lines)

@@ -75,11 +75,11 @@ def create_container(target: Target, workdir: Path, cleanup: host.Cleanup) -> ho
     """
     image = workdir / "container.img"
     fd = os.open(image, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    cleanup.push(f"remove {image}", lambda: image.unlink(missing_ok=True))
+    cleanup.path(image)
     try:
         os.ftruncate(fd, target.size)  # sparse: costs only what is written
     finally:
         os.close(fd)
     loop = host.attach_loop(image, direct_io=True)
-    cleanup.push(f"detach {loop.path}", lambda: host.detach_loop(loop.path, image))
+    cleanup.loop(loop.path, image)
     return loop

@@ -24,7 +24,7 @@ def mount_ext4(volume: Volume, device: Path, options: str | None = None) -> Path
     mountpoint = volume.workdir / "mnt"
     mountpoint.mkdir(exist_ok=True)
     host.mount(device, mountpoint, "ext4", options)
-    volume.mounted.push(f"unmount {mountpoint}", lambda: host.unmount(mountpoint))
+    volume.mounted.mount(mountpoint)
     return mountpoint
 
 
