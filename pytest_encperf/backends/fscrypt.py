@@ -26,6 +26,8 @@ FS_IOC_SET_ENCRYPTION_POLICY = 0x800C6613
 FS_IOC_GET_ENCRYPTION_POLICY_EX = 0xC0096616
 FS_IOC_ADD_ENCRYPTION_KEY = 0xC0506617
 FS_IOC_REMOVE_ENCRYPTION_KEY = 0xC0406618
+FS_IOC_GET_ENCRYPTION_KEY_STATUS = 0xC080661A
+KEY_STATUS = {1: "absent", 2: "present", 3: "incompletely-removed"}
 
 KEY_SPEC_TYPE_IDENTIFIER = 2
 POLICY_V2 = 2
@@ -62,6 +64,18 @@ def remove_key(directory: Path, identifier: bytes) -> None:
             raise
     finally:
         os.close(fd)
+
+
+def key_status(directory: Path, identifier: bytes) -> str:
+    """ "absent", "present" or "incompletely-removed" for a key on the file system of ``directory``."""
+    arg = bytearray(_key_spec(identifier) + bytes(128 - 40))
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.ioctl(fd, FS_IOC_GET_ENCRYPTION_KEY_STATUS, arg, True)
+    finally:
+        os.close(fd)
+    (status,) = struct.unpack_from("<I", arg, 64)
+    return KEY_STATUS.get(status, f"unknown ({status})")
 
 
 def set_policy(directory: Path, identifier: bytes, contents: int, filenames: int) -> None:
