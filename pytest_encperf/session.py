@@ -56,8 +56,9 @@ class EncperfSession:
 
     # ------------------------------------------------------------- volumes
 
-    @property
     def run_dir(self) -> Path:
+        """This run's private directory, made on first use (a method, not a property: pytest
+        inspects plugin attributes, and must not create directories by doing so)."""
         if self._run_dir is None:
             self._run_dir = Path(tempfile.mkdtemp(prefix=f"encperf-{os.getpid()}-", dir=self.settings.dir))
         return self._run_dir
@@ -69,7 +70,7 @@ class EncperfSession:
         if spec_text in self.errors:
             pytest.fail(self.errors[spec_text], pytrace=False)
         backend = make_backend(BackendSpec.parse(spec_text))
-        workdir = self.run_dir / f"{next(self._counter):02d}-{slug(spec_text)}"
+        workdir = self.run_dir() / f"{next(self._counter):02d}-{slug(spec_text)}"
         try:
             mounted = open_volume(backend, self.target, workdir)
         except Unavailable as exc:
