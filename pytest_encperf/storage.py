@@ -49,6 +49,14 @@ class SavedRun:
     def label(self) -> str:
         return f"{self.machine_id}/{self.path.name}"
 
+    @property
+    def datetime_key(self) -> float:
+        """Modification time: orders runs of several machines (numbers are per machine)."""
+        try:
+            return self.path.stat().st_mtime
+        except OSError:
+            return 0.0
+
 
 def parse_name(text: str) -> str:
     """A run name for ``--encperf-save``: letters, digits and ``._+-``, starting with a letter or digit."""
@@ -76,7 +84,8 @@ def benchmark_entry(result: Result) -> dict[str, Any]:
     stats = Stats()
     for measurement in result.rounds:
         stats.update(measurement.seconds_per_gib)
-    entry_stats = {**stats.as_dict(), "data": list(stats.data)} if stats else {}
+    # "iterations" is what pytest-benchmark adds to Stats.as_dict(); its compare table needs it
+    entry_stats = {**stats.as_dict(), "iterations": 1, "data": list(stats.data)} if stats else {}
     ratio = result.ratio()
     return {
         "group": result.workload.name,
@@ -218,8 +227,8 @@ def resolve(storage: Path, ref: str, machine_id: str | None) -> tuple[SavedRun, 
         return run, _other_machine(run, machine_id)
     if "/" in ref:
         machine_id, ref = ref.split("/", 1)
-    mine = list_runs(storage, machine_id) if machine_id else []
     everyone = list_runs(storage)
+    mine = list_runs(storage, machine_id) if machine_id else everyone  # no id (the CLI): all machines
 
     def pick(runs: list[SavedRun]) -> SavedRun | None:
         if ref in ("", "latest"):
@@ -228,7 +237,14 @@ def resolve(storage: Path, ref: str, machine_id: str | None) -> tuple[SavedRun, 
             chosen = [run for run in runs if run.number == int(ref)]
         else:
             chosen = [run for run in runs if run.name == ref or run.path.name == ref]
-        return max(chosen, key=lambda run: run.number) if chosen else None
+        if ref.isdigit() and len({run.machine_id for run in chosen}) > 1:
+            labels = ", ".join(run.label for run in chosen)
+            raise StorageError(f"run {ref} is ambiguous ({labels}): name it as <machine-id>/{ref}")
+        if not chosen:
+            return None
+        if len({run.machine_id for run in chosen}) == 1:
+            return max(chosen, key=lambda run: run.number)
+        return max(chosen, key=lambda run: run.datetime_key)
 
     run = pick(mine)
     if run is not None:
