@@ -199,7 +199,7 @@ class EncperfSession:
         doc = None
         if s.save or s.autosave or s.json:
             commit = storage.commit_info()
-            settings = {name: str(getattr(s, name)) for name in _SAVED_SETTINGS}
+            settings = {name: _setting_text(getattr(s, name)) for name in _SAVED_SETTINGS}
             doc = storage.document(self.results, info, machine_id, commit, settings, now)
             if self.results and (s.save or s.autosave):
                 name = s.save or storage.autosave_name(commit, now)
@@ -274,6 +274,10 @@ class EncperfSession:
 
 
 _SAVED_SETTINGS = ("backends", "target", "dir", "size", "runtime", "rounds", "engine", "profile")
+
+
+def _setting_text(value: object) -> str:
+    return ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
 
 
 def user_properties(result: Result) -> list[tuple[str, object]]:
