@@ -220,6 +220,7 @@ class EncperfSession:
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         try:
             self._write_summary(terminalreporter)
+            self._write_verdict(terminalreporter)
         except Exception as exc:  # a summary must never replace pytest's own result line
             terminalreporter.write_line(f"encperf: could not print the summary: {exc}", red=True)
 
@@ -248,7 +249,6 @@ class EncperfSession:
                 "vs plain: median of per-round ratios (positive = faster than plain). "
                 "CPU s/GiB: system-wide busy CPU seconds per GiB moved."
             )
-        self._write_verdict(tr)
 
     def _write_verdict(self, tr: pytest.TerminalReporter) -> None:
         verdict = self.verdict

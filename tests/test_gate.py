@@ -399,3 +399,12 @@ def test_gate_files_live_where_asked(gate: pytest.Pytester) -> None:
     run(gate, "--encperf-save=main").assert_outcomes(passed=2)
     assert Path(gate.path / ".encperf").is_dir()
     assert not list(gate.path.glob("encperf-*")), "run directory left behind"
+
+
+def test_gate_error_is_printed_even_without_results(gate: pytest.Pytester) -> None:
+    storage_dir = gate.path / ".encperf" / "m"
+    storage_dir.mkdir(parents=True)
+    (storage_dir / "0001_main.json").write_text("not json")
+    result = run(gate, f"--encperf-compare={storage_dir / '0001_main.json'}", "-k", "nothing-matches")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED  # pytest's own status stays
+    result.stdout.fnmatch_lines(["*cannot use the baseline: *0001_main.json: corrupted*"])
