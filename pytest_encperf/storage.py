@@ -2,7 +2,7 @@
 
 The document keeps pytest-benchmark's outer shape (``machine_info``, ``commit_info``,
 ``datetime``, ``version``, ``benchmarks[]`` with ``group``, ``name``, ``fullname``, ``params``,
-``stats``, ``extra_info``) so ``pytest-benchmark compare --storage file://.encperf`` reads it.
+``stats``, ``extra_info``) so ``pytest-benchmark --storage file://.encperf compare`` reads it.
 ``stats`` are in seconds per GiB moved (lower is better, like a benchmark's time); encperf's own
 fields, including every round of both sides, live in ``extra_info["encperf"]``.
 
