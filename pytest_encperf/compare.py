@@ -45,6 +45,8 @@ METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
         Metric("throughput", None, True, None),
+        # per-round ratio backend/plain (paired rounds): machine drift between runs cancels
+        Metric("vs-plain", None, True, "x plain"),
         Metric("mb-per-s", "mb_per_s", True, "MB/s"),
         Metric("iops", "iops", True, "IOPS"),
         Metric("latency-p50", "lat_p50_us", False, "µs"),
@@ -256,6 +258,17 @@ def _samples(rounds: Iterable, metric: Metric, workload: Workload) -> list[float
     return [float(getattr(m, attr)) for m in rounds]
 
 
+def _result_samples(result: Result, metric: Metric) -> list[float]:
+    if metric.name != "vs-plain":
+        return _samples(result.rounds, metric, result.workload)
+    attr = metric.attr_for(result.workload)
+    return [
+        getattr(v, attr) / getattr(b, attr)
+        for v, b in zip(result.rounds, result.baseline_rounds, strict=False)
+        if getattr(b, attr)
+    ]
+
+
 def _metrics(rules: Sequence[Rule]) -> list[str]:
     names = [DEFAULT_METRIC, *(rule.metric for rule in rules)]
     return list(dict.fromkeys(names))
@@ -292,8 +305,8 @@ def compare_runs(reference: Sequence[Result], current: Sequence[Result], rules: 
                     cur.backend,
                     cur.workload,
                     name,
-                    _samples(cur.rounds, metric, cur.workload),
-                    _samples(ref.rounds, metric, ref.workload),
+                    _result_samples(cur, metric),
+                    _result_samples(ref, metric),
                     select_rule(rules, cur.backend, cur.workload, name),
                 )
             )
@@ -301,7 +314,8 @@ def compare_runs(reference: Sequence[Result], current: Sequence[Result], rules: 
 
 
 def overhead_checks(results: Sequence[Result], rules: Sequence[Rule]) -> list[Check]:
-    """``--encperf-max-overhead``: each backend against the plain rounds interleaved with it."""
+    """``--encperf-max-overhead``: each backend against the plain rounds interleaved with it
+    (``vs-plain`` means throughput here: the comparison is already with plain)."""
     checks = []
     for result in results:
         if not result.rounds or not result.baseline_rounds:
@@ -310,13 +324,13 @@ def overhead_checks(results: Sequence[Result], rules: Sequence[Rule]) -> list[Ch
             rule = select_rule(rules, result.backend, result.workload, name)
             if rule is None:
                 continue
-            metric = METRICS[name]
+            metric = METRICS["throughput" if name == "vs-plain" else name]
             checks.append(
                 evaluate(
                     "overhead",
                     result.backend,
                     result.workload,
-                    name,
+                    metric.name,
                     _samples(result.rounds, metric, result.workload),
                     _samples(result.baseline_rounds, metric, result.workload),
                     rule,

@@ -158,6 +158,22 @@ def test_random_4k_rows_are_judged_by_iops() -> None:
     assert check.reference == pytest.approx(40e6 / 4096, rel=0.01)
 
 
+def test_vs_plain_metric_cancels_machine_drift() -> None:
+    # the whole machine got 20% slower: absolute throughput fails, the paired ratio to plain does not
+    reference = [result("fscrypt", SEQ_READ, samples(50), samples(100))]
+    drifted = [result("fscrypt", SEQ_READ, samples(40), samples(80))]
+    checks = compare_runs(reference, drifted, parse_rules("10%,vs-plain:10%")).checks
+    assert [(c.metric, c.status) for c in checks] == [("throughput", FAIL), ("vs-plain", PASS)]
+    # the backend alone got 20% slower: the ratio catches it (throughput has no rule here: shown only)
+    slower = [result("fscrypt", SEQ_READ, samples(40), samples(100))]
+    checks = compare_runs(reference, slower, parse_rules("vs-plain:10%")).checks
+    assert [(c.metric, c.status, c.unit) for c in checks] == [
+        ("throughput", FAIL, "MB/s"),
+        ("vs-plain", FAIL, "x plain"),
+    ]
+    assert checks[1].current == pytest.approx(0.4)
+
+
 def test_overhead_checks_against_plain_in_the_same_run() -> None:
     results = [
         result("fscrypt", SEQ_READ, samples(80), samples(100)),
