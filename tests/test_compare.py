@@ -168,7 +168,7 @@ def test_vs_plain_metric_cancels_machine_drift() -> None:
     slower = [result("fscrypt", SEQ_READ, samples(40), samples(100))]
     checks = compare_runs(reference, slower, parse_rules("vs-plain:10%")).checks
     assert [(c.metric, c.status, c.unit) for c in checks] == [
-        ("throughput", FAIL, "MB/s"),
+        ("throughput", INFO, "MB/s"),
         ("vs-plain", FAIL, "x plain"),
     ]
     assert checks[1].current == pytest.approx(0.4)
