@@ -150,14 +150,20 @@ def detail_table(results: list[Result]) -> str:
 # ----------------------------------------------------------------------------- comparison and verdict
 
 
+def _format_metric(value: float, unit: str) -> str:
+    if unit == "x plain":  # a ratio of about 0.05 .. 1.5: three decimals say more than two
+        return f"{value:.3f} {unit}"
+    return f"{_format_value(value)} {unit}"
+
+
 def _check_row(check: Check) -> list[str]:
     low, high = check.interval
     return [
         check.backend,
         check.workload,
         check.metric,
-        f"{_format_value(check.reference)} {check.unit}",
-        f"{_format_value(check.current)} {check.unit}",
+        _format_metric(check.reference, check.unit),
+        _format_metric(check.current, check.unit),
         _format_change(check.change_percent),
         f"{check.p_value:.3f}",
         f"{low:.3f}..{high:.3f}",
@@ -194,8 +200,9 @@ def describe_check(check: Check) -> str:
     against = "plain in this run" if check.kind == "overhead" else "baseline"
     return (
         f"{check.status}: {check.backend} {check.workload} {check.metric}: "
-        f"{against} {_format_value(check.reference)} {check.unit} -> now {_format_value(check.current)} "
-        f"{check.unit} ({_format_change(check.change_percent)}; rule {check.rule}): {check.reason}; "
+        f"{against} {_format_metric(check.reference, check.unit)} -> now "
+        f"{_format_metric(check.current, check.unit)} ({_format_change(check.change_percent)}; "
+        f"rule {check.rule}): {check.reason}; "
         f"Mann-Whitney U p={check.p_value:.3f} ({check.rounds[0]} vs {check.rounds[1]} rounds), "
         f"ratio 95% CI {low:.3f}..{high:.3f}"
     )
