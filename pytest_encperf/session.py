@@ -180,24 +180,15 @@ class EncperfSession:
                 verdict.baseline = run.label
                 if warning:
                     verdict.notes.append(f"warning: {warning}")
-            except storage.StorageError as exc:
-                if "no saved run" in str(exc):
-                    verdict.notes.append(
-                        f"no baseline to compare with: {exc}; nothing was gated "
-                        "(save one with --encperf-save=NAME or --encperf-autosave)"
-                    )
-                else:
-                    verdict.errors.append(f"cannot use the baseline: {exc}")
-        if reference is not None:
-            verdict.comparison = compare_runs(reference, self.results, s.fail)
-            if not verdict.comparison.checks:
+            except storage.NoSavedRun as exc:
                 verdict.notes.append(
-                    f"baseline {verdict.baseline} has no backend x workload in common with this run"
+                    f"no baseline to compare with: {exc}; nothing was gated "
+                    "(save one with --encperf-save=NAME or --encperf-autosave)"
                 )
-        if s.max_overhead:
-            verdict.overhead = overhead_checks(self.results, s.max_overhead)
+            except storage.StorageError as exc:
+                verdict.errors.append(f"cannot use the baseline: {exc}")
         doc = None
-        if s.save or s.autosave or s.json:
+        if s.save or s.autosave or s.json:  # saved before anything is judged
             commit = storage.commit_info()
             settings = {name: _setting_text(getattr(s, name)) for name in _SAVED_SETTINGS}
             doc = storage.document(self.results, info, machine_id, commit, settings, now)
@@ -208,6 +199,14 @@ class EncperfSession:
                 verdict.notes.append("nothing measured, nothing saved")
         if s.json:
             storage.write_json(s.json, doc or {})
+        if reference is not None:
+            verdict.comparison = compare_runs(reference, self.results, s.fail)
+            if not verdict.comparison.checks:
+                verdict.notes.append(
+                    f"baseline {verdict.baseline} has no backend x workload in common with this run"
+                )
+        if s.max_overhead:
+            verdict.overhead = overhead_checks(self.results, s.max_overhead)
         if s.markdown:
             text = markdown_report(self.results, verdict)
             s.markdown.parent.mkdir(parents=True, exist_ok=True)

@@ -38,6 +38,10 @@ class StorageError(Exception):
     """A saved run is missing, unreadable or malformed; the message names the file."""
 
 
+class NoSavedRun(StorageError):
+    """Nothing matches the reference (not an error in a first run: there is no baseline yet)."""
+
+
 @dataclass(frozen=True)
 class SavedRun:
     path: Path
@@ -256,7 +260,7 @@ def resolve(storage: Path, ref: str, machine_id: str | None) -> tuple[SavedRun, 
             return run, _other_machine(run, machine_id)
     where = f"{Path(storage) / machine_id}" if machine_id else str(storage)
     known = ", ".join(run.label for run in everyone[-5:]) or "none"
-    raise StorageError(f"no saved run matches {ref or 'latest'!r} in {where} (saved runs: {known})")
+    raise NoSavedRun(f"no saved run matches {ref or 'latest'!r} in {where} (saved runs: {known})")
 
 
 def _other_machine(run: SavedRun, machine_id: str | None) -> str | None:
