@@ -1,33 +1,164 @@
-"""The ``encperf`` command: what can run here, without starting pytest.
+"""The ``encperf`` command: saved runs without pytest (list, compare, show), and what can run
+here (backends).
 
-encperf backends [--target container|directory] [--dir DIR]   # doctor: usable or why not
+Each subcommand is a ``Command`` (its arguments and its function) in ``COMMANDS``; adding one
+is one function pair and one line. Options share their parsers with the pytest plugin
+(settings.py), so ``--fail`` accepts exactly what ``--encperf-fail`` accepts.
+
+Exit status: 0 ok, 1 error (missing or unreadable run), 2 usage error (argparse),
+``compare.EXIT_REGRESSION`` (7) when ``encperf compare --fail`` finds a regression.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from tabulate import tabulate
 
+from . import storage
 from .backends import BackendSpec, known_names, make_backend
-from .settings import OPTIONS, default_directory, parse_choice, parse_directory
+from .compare import EXIT_REGRESSION, Verdict, compare_runs
+from .report import check_table, detail_table, markdown_report, verdict_lines
+from .settings import OPTIONS, default_directory, parse_choice, parse_directory, parse_fail_rules, parse_path
 from .targets import KINDS, Target, container_size
 from .workloads import MiB
 
 
-def _type(parse):  # argparse wants ArgumentTypeError for a clean "invalid value" message
-    def convert(text: str):
+def argument_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A settings parser as an argparse ``type``: its message (the accepted forms) becomes the error."""
+
+    def convert(text: str) -> Any:
         try:
             return parse(text)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
+    convert.__name__ = getattr(parse, "__name__", "value")
     return convert
 
 
-def backends_command(args: argparse.Namespace) -> int:
+def _option(name: str) -> Any:
+    return next(option for option in OPTIONS if option.name == name)
+
+
+# ----------------------------------------------------------------------------- list
+
+
+def add_list_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--machine", metavar="ID", help="only this machine id's runs")
+
+
+def run_list(args: argparse.Namespace) -> int:
+    runs = storage.list_runs(args.storage, args.machine)
+    if not runs:
+        print(f"no saved runs in {args.storage}")
+        return 0
+    machine = None
+    for run in runs:
+        if run.machine_id != machine:
+            machine = run.machine_id
+            print(f"{machine}:")
+        try:
+            doc, results = storage.load(run.path)
+        except storage.StorageError as exc:
+            print(f"  {run.path.name}  unreadable: {exc}")
+            continue
+        commit = doc.get("commit_info", {})
+        backends = sorted({r.backend for r in results})
+        print(
+            f"  {run.path.name}  {doc.get('datetime', '?')}  commit {str(commit.get('id', '?'))[:12]}"
+            f"{' (dirty)' if commit.get('dirty') else ''}  {len(results)} results  {', '.join(backends)}"
+        )
+    return 0
+
+
+# ----------------------------------------------------------------------------- compare
+
+
+def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "baseline", help="the reference run: number, name, MACHINE-ID/RUN, latest or .json path"
+    )
+    parser.add_argument("current", help="the run to judge (same forms)")
+    parser.add_argument(
+        "--fail",
+        type=argument_type(parse_fail_rules),
+        default=[],
+        metavar=_option("fail").metavar,
+        help=f"{_option('fail').help} (same grammar as --encperf-fail)".replace("%", "%%"),
+    )
+    parser.add_argument(
+        "--markdown", type=argument_type(parse_path), metavar="PATH", help="also write Markdown"
+    )
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    base_run, _ = storage.resolve(args.storage, args.baseline, None)
+    current_run, _ = storage.resolve(args.storage, args.current, None)
+    _, reference = storage.load(base_run.path)
+    _, current = storage.load(current_run.path)
+    verdict = Verdict(baseline=base_run.label, comparison=compare_runs(reference, current, args.fail))
+    if base_run.machine_id != current_run.machine_id:
+        verdict.notes.append(
+            f"warning: the runs come from different machines ({base_run.machine_id}, "
+            f"{current_run.machine_id}): differences may be the machines', not the code's"
+        )
+    for key in verdict.comparison.only_in_reference:
+        verdict.notes.append(f"only in {base_run.label}: {key}")
+    for key in verdict.comparison.only_in_current:
+        verdict.notes.append(f"only in {current_run.label}: {key}")
+    print(f"{base_run.label} -> {current_run.label}")
+    print(check_table(verdict.comparison.checks) or "nothing in common")
+    for _, line in verdict_lines(verdict):
+        print(line)
+    if args.markdown:
+        args.markdown.write_text(markdown_report(current, verdict, f"encperf: {current_run.label}"))
+    return EXIT_REGRESSION if verdict.failed else 0
+
+
+# ----------------------------------------------------------------------------- show
+
+
+def add_show_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="number, name, MACHINE-ID/RUN, latest or .json path")
+
+
+def run_show(args: argparse.Namespace) -> int:
+    run, _ = storage.resolve(args.storage, args.run, None)
+    doc, results = storage.load(run.path)
+    info, commit = doc.get("machine_info", {}), doc.get("commit_info", {})
+    print(f"{run.label}  {doc.get('datetime', '?')}  commit {commit.get('id', '?')}")
+    print(
+        f"machine: {info.get('cpu_model', '?')}, {info.get('cpu_count', '?')} CPUs, "
+        f"flags {' '.join(info.get('cpu_flags', []))}, kernel {info.get('kernel', '?')}, "
+        f"xts(aes) {info.get('xts_aes_driver', '?')}, {info.get('filesystem', '?')} on "
+        f"{info.get('device_model', '?')}"
+    )
+    settings = doc.get("encperf", {}).get("settings", {})
+    if settings:
+        print("settings: " + ", ".join(f"{key}={value}" for key, value in settings.items()))
+    print(detail_table(results) or "no results")
+    return 0
+
+
+# ----------------------------------------------------------------------------- backends (doctor)
+
+
+def add_backends_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--target", type=argument_type(parse_choice(KINDS)), default="container", help=_option("target").help
+    )
+    parser.add_argument(
+        "--dir", type=argument_type(parse_directory), default=default_directory(), help=_option("dir").help
+    )
+
+
+def run_backends(args: argparse.Namespace) -> int:
     target = Target(args.target, args.dir, container_size(256 * MiB))
     rows = []
     for name in known_names():
@@ -38,23 +169,49 @@ def backends_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="encperf", description="pytest-encperf outside pytest")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    doctor = commands.add_parser("backends", help="list backends and whether they can run here (doctor)")
-    helps = {option.name: option.help for option in OPTIONS}
-    doctor.add_argument(
-        "--target", type=_type(parse_choice(KINDS)), default="container", help=helps["target"]
+# ----------------------------------------------------------------------------- dispatch
+
+
+@dataclass(frozen=True)
+class Command:
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+COMMANDS: dict[str, Command] = {
+    "list": Command("saved runs, per machine", add_list_arguments, run_list),
+    "compare": Command(
+        "compare two saved runs (exit 7 on a regression with --fail)", add_compare_arguments, run_compare
+    ),
+    "show": Command("the results of one saved run", add_show_arguments, run_show),
+    "backends": Command(
+        "list backends and whether they can run here (doctor)", add_backends_arguments, run_backends
+    ),
+}
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="encperf", description="pytest-encperf's saved runs")
+    parser.add_argument(
+        "--storage",
+        type=argument_type(parse_path),
+        default=Path(_option("storage").default_text()),
+        metavar="DIR",
+        help=f"directory of saved runs (default: {_option('storage').default_text()})",
     )
-    doctor.add_argument("--dir", type=_type(parse_directory), default=default_directory(), help=helps["dir"])
-    doctor.set_defaults(handler=backends_command)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, command in COMMANDS.items():
+        sub = commands.add_parser(name, help=command.help, description=command.help)
+        command.add_arguments(sub)
+        sub.set_defaults(handler=command.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return args.handler(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    args = make_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except storage.StorageError as exc:
+        print(f"encperf: error: {exc}", file=sys.stderr)
+        return 1

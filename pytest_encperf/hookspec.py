@@ -23,3 +23,15 @@ def pytest_encperf_register_backends(config: pytest.Config) -> dict[str, Any] | 
         def pytest_encperf_register_backends(config):
             return {"ram": RamBackend}
     """
+
+
+def pytest_encperf_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
+    """Change ``machine_info`` in place before it is saved with the run (and hashed into the
+    machine id: the keys in ``pytest_encperf.machine.STABLE_KEYS`` decide the folder in
+    ``.encperf/``). Every implementation is called. Example, in a conftest.py::
+
+        def pytest_encperf_update_machine_info(config, machine_info):
+            machine_info["ci_runner"] = os.environ.get("RUNNER_NAME", "local")
+            # runners of one pool have different disks but should share baselines:
+            machine_info["device_model"] = "ci-pool-a"
+    """

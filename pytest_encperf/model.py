@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .workloads import GiB, Workload
@@ -39,10 +39,21 @@ class Measurement:
     def cpu_s_per_gib(self) -> float:
         return self.cpu_seconds / (self.bytes / GiB) if self.bytes else 0.0
 
+    @property
+    def seconds_per_gib(self) -> float:
+        """Time to move one GiB: pytest-benchmark's "lower is better" unit for saved stats."""
+        return self.seconds / (self.bytes / GiB) if self.bytes else float("inf")
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.update(mb_per_s=self.mb_per_s, iops=self.iops, cpu_s_per_gib=self.cpu_s_per_gib)
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        """Inverse of to_dict; derived values (MB/s, IOPS, CPU/GiB) are recomputed, unknown keys ignored."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in names})
 
 
 @dataclass
@@ -84,3 +95,23 @@ class Result:
         vol = self.rounds[-1].io_mode if self.rounds else "-"
         base = self.baseline_rounds[-1].io_mode if self.baseline_rounds else "-"
         return vol, base
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "workload": asdict(self.workload),
+            "rounds": [m.to_dict() for m in self.rounds],
+            "baseline_rounds": [m.to_dict() for m in self.baseline_rounds],
+            "description": self.description,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Result:
+        """Inverse of to_dict. Raises KeyError/TypeError/ValueError on a malformed document."""
+        return cls(
+            backend=str(data["backend"]),
+            workload=Workload(**data["workload"]),
+            rounds=[Measurement.from_dict(m) for m in data["rounds"]],
+            baseline_rounds=[Measurement.from_dict(m) for m in data.get("baseline_rounds", [])],
+            description=dict(data.get("description", {})),
+        )

@@ -13,7 +13,7 @@ import pytest
 from . import backends, hookspec
 from .backends import BASELINE
 from .runner import MountedVolume, Runner
-from .session import EncperfSession
+from .session import EncperfSession, XdistResults
 from .settings import OPTIONS, resolve
 
 session_key = pytest.StashKey[EncperfSession]()
@@ -27,14 +27,23 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("encperf", "encryption overhead benchmarks (pytest-encperf)")
     for option in OPTIONS:
+        # default None on the command line, so settings.resolve can see what was not given
+        form: dict[str, object] = {"metavar": option.metavar}
+        if option.form == "flag":
+            form = {"action": "store_const", "const": option.const}
+        elif option.form == "optional":
+            form = {"metavar": option.metavar, "nargs": "?", "const": option.const}
+        help_text = (
+            f"{option.help} (ini: {option.ini}, env: {option.env}; default: {option.default_display()})"
+        )
         group.addoption(
             option.flag,
             dest=f"encperf_{option.name.replace('-', '_')}",
-            metavar=option.metavar,
             default=None,
-            help=f"{option.help} (ini: {option.ini}, env: {option.env}; default: {option.default_text()})",
+            help=help_text.replace("%", "%%"),  # argparse expands %-formats in help
+            **form,
         )
-        parser.addini(option.ini, f"{option.help} (default: {option.default_text()})", default=None)
+        parser.addini(option.ini, f"{option.help} (default: {option.default_display()})", default=None)
 
 
 @pytest.hookimpl(trylast=True)
@@ -57,6 +66,8 @@ def pytest_configure(config: pytest.Config) -> None:
     session = EncperfSession(config, settings)
     config.stash[session_key] = session
     config.pluginmanager.register(session, "encperf-session")
+    if config.pluginmanager.hasplugin("xdist") and not session.is_worker:
+        config.pluginmanager.register(XdistResults(session), "encperf-xdist")
     session.start()
 
 
@@ -68,6 +79,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         session.stop()
         del config.stash[session_key]
         config.pluginmanager.unregister(session)
+        xdist = config.pluginmanager.get_plugin("encperf-xdist")
+        if xdist is not None:
+            config.pluginmanager.unregister(xdist)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -108,4 +122,4 @@ def encperf(
 ) -> Runner:
     """The runner: ``encperf.run(workload)`` measures ``workload`` on the volume against
     the baseline and returns the Result."""
-    return request.config.stash[session_key].runner(encperf_volume, encperf_baseline)
+    return request.config.stash[session_key].runner(encperf_volume, encperf_baseline, request.node)

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from tabulate import tabulate
 
+from .compare import ALPHA, FAIL, INFO, MIN_ROUNDS, PASS, Check, Verdict
 from .model import Measurement, Result
 from .workloads import Workload
 
@@ -144,3 +145,141 @@ def detail_table(results: list[Result]) -> str:
             "(page cache dropped before each round)"
         )
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- comparison and verdict
+
+
+def _format_metric(value: float, unit: str) -> str:
+    if unit == "x plain":  # a ratio of about 0.05 .. 1.5: three decimals say more than two
+        return f"{value:.3f} {unit}"
+    return f"{_format_value(value)} {unit}"
+
+
+def _check_row(check: Check) -> list[str]:
+    low, high = check.interval
+    return [
+        check.backend,
+        check.workload,
+        check.metric,
+        _format_metric(check.reference, check.unit),
+        _format_metric(check.current, check.unit),
+        _format_change(check.change_percent),
+        f"{check.p_value:.3f}",
+        f"{low:.3f}..{high:.3f}",
+        check.rule or "-",
+        check.status,
+    ]
+
+
+CHECK_HEADERS = [
+    "backend",
+    "workload",
+    "metric",
+    "before",
+    "now",
+    "change",
+    "p",
+    "ratio 95% CI",
+    "rule",
+    "verdict",
+]
+
+
+def check_table(checks: list[Check], tablefmt: str = "simple") -> str:
+    if not checks:
+        return ""
+    return tabulate(
+        [_check_row(c) for c in checks], headers=CHECK_HEADERS, tablefmt=tablefmt, disable_numparse=True
+    )
+
+
+def describe_check(check: Check) -> str:
+    """One line per check that needs attention: metric, both values, change, p-value, interval."""
+    low, high = check.interval
+    against = "plain in this run" if check.kind == "overhead" else "baseline"
+    return (
+        f"{check.status}: {check.backend} {check.workload} {check.metric}: "
+        f"{against} {_format_metric(check.reference, check.unit)} -> now "
+        f"{_format_metric(check.current, check.unit)} ({_format_change(check.change_percent)}; "
+        f"rule {check.rule}): {check.reason}; "
+        f"Mann-Whitney U p={check.p_value:.3f} ({check.rounds[0]} vs {check.rounds[1]} rounds), "
+        f"ratio 95% CI {low:.3f}..{high:.3f}"
+    )
+
+
+def verdict_lines(verdict: Verdict) -> list[tuple[str, str]]:
+    """(colour, line) pairs: the explanation of the gate, failures first. Colour: red/yellow/green/""."""
+    lines: list[tuple[str, str]] = []
+    for error in verdict.errors:
+        lines.append(("red", f"error: {error}"))
+    for note in verdict.notes:
+        lines.append(("yellow", note))
+    ruled = [c for c in verdict.checks if c.status != INFO]
+    if not ruled:
+        return lines
+    for check in verdict.failures:
+        lines.append(("red", describe_check(check)))
+    for check in ruled:
+        if check.status not in (PASS, FAIL):
+            lines.append(("yellow", describe_check(check)))
+    passed = sum(c.status == PASS for c in ruled)
+    lines.append(
+        (
+            "red" if verdict.failed else "green",
+            f"encperf gate: {len(verdict.failures)} failed, {passed} passed, "
+            f"{len(ruled) - passed - len(verdict.failures)} over the threshold but not significant "
+            f"(of {len(ruled)} checks). A check fails only if it is worse than its threshold AND "
+            f"Mann-Whitney U gives p <= {ALPHA:g}; that needs at least {MIN_ROUNDS} rounds on each side.",
+        )
+    )
+    return lines
+
+
+def results_markdown(results: list[Result]) -> str:
+    headers = [
+        "backend",
+        "workload",
+        "MB/s",
+        "IOPS",
+        "p99 µs",
+        "CPU s/GiB",
+        "plain MB/s",
+        "vs plain",
+        "rounds",
+    ]
+    rows = [
+        [
+            r.backend,
+            r.workload.name,
+            _format_value(r.median("mb_per_s")),
+            _format_value(r.median("iops")),
+            _format_value(r.median("lat_p99_us")),
+            _format_value(r.median("cpu_s_per_gib")),
+            _format_value(r.median("mb_per_s", baseline=True)) if r.baseline_rounds else "-",
+            _format_change(r.change_percent),
+            str(len(r.rounds)),
+        ]
+        for r in results
+        if r.rounds
+    ]
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True) if rows else ""
+
+
+def markdown_report(results: list[Result], verdict: Verdict | None, title: str = "encperf") -> str:
+    """A GitHub-flavoured Markdown report (for PR comments and $GITHUB_STEP_SUMMARY)."""
+    parts = [f"## {title}", ""]
+    table = results_markdown(results)
+    parts += [table or "_no results_", ""]
+    if verdict is not None:
+        status = "❌ failed" if verdict.failed else "✅ passed"
+        parts.append(
+            f"**Gate: {status}**" + (f" (baseline `{verdict.baseline}`)" if verdict.baseline else "")
+        )
+        parts.append("")
+        for _, line in verdict_lines(verdict):
+            parts.append(f"- {line}")
+        ruled = [c for c in verdict.checks if c.status != INFO]
+        if ruled:
+            parts += ["", check_table(ruled, tablefmt="github")]
+    return "\n".join(parts) + "\n"

@@ -7,6 +7,7 @@ registered with the plugin manager in ``pytest_configure``, unregistered at the 
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import os
 import shutil
@@ -18,11 +19,12 @@ from types import FrameType
 
 import pytest
 
-from . import host
+from . import host, machine, storage
 from .backends import BASELINE, BackendSpec, make_backend
+from .compare import EXIT_REGRESSION, Verdict, compare_runs, overhead_checks
 from .engines import Engine, select_engine
 from .model import Result
-from .report import detail_table, summary_table
+from .report import check_table, detail_table, markdown_report, summary_table, verdict_lines
 from .runner import MountedVolume, Runner, Unavailable, close_volume, open_volume, slug
 from .settings import Settings
 from .targets import Target, container_size
@@ -43,6 +45,8 @@ class EncperfSession:
         self._run_dir: Path | None = None
         self._counter = itertools.count(1)
         self._previous_sigterm: signal.Handlers | None = None
+        self.verdict: Verdict | None = None
+        self.is_worker = hasattr(config, "workerinput")  # an xdist worker: the controller decides
 
     # ------------------------------------------------------------- selection
 
@@ -102,7 +106,14 @@ class EncperfSession:
         if errors:
             raise host.HostError("; ".join(errors))
 
-    def runner(self, volume: MountedVolume, baseline: MountedVolume) -> Runner:
+    def runner(
+        self, volume: MountedVolume, baseline: MountedVolume, item: pytest.Item | None = None
+    ) -> Runner:
+        def record(result: Result) -> None:
+            self.results.append(result)
+            if item is not None:  # junitxml writes these; xdist carries them to the controller
+                item.user_properties.extend(user_properties(result))
+
         return Runner(
             engine=self.engine,
             volume=volume,
@@ -110,7 +121,7 @@ class EncperfSession:
             size=self.settings.size,
             runtime=self.settings.runtime,
             rounds=self.settings.rounds,
-            record=self.results.append,
+            record=record,
         )
 
     # ------------------------------------------------------------- hooks
@@ -127,11 +138,89 @@ class EncperfSession:
             self._previous_sigterm = None
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        self.close_all()
+        try:
+            self.close_all()
+        finally:
+            if self.is_worker:
+                self.config.workeroutput["encperf_results"] = [r.to_dict() for r in self.results]
+            else:
+                self.finish(session)
+
+    def add_worker_results(self, documents: list[dict]) -> None:
+        self.results.extend(Result.from_dict(doc) for doc in documents)
+
+    # ------------------------------------------------------------- baselines, reports, verdict
+
+    def finish(self, session: pytest.Session) -> None:
+        """Save, compare, write reports, decide; set the exit status only if the run is otherwise OK
+        (like pytest's --max-warnings), so failing tests keep their own status."""
+        s = self.settings
+        compare_ref = s.compare or ("latest" if s.fail else None)  # --encperf-fail alone: vs latest
+        wanted = s.save or s.autosave or compare_ref or s.json or s.markdown or s.max_overhead
+        if not wanted:
+            return
+        verdict = self.verdict = Verdict()
+        try:
+            self._finish(verdict, compare_ref)
+        except Exception as exc:  # never a traceback at the end of a run: say what went wrong
+            verdict.errors.append(f"{type(exc).__name__}: {exc}")
+        if verdict.failed and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = EXIT_REGRESSION
+
+    def _finish(self, verdict: Verdict, compare_ref: str | None) -> None:
+        s = self.settings
+        now = dt.datetime.now(dt.UTC)
+        info = machine.machine_info(s.dir)
+        self.config.hook.pytest_encperf_update_machine_info(config=self.config, machine_info=info)
+        machine_id = machine.machine_id(info)
+        reference: list[Result] | None = None
+        if compare_ref:  # load before saving, so "latest" is never this run
+            try:
+                run, warning = storage.resolve(s.storage, compare_ref, machine_id)
+                _, reference = storage.load(run.path)
+                verdict.baseline = run.label
+                if warning:
+                    verdict.notes.append(f"warning: {warning}")
+            except storage.NoSavedRun as exc:
+                verdict.notes.append(
+                    f"no baseline to compare with: {exc}; nothing was gated "
+                    "(save one with --encperf-save=NAME or --encperf-autosave)"
+                )
+            except storage.StorageError as exc:
+                verdict.errors.append(f"cannot use the baseline: {exc}")
+        doc = None
+        if s.save or s.autosave or s.json:  # saved before anything is judged
+            commit = storage.commit_info()
+            settings = {name: _setting_text(getattr(s, name)) for name in _SAVED_SETTINGS}
+            doc = storage.document(self.results, info, machine_id, commit, settings, now)
+            if self.results and (s.save or s.autosave):
+                name = s.save or storage.autosave_name(commit, now)
+                verdict.saved = str(storage.save(s.storage, machine_id, name, doc))
+            elif s.save or s.autosave:
+                verdict.notes.append("nothing measured, nothing saved")
+        if s.json:
+            storage.write_json(s.json, doc or {})
+        if reference is not None:
+            verdict.comparison = compare_runs(reference, self.results, s.fail)
+            if not verdict.comparison.checks:
+                verdict.notes.append(
+                    f"baseline {verdict.baseline} has no backend x workload in common with this run"
+                )
+        if s.max_overhead:
+            verdict.overhead = overhead_checks(self.results, s.max_overhead)
+        if s.markdown:
+            text = markdown_report(self.results, verdict)
+            s.markdown.parent.mkdir(parents=True, exist_ok=True)
+            s.markdown.write_text(text, encoding="utf-8")
+            summary = os.environ.get("GITHUB_STEP_SUMMARY")
+            if summary:
+                with open(summary, "a", encoding="utf-8") as file:
+                    file.write(text)
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         try:
             self._write_summary(terminalreporter)
+            self._write_verdict(terminalreporter)
         except Exception as exc:  # a summary must never replace pytest's own result line
             terminalreporter.write_line(f"encperf: could not print the summary: {exc}", red=True)
 
@@ -160,6 +249,62 @@ class EncperfSession:
                 "vs plain: median of per-round ratios (positive = faster than plain). "
                 "CPU s/GiB: system-wide busy CPU seconds per GiB moved."
             )
+
+    def _write_verdict(self, tr: pytest.TerminalReporter) -> None:
+        verdict = self.verdict
+        if verdict is None:
+            return
+        if verdict.saved:
+            tr.write_line(f"encperf: saved {verdict.saved}")
+        if verdict.baseline:
+            tr.write_sep("-", f"encperf: compared with {verdict.baseline}")
+            table = check_table(verdict.comparison.checks if verdict.comparison else [])
+            if table:
+                tr.write_line(table)
+        elif verdict.overhead:
+            tr.write_sep("-", "encperf: overhead limits")
+        if verdict.overhead:
+            tr.write_line(check_table(verdict.overhead))
+        for colour, line in verdict_lines(verdict):
+            tr.write_line(f"encperf: {line}", **({colour: True} if colour else {}))
+        if verdict.failed:
+            tr.write_line(
+                f"encperf: exit status {EXIT_REGRESSION} (performance gate failed)", red=True, bold=True
+            )
+
+
+_SAVED_SETTINGS = ("backends", "target", "dir", "size", "runtime", "rounds", "engine", "profile")
+
+
+def _setting_text(value: object) -> str:
+    return ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
+
+
+def user_properties(result: Result) -> list[tuple[str, object]]:
+    """Per-test properties for junitxml (``record_property`` style): the medians and the overhead."""
+    prefix = f"encperf.{result.backend}.{result.workload.name}"
+    if not result.rounds:
+        return []
+    change = result.change_percent
+    return [
+        (f"{prefix}.mb_per_s", round(result.median("mb_per_s"), 3)),
+        (f"{prefix}.iops", round(result.median("iops"), 1)),
+        (f"{prefix}.lat_p50_us", round(result.median("lat_p50_us"), 1)),
+        (f"{prefix}.lat_p99_us", round(result.median("lat_p99_us"), 1)),
+        (f"{prefix}.cpu_s_per_gib", round(result.median("cpu_s_per_gib"), 4)),
+        (f"{prefix}.vs_plain_percent", None if change is None else round(change, 2)),
+    ]
+
+
+class XdistResults:
+    """Registered on the xdist controller only (hook names unknown without xdist)."""
+
+    def __init__(self, session: EncperfSession) -> None:
+        self.session = session
+
+    def pytest_testnodedown(self, node: object, error: object) -> None:
+        output = getattr(node, "workeroutput", None) or {}
+        self.session.add_worker_results(output.get("encperf_results", []))
 
 
 def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:

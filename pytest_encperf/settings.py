@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .backends import BackendSpec, parse_backend_list
+from . import storage
+from .backends import PLANNED, BackendSpec, known_names, parse_backend_list
+from .compare import Rule, parse_rules
 from .engines import ENGINES
 from .targets import KINDS
 from .workloads import PROFILES, GiB, KiB, MiB
@@ -95,6 +97,57 @@ def parse_directory(text: str) -> Path:
     return path.resolve()
 
 
+def optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An option that is off when empty: "" gives None, anything else goes to ``parse``."""
+
+    def parse_optional(text: str) -> Any:
+        return None if str(text).strip() == "" else parse(text)
+
+    parse_optional.__doc__ = parse.__doc__
+    return parse_optional
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
+def parse_bool(text: str) -> bool:
+    """A switch: 1/true/yes/on or 0/false/no/off (any case); the bare command-line flag gives 1."""
+    value = str(text).strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"bad switch value {text!r}: expected 1/true/yes/on or 0/false/no/off")
+
+
+def parse_path(text: str) -> Path:
+    """A file or directory path (created when written; ``~`` is expanded)."""
+    if not str(text).strip():
+        raise ValueError("bad path '': expected a file or directory name")
+    return Path(str(text).strip()).expanduser()
+
+
+def parse_compare(text: str) -> str:
+    """``latest`` (the bare flag), a run number (``3``), a run name (``main``),
+    ``<machine-id>/<number or name>``, or a saved file's path."""
+    value = str(text).strip()
+    if not re.match(r"^[A-Za-z0-9._+/~-]+$", value):
+        raise ValueError(
+            f"bad baseline {text!r}: expected latest, a run number (3), a run name (main), "
+            "<machine-id>/<number or name> or a .json path"
+        )
+    return value
+
+
+def rule_backend_names() -> list[str]:
+    """Names a BACKEND prefix of --encperf-fail may use (registered and planned backends)."""
+    return [*known_names(), *PLANNED]
+
+
+def parse_fail_rules(text: str) -> list[Rule]:
+    return parse_rules(text, rule_backend_names())
+
+
 def default_directory() -> str:
     # /var/tmp is on disk by convention; /tmp is often tmpfs, which would measure RAM.
     return "/var/tmp" if os.path.isdir("/var/tmp") else tempfile.gettempdir()
@@ -107,6 +160,10 @@ class Option:
     help: str
     parse: Callable[[str], Any]
     default: str | Callable[[], str]
+    # "value": --x=VALUE; "flag": bare --x means "1" (store_const); "optional": --x or --x=VALUE,
+    # the bare form meaning ``const``. Each keeps the command-line default None, so precedence holds.
+    form: str = "value"
+    const: str | None = None
 
     @property
     def flag(self) -> str:
@@ -122,6 +179,9 @@ class Option:
 
     def default_text(self) -> str:
         return self.default() if callable(self.default) else self.default
+
+    def default_display(self) -> str:
+        return self.default_text() or "off"
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -139,6 +199,23 @@ OPTIONS: tuple[Option, ...] = (
            parse_choice((*ENGINES, "auto")), "auto"),
     Option("profile", "NAMES", f"workload profiles, comma list of {', '.join(PROFILES)}",
            parse_profiles, "cdm"),
+    Option("save", "NAME", "save this run's results as <storage>/<machine-id>/NNNN_NAME.json",
+           optional(storage.parse_name), ""),
+    Option("autosave", "BOOL", "save this run under <commit id>_<UTC time> (bare flag = yes)",
+           parse_bool, "no", form="flag", const="1"),
+    Option("storage", "DIR", "directory of saved runs", parse_path, ".encperf"),
+    Option("compare", "RUN", "compare with a saved run: latest (the bare flag), a number, a name, "
+           "MACHINE-ID/RUN or a .json path; another machine's run is allowed with a warning",
+           optional(parse_compare), "", form="optional", const="latest"),
+    Option("fail", "EXPR", "fail when worse than the compared run by more than EXPR and significant: "
+           "[BACKEND:][WORKLOAD:][METRIC:]PERCENT%, comma list, e.g. 10%,seq-read:5%,latency-p99:20%",
+           parse_fail_rules, ""),
+    Option("max-overhead", "EXPR", "fail when a backend is slower than plain in this run by more than "
+           "EXPR and significant, e.g. fscrypt:seq-read:15% (same grammar as --encperf-fail)",
+           parse_fail_rules, ""),
+    Option("json", "PATH", "write the full results (the saved-run format) to PATH", optional(parse_path), ""),
+    Option("markdown", "PATH", "write a GitHub-flavoured Markdown report to PATH (and append it to "
+           "$GITHUB_STEP_SUMMARY when set)", optional(parse_path), ""),
 )  # fmt: skip
 
 
@@ -152,6 +229,14 @@ class Settings:
     rounds: int = 3
     engine: str = "auto"
     profile: list[str] = field(default_factory=lambda: ["cdm"])
+    save: str | None = None
+    autosave: bool = False
+    storage: Path = Path(".encperf")
+    compare: str | None = None
+    fail: list[Rule] = field(default_factory=list)
+    max_overhead: list[Rule] = field(default_factory=list)
+    json: Path | None = None
+    markdown: Path | None = None
     sources: dict[str, str] = field(default_factory=dict)  # option -> where its value came from
 
 
@@ -172,7 +257,8 @@ def resolve(
             (option.ini, ini.get(option.name)),
             ("default", option.default_text()),
         )
-        source, raw = next((src, val) for src, val in candidates if val not in (None, ""))
+        given = [(src, val) for src, val in candidates if val not in (None, "")]
+        source, raw = given[0] if given else ("default", "")  # "" = an optional option left off
         try:
             values[option.name.replace("-", "_")] = option.parse(str(raw))
         except ValueError as exc:

@@ -95,3 +95,46 @@ def test_precedence_cli_then_env_then_ini_then_default(tmp_path: Path) -> None:
 def test_resolve_names_option_and_source() -> None:
     with pytest.raises(ValueError, match=r"--encperf-size \(from ENCPERF_SIZE\): bad size 'huge'"):
         resolve({}, {}, {"ENCPERF_SIZE": "huge"})
+
+
+def test_gate_options_resolve_with_precedence(tmp_path: Path) -> None:
+    cli = {"autosave": "1", "fail": "seq-read:5%", "compare": "latest", "json": str(tmp_path / "r.json")}
+    ini = {"autosave": "no", "fail": "50%", "storage": str(tmp_path / "runs"), "markdown": ""}
+    settings = resolve(cli, ini, environ={"ENCPERF_SAVE": "main", "ENCPERF_AUTOSAVE": "off"})
+    assert settings.autosave is True  # the bare flag beats the environment's "off"
+    assert settings.save == "main"
+    assert [rule.text for rule in settings.fail] == ["seq-read:5%"]
+    assert settings.storage == tmp_path / "runs"
+    assert settings.compare == "latest"
+    assert settings.json == tmp_path / "r.json"
+    assert settings.markdown is None
+    assert settings.sources["autosave"] == "--encperf-autosave"
+
+
+def test_gate_options_default_to_off() -> None:
+    settings = resolve({}, {}, environ={})
+    assert (settings.save, settings.autosave, settings.compare, settings.json, settings.markdown) == (
+        None,
+        False,
+        None,
+        None,
+        None,
+    )
+    assert settings.fail == [] and settings.max_overhead == []
+    assert settings.storage == Path(".encperf")
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("autosave", "maybe", "bad switch value 'maybe'"),
+        ("fail", "10", "[BACKEND:][WORKLOAD:][METRIC:]PERCENT%"),
+        ("max-overhead", "nosuch:5%", "unknown part 'nosuch'"),
+        ("compare", "a b", "bad baseline 'a b'"),
+        ("save", "a/b", "bad run name"),
+    ],
+)
+def test_gate_options_reject_with_accepted_forms(option: str, value: str, message: str) -> None:
+    with pytest.raises(ValueError, match=f"--encperf-{option}") as info:
+        resolve({option: value}, {}, environ={})
+    assert message in str(info.value)

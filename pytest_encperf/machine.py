@@ -1,0 +1,149 @@
+"""Machine fingerprint: what moves encryption numbers, read from psutil and /proc (no pytest).
+
+``machine_info()`` gathers everything (saved with each run); ``machine_id()`` hashes only the
+stable part (STABLE_KEYS: CPU model and crypto flags, core count, kernel, the kernel's
+``xts(aes)`` driver, backing device model), so runs of one machine share a folder in
+``.encperf/`` whatever else changed (free memory, governor, tool versions).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from . import __version__, host
+
+CRYPTO_FLAGS = ("aes", "vaes", "avx", "avx2", "avx512f", "avx512vl", "sha_ni", "pclmulqdq", "vpclmulqdq")
+STABLE_KEYS = ("machine", "cpu_model", "cpu_count", "cpu_flags", "kernel", "xts_aes_driver", "device_model")
+TOOLS = {  # name -> argv printing its version
+    "cryptsetup": ["cryptsetup", "--version"],
+    "fio": ["fio", "--version"],
+    "gocryptfs": ["gocryptfs", "--version"],
+    "veracrypt": ["veracrypt", "--text", "--version"],
+    "fscrypt": ["fscrypt", "--version"],
+    "mkfs.ext4": ["mke2fs", "-V"],
+}
+
+
+def _read(path: str | Path) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def cpu_model(cpuinfo: str) -> str:
+    for key in ("model name", "Processor", "cpu model", "Hardware"):
+        match = re.search(rf"^{key}\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
+        if match:
+            return match.group(1).strip()
+    return platform.processor() or "unknown"
+
+
+def cpu_flags(cpuinfo: str) -> list[str]:
+    """The crypto-relevant flags (x86 ``flags``, arm ``Features``) present on this CPU."""
+    match = re.search(r"^(?:flags|Features)\s*:\s*(.*)$", cpuinfo, re.MULTILINE)
+    present = set(match.group(1).split()) if match else set()
+    return [flag for flag in CRYPTO_FLAGS if flag in present] + sorted(
+        flag for flag in present & {"aes", "pmull", "sha2"} if flag not in CRYPTO_FLAGS
+    )
+
+
+def crypto_driver(crypto: str, algorithm: str = "xts(aes)") -> str:
+    """The driver the kernel picks for ``algorithm``: the highest-priority entry in /proc/crypto."""
+    best: tuple[int, str] | None = None
+    for block in crypto.split("\n\n"):
+        fields = dict(
+            (key.strip(), value.strip())
+            for key, _, value in (line.partition(":") for line in block.splitlines())
+            if value
+        )
+        if fields.get("name") != algorithm:
+            continue
+        priority = int(fields.get("priority", "0") or 0)
+        if best is None or priority > best[0]:
+            best = (priority, fields.get("driver", "unknown"))
+    return best[1] if best else "none"
+
+
+def _mount_of(path: Path) -> Any | None:
+    """psutil's partition entry whose mountpoint is the longest prefix of path."""
+    best = None
+    for part in psutil.disk_partitions(all=True):
+        mountpoint = Path(part.mountpoint)
+        contains = path == mountpoint or mountpoint in path.parents
+        if contains and (best is None or len(part.mountpoint) > len(best.mountpoint)):
+            best = part
+    return best
+
+
+def device_model(device: str) -> str:
+    """Model of the disk holding a block device (``/dev/sda2`` -> sda's model), or "unknown"."""
+    name = Path(os.path.realpath(device)).name
+    sys_block = Path("/sys/class/block") / name
+    if not sys_block.exists():
+        return "unknown"
+    disk = sys_block.resolve()
+    if (disk / "partition").exists():
+        disk = disk.parent
+    for candidate in ("device/model", "device/name"):
+        text = _read(disk / candidate).strip()
+        if text:
+            return text
+    if disk.name.startswith("vd"):
+        return "virtio disk"
+    return disk.name
+
+
+def tool_versions() -> dict[str, str]:
+    return {name: host.tool_version(argv) for name, argv in TOOLS.items() if shutil.which(argv[0])}
+
+
+def governor() -> str:
+    text = _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor").strip()
+    return text or "unknown"
+
+
+def machine_info(directory: Path | None = None) -> dict[str, Any]:
+    """Everything known about this machine and the storage under ``directory``."""
+    cpuinfo = _read("/proc/cpuinfo")
+    mount = _mount_of(Path(directory).resolve()) if directory else None
+    uname = platform.uname()
+    return {
+        "node": uname.node,
+        "machine": uname.machine,
+        "system": uname.system,
+        "kernel": uname.release,
+        "python_version": platform.python_version(),
+        "encperf_version": __version__,
+        "cpu_model": cpu_model(cpuinfo),
+        "cpu_count": psutil.cpu_count(logical=True),
+        "cpu_physical_cores": psutil.cpu_count(logical=False),
+        "cpu_flags": cpu_flags(cpuinfo),
+        "xts_aes_driver": crypto_driver(_read("/proc/crypto")),
+        "memory_bytes": psutil.virtual_memory().total,
+        "governor": governor(),
+        "directory": str(directory) if directory else None,
+        "filesystem": mount.fstype if mount else "unknown",
+        "device": mount.device if mount else "unknown",
+        "device_model": device_model(mount.device)
+        if mount and mount.device.startswith("/dev/")
+        else "unknown",
+        "tools": tool_versions(),
+    }
+
+
+def machine_id(info: dict[str, Any]) -> str:
+    """``<machine>-<12 hex>`` from the stable keys, e.g. ``x86_64-3f2a9c01b4de``."""
+    stable = {key: info.get(key) for key in STABLE_KEYS}
+    digest = hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:12]
+    arch = re.sub(r"[^A-Za-z0-9_]+", "_", str(info.get("machine") or "unknown"))
+    return f"{arch}-{digest}"

@@ -1,0 +1,272 @@
+"""Saved runs: ``<storage>/<machine-id>/NNNN_<name>.json`` (no pytest).
+
+The document keeps pytest-benchmark's outer shape (``machine_info``, ``commit_info``,
+``datetime``, ``version``, ``benchmarks[]`` with ``group``, ``name``, ``fullname``, ``params``,
+``stats``, ``extra_info``) so ``pytest-benchmark --storage file://.encperf compare`` reads it.
+``stats`` are in seconds per GiB moved (lower is better, like a benchmark's time); encperf's own
+fields, including every round of both sides, live in ``extra_info["encperf"]``.
+
+Files are written to a temporary name and hard-linked to the final name, which fails if that
+name exists: a run never overwrites another, even when two sessions save at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_benchmark.stats import Stats  # the same statistics pytest-benchmark saves
+from pytest_benchmark.utils import get_commit_info
+
+from . import __version__
+from .model import Result
+
+FORMAT = 1  # extra_info["encperf"]["format"]
+_FILE = re.compile(r"^(\d{4})_(.+)\.json$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+
+
+class StorageError(Exception):
+    """A saved run is missing, unreadable or malformed; the message names the file."""
+
+
+class NoSavedRun(StorageError):
+    """Nothing matches the reference (not an error in a first run: there is no baseline yet)."""
+
+
+@dataclass(frozen=True)
+class SavedRun:
+    path: Path
+    machine_id: str
+    number: int
+    name: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.machine_id}/{self.path.name}"
+
+    @property
+    def datetime_key(self) -> float:
+        """Modification time: orders runs of several machines (numbers are per machine)."""
+        try:
+            return self.path.stat().st_mtime
+        except OSError:
+            return 0.0
+
+
+def parse_name(text: str) -> str:
+    """A run name for ``--encperf-save``: letters, digits and ``._+-``, starting with a letter or digit."""
+    name = str(text).strip()
+    if not _NAME.match(name) or len(name) > 100:
+        raise ValueError(f"bad run name {text!r}: expected letters, digits and ._+- (e.g. main, v1.2, pr-17)")
+    return name
+
+
+def commit_info() -> dict[str, Any]:
+    return get_commit_info()  # of the project being measured (git/hg in the working directory)
+
+
+def autosave_name(commit: dict[str, Any], now: dt.datetime) -> str:
+    """``<commit id>_<UTC time>`` (``_dirty`` with uncommitted changes), like pytest-benchmark's autosave."""
+    commit_id = str(commit.get("id") or "unversioned")[:12]
+    name = f"{commit_id}_{now.astimezone(dt.UTC):%Y%m%d_%H%M%S}"
+    return f"{name}_dirty" if commit.get("dirty") else name
+
+
+# ----------------------------------------------------------------------------- documents
+
+
+def benchmark_entry(result: Result) -> dict[str, Any]:
+    stats = Stats()
+    for measurement in result.rounds:
+        stats.update(measurement.seconds_per_gib)
+    # "iterations" is what pytest-benchmark adds to Stats.as_dict(); its compare table needs it
+    entry_stats = {**stats.as_dict(), "iterations": 1, "data": list(stats.data)} if stats else {}
+    ratio = result.ratio()
+    return {
+        "group": result.workload.name,
+        "name": f"{result.workload.name}[{result.backend}]",
+        "fullname": f"encperf::{result.workload.name}[{result.backend}]",
+        "params": {"backend": result.backend, "workload": result.workload.name},
+        "param": f"{result.backend}-{result.workload.name}",
+        "options": {"timer": "encperf", "unit": "seconds per GiB", "warmup": False},
+        "stats": entry_stats,
+        "extra_info": {
+            "mb_per_s": result.median("mb_per_s") if result.rounds else None,
+            "iops": result.median("iops") if result.rounds else None,
+            "lat_p99_us": result.median("lat_p99_us") if result.rounds else None,
+            "cpu_s_per_gib": result.median("cpu_s_per_gib") if result.rounds else None,
+            "vs_plain_percent": None if ratio is None else (ratio - 1) * 100,
+            "encperf": {"format": FORMAT, **result.to_dict()},
+        },
+    }
+
+
+def document(
+    results: Sequence[Result],
+    machine_info: dict[str, Any],
+    machine_id: str,
+    commit: dict[str, Any],
+    settings: dict[str, Any],
+    now: dt.datetime,
+) -> dict[str, Any]:
+    return {
+        "machine_info": {**machine_info, "machine_id": machine_id},
+        "commit_info": commit,
+        "datetime": now.astimezone(dt.UTC).isoformat(),
+        "version": __version__,
+        "encperf": {"format": FORMAT, "settings": settings},
+        "benchmarks": [benchmark_entry(result) for result in results if result.rounds],
+    }
+
+
+def results_of(doc: Any, source: str = "document") -> list[Result]:
+    """The Results of a saved document; StorageError naming ``source`` when it is not ours."""
+    try:
+        entries = doc["benchmarks"]
+        results = []
+        for entry in entries:
+            data = entry["extra_info"]["encperf"]
+            if data.get("format") != FORMAT:
+                raise ValueError(f"unsupported encperf format {data.get('format')!r} (expected {FORMAT})")
+            results.append(Result.from_dict(data))
+        return results
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise StorageError(f"{source}: not an encperf result file ({detail})") from None
+
+
+def load(path: Path) -> tuple[dict[str, Any], list[Result]]:
+    """Read a saved run; StorageError naming the file if it is unreadable or malformed."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise StorageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise StorageError(f"{path}: corrupted (not valid JSON: {exc})") from None
+    return doc, results_of(doc, str(path))
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def list_runs(storage: Path, machine_id: str | None = None) -> list[SavedRun]:
+    """Saved runs, by machine id then number; only one machine's when ``machine_id`` is given."""
+    runs = []
+    if not Path(storage).is_dir():
+        return runs
+    folders = [Path(storage) / machine_id] if machine_id else sorted(p for p in Path(storage).iterdir())
+    for folder in folders:
+        if not folder.is_dir():
+            continue
+        for file in folder.iterdir():
+            match = _FILE.match(file.name)
+            if match and file.is_file():
+                runs.append(SavedRun(file, folder.name, int(match.group(1)), match.group(2)))
+    return sorted(runs, key=lambda run: (run.machine_id, run.number, run.name))
+
+
+def save(storage: Path, machine_id: str, name: str, doc: dict[str, Any]) -> Path:
+    """Write ``doc`` as the next ``NNNN_<name>.json`` of this machine, atomically, never overwriting."""
+    folder = Path(storage) / machine_id
+    folder.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        for _ in range(1000):
+            number = max((run.number for run in list_runs(storage, machine_id)), default=0) + 1
+            final = folder / f"{number:04d}_{name}.json"
+            try:
+                os.link(tmp, final)  # atomic, and refuses an existing name (rename would replace it)
+            except FileExistsError:
+                continue  # another session took this number: take the next one
+            return final
+        raise StorageError(f"{folder}: could not find a free run number")
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def write_json(path: Path, doc: dict[str, Any]) -> None:
+    """Write a report file atomically (temp file + rename); reports may be replaced."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            json.dump(doc, file, indent=2, default=str)
+            file.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def resolve(storage: Path, ref: str, machine_id: str | None) -> tuple[SavedRun, str | None]:
+    """Find the run ``ref`` names: ``latest``, a number (``3``, ``0003``), a name (``main``: its
+    newest run), ``<machine-id>/<number or name>``, or a file path.
+
+    This machine's runs are searched first; a match from another machine comes with a warning.
+    Raises StorageError saying what was searched when nothing matches.
+    """
+    ref = str(ref).strip()
+    path = Path(ref)
+    if ref.endswith(".json") and path.is_file():
+        match = _FILE.match(path.name)
+        number, name = (int(match.group(1)), match.group(2)) if match else (0, path.stem)
+        run = SavedRun(path, path.parent.name, number, name)
+        return run, _other_machine(run, machine_id)
+    if "/" in ref:
+        machine_id, ref = ref.split("/", 1)
+    everyone = list_runs(storage)
+    mine = list_runs(storage, machine_id) if machine_id else everyone  # no id (the CLI): all machines
+
+    def pick(runs: list[SavedRun]) -> SavedRun | None:
+        if ref in ("", "latest"):
+            chosen = runs
+        elif ref.isdigit():
+            chosen = [run for run in runs if run.number == int(ref)]
+        else:
+            chosen = [run for run in runs if run.name == ref or run.path.name == ref]
+        if ref.isdigit() and len({run.machine_id for run in chosen}) > 1:
+            labels = ", ".join(run.label for run in chosen)
+            raise StorageError(f"run {ref} is ambiguous ({labels}): name it as <machine-id>/{ref}")
+        if not chosen:
+            return None
+        if len({run.machine_id for run in chosen}) == 1:
+            return max(chosen, key=lambda run: run.number)
+        return max(chosen, key=lambda run: run.datetime_key)
+
+    run = pick(mine)
+    if run is not None:
+        return run, None
+    if ref not in ("", "latest") and not ref.isdigit():  # a name may come from another machine
+        others = [r for r in everyone if r.machine_id != machine_id]
+        run = pick(others)
+        if run is not None:
+            return run, _other_machine(run, machine_id)
+    where = f"{Path(storage) / machine_id}" if machine_id else str(storage)
+    known = ", ".join(run.label for run in everyone[-5:]) or "none"
+    raise NoSavedRun(f"no saved run matches {ref or 'latest'!r} in {where} (saved runs: {known})")
+
+
+def _other_machine(run: SavedRun, machine_id: str | None) -> str | None:
+    if machine_id and run.machine_id != machine_id:
+        return (
+            f"baseline {run.label} comes from another machine (this one is {machine_id}): "
+            "differences may be the machine's, not the code's"
+        )
+    return None

@@ -1,0 +1,139 @@
+"""Saved runs: numbering, atomic never-overwriting writes, loading, resolving references."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_encperf import storage
+from pytest_encperf.model import Measurement, Result
+from pytest_encperf.workloads import CDM
+
+NOW = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+
+
+def sample_results() -> list[Result]:
+    m = Measurement("native", "0.1", 100_000_000, 1.0, 95, 10.0, 20.0, 30.0, 0.5, "direct", 1, 2)
+    return [Result("fscrypt:contents=adiantum", CDM[0], [m, m, m], [m, m, m], {"cipher": "adiantum"})]
+
+
+def doc() -> dict:
+    return storage.document(sample_results(), {"cpu_model": "x"}, "m1", {"id": "abc"}, {"rounds": "3"}, NOW)
+
+
+def test_results_round_trip_through_a_saved_file(tmp_path: Path) -> None:
+    path = storage.save(tmp_path, "m1", "main", doc())
+    assert path == tmp_path / "m1" / "0001_main.json"
+    loaded_doc, results = storage.load(path)
+    assert results == sample_results()
+    assert loaded_doc["datetime"] == "2026-01-02T03:04:05+00:00"
+    assert loaded_doc["benchmarks"][0]["params"] == {
+        "backend": "fscrypt:contents=adiantum",
+        "workload": "SEQ1M-Q8T1-read",
+    }
+
+
+def test_save_never_overwrites_and_numbers_per_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = storage.save(tmp_path, "m1", "main", doc())
+    first_text = first.read_text()
+    second = storage.save(tmp_path, "m1", "main", doc())
+    other = storage.save(tmp_path, "m2", "main", doc())
+    assert (first.name, second.name, other.name) == ("0001_main.json", "0002_main.json", "0001_main.json")
+    assert first.read_text() == first_text
+    # another session takes number 3 between our look and our link: we move on to 4
+    real_list_runs = storage.list_runs
+    calls = []
+
+    def racing_list_runs(root: Path, machine_id: str | None = None) -> list[storage.SavedRun]:
+        runs = real_list_runs(root, machine_id)
+        if not calls:
+            calls.append(1)
+            (tmp_path / "m1" / "0003_main.json").write_text("theirs")
+        return runs
+
+    monkeypatch.setattr(storage, "list_runs", racing_list_runs)
+    fourth = storage.save(tmp_path, "m1", "main", doc())
+    assert fourth.name == "0004_main.json"
+    assert (tmp_path / "m1" / "0003_main.json").read_text() == "theirs"
+    assert not list((tmp_path / "m1").glob(".tmp-*")), "temporary file left behind"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"benchmarks": [', "corrupted (not valid JSON"),
+        ('{"machine_info": {}}', "not an encperf result file (missing field 'benchmarks')"),
+        ('{"benchmarks": [{"extra_info": {}}]}', "not an encperf result file (missing field 'encperf')"),
+        ('{"benchmarks": [{"extra_info": {"encperf": {"format": 99}}}]}', "unsupported encperf format 99"),
+        ("[1, 2]", "not an encperf result file"),
+    ],
+)
+def test_bad_files_are_errors_naming_the_file(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "m1" / "0001_x.json"
+    path.parent.mkdir()
+    path.write_text(content)
+    with pytest.raises(storage.StorageError, match=r"not an encperf|corrupted|unsupported") as info:
+        storage.load(path)
+    assert str(info.value).startswith(str(path))
+    assert message in str(info.value)
+
+
+def test_missing_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(storage.StorageError, match=f"{tmp_path / 'nope.json'}: cannot read"):
+        storage.load(tmp_path / "nope.json")
+
+
+def test_resolve_references(tmp_path: Path) -> None:
+    for machine, name in [("m1", "main"), ("m1", "pr"), ("m1", "main"), ("m2", "nightly")]:
+        storage.save(tmp_path, machine, name, doc())
+    assert storage.resolve(tmp_path, "latest", "m1")[0].path.name == "0003_main.json"
+    assert storage.resolve(tmp_path, "", "m1")[0].path.name == "0003_main.json"
+    assert storage.resolve(tmp_path, "2", "m1")[0].path.name == "0002_pr.json"
+    assert storage.resolve(tmp_path, "0001", "m1")[0].path.name == "0001_main.json"
+    assert storage.resolve(tmp_path, "main", "m1") == (
+        storage.SavedRun(tmp_path / "m1/0003_main.json", "m1", 3, "main"),
+        None,
+    )
+    run, warning = storage.resolve(tmp_path, "nightly", "m1")
+    assert run.label == "m2/0001_nightly.json"
+    assert "comes from another machine (this one is m1)" in warning
+    assert storage.resolve(tmp_path, "m2/1", "m1")[0].label == "m2/0001_nightly.json"
+    assert storage.resolve(tmp_path, str(tmp_path / "m1/0002_pr.json"), "m1")[0].name == "pr"
+    with pytest.raises(storage.StorageError, match=r"no saved run matches 'latest' in .*m3"):
+        storage.resolve(tmp_path, "latest", "m3")
+    with pytest.raises(storage.StorageError, match="ambiguous"):
+        storage.resolve(tmp_path, "1", None)
+    with pytest.raises(storage.StorageError, match="no saved run matches 'main'"):
+        storage.resolve(tmp_path / "empty", "main", "m1")
+
+
+@pytest.mark.parametrize("name", ["main", "v1.2", "pr-17", "a_b+c"])
+def test_parse_name_accepts(name: str) -> None:
+    assert storage.parse_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "-x", "", "a b", "x" * 101])
+def test_parse_name_rejects(name: str) -> None:
+    with pytest.raises(ValueError, match="bad run name"):
+        storage.parse_name(name)
+
+
+def test_autosave_name() -> None:
+    assert (
+        storage.autosave_name({"id": "0123456789abcdef", "dirty": False}, NOW)
+        == "0123456789ab_20260102_030405"
+    )
+    assert storage.autosave_name({"id": "abc", "dirty": True}, NOW) == "abc_20260102_030405_dirty"
+
+
+def test_write_json_replaces_reports_atomically(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "r.json"
+    storage.write_json(path, {"a": 1})
+    storage.write_json(path, {"a": 2})
+    assert json.loads(path.read_text()) == {"a": 2}
+    assert [p.name for p in path.parent.iterdir()] == ["r.json"]
