@@ -10,11 +10,15 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 DEFAULT_TIMEOUT = 120.0
 
@@ -41,25 +45,47 @@ def run(
     """Run a command non-interactively (stdin closed unless ``input``), return its stdout.
 
     Secrets go through ``input`` or files, never ``argv``: argv is world-readable in /proc.
+    The command runs in its own process group: a tool that hangs (a password prompt, a stuck
+    device) is killed with everything it started after ``timeout``, and so is it when this
+    process is interrupted (Ctrl-C, SIGTERM) while waiting for it.
     """
     args = [os.fspath(a) for a in argv]
     try:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             args,
-            input=input if input is not None else b"",
-            capture_output=True,
-            timeout=timeout,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env=env,
-            check=False,
+            start_new_session=True,
         )
     except FileNotFoundError as exc:
         raise HostError(f"{args[0]}: not installed") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise HostError(f"{' '.join(args)}: no answer after {timeout:g} s (killed)") from exc
+    try:
+        stdout, stderr = proc.communicate(input if input is not None else b"", timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise HostError(
+            f"{' '.join(args)}: no answer after {timeout:g} s (killed; waiting for input or hung?)"
+        ) from None
+    except BaseException:
+        _kill_group(proc)
+        raise
     if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).decode(errors="replace").strip()
+        detail = (stderr or stdout).decode(errors="replace").strip()
         raise HostError(f"{' '.join(args)}: exit {proc.returncode}: {detail}")
-    return proc.stdout.decode(errors="replace")
+    return stdout.decode(errors="replace")
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a command started by run() and whatever it started, then reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+    proc.wait()
 
 
 @dataclass(frozen=True)
@@ -76,20 +102,58 @@ class Resource:
     detail: str = ""
 
 
+class ResourceObserver(Protocol):
+    """Told about every resource a Cleanup registers and releases (the run's journal)."""
+
+    def registered(self, resource: Resource, label: str) -> object:
+        """Record ``resource``; the returned token is handed back to ``released``."""
+        ...
+
+    def released(self, token: object) -> None: ...
+
+
+_observers: list[ResourceObserver] = []
+_observers_lock = threading.Lock()
+
+
+def install_observer(observer: ResourceObserver) -> None:
+    """Every Cleanup created from now on reports to ``observer`` (the newest one installed)."""
+    with _observers_lock:
+        _observers.append(observer)
+
+
+def remove_observer(observer: ResourceObserver) -> None:
+    with _observers_lock:
+        if observer in _observers:
+            _observers.remove(observer)
+
+
+def current_observer() -> ResourceObserver | None:
+    with _observers_lock:
+        return _observers[-1] if _observers else None
+
+
 class Cleanup:
     """A last-in-first-out stack of release actions, registered the moment a resource exists.
 
     ``release()`` runs every action even when some fail, empties the stack (so a second call
     is a no-op) and then raises one HostError naming every failure. Use the typed helpers
     (``loop``, ``mount``, ``process``, ``path``) where they fit: they record a Resource that a
-    later run can release if this process dies.
+    later run can release if this process dies. Each typed registration is reported to the
+    observer (the run's journal, installed by the session) when the Cleanup is created; an
+    action that fails to release stays in the journal for ``encperf cleanup``.
     """
 
-    def __init__(self) -> None:
-        self._actions: list[tuple[str, Callable[[], None], Resource]] = []
+    def __init__(self, observer: ResourceObserver | None = None) -> None:
+        self._actions: list[tuple[str, Callable[[], None], Resource, object]] = []
+        self._observer = observer if observer is not None else current_observer()
 
     def push(self, label: str, action: Callable[[], None], resource: Resource | None = None) -> None:
-        self._actions.append((label, action, resource or Resource("other", label)))
+        resource = resource or Resource("other", label)
+        token = None
+        if self._observer is not None and resource.kind != "other":
+            token = self._observer.registered(resource, label)
+        self._actions.append((label, action, resource, token))
 
     def loop(self, device: Path, backing_file: Path) -> None:
         self.push(
@@ -103,6 +167,9 @@ class Cleanup:
 
     def path(self, path: Path) -> None:
         def remove() -> None:
+            inside = mounts_under(path)
+            if inside:  # never delete through a mount that failed to come off
+                raise HostError(f"not removing {path}: still mounted at {', '.join(map(str, inside))}")
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:
@@ -128,20 +195,23 @@ class Cleanup:
 
     @property
     def labels(self) -> list[str]:
-        return [label for label, _, _ in self._actions]
+        return [label for label, _, _, _ in self._actions]
 
     @property
     def resources(self) -> list[Resource]:
-        return [resource for _, _, resource in self._actions]
+        return [resource for _, _, resource, _ in self._actions]
 
     def release(self) -> None:
         errors: list[str] = []
         while self._actions:
-            label, action, _ = self._actions.pop()
+            label, action, _, token = self._actions.pop()
             try:
                 action()
             except Exception as exc:  # keep releasing the rest, report all at the end
                 errors.append(f"{label}: {exc}")
+                continue
+            if token is not None and self._observer is not None:
+                self._observer.released(token)
         if errors:
             raise HostError("cleanup failed: " + "; ".join(errors))
 
@@ -207,6 +277,8 @@ def detach_loop(device: Path, backing_file: Path | None = None, *, timeout: floa
     attached = current()
     if attached is None:
         return
+    # a backing file removed while attached shows as "<path> (deleted)"
+    attached = attached.removesuffix(" (deleted)")
     if backing_file is not None and os.path.realpath(attached) != os.path.realpath(backing_file):
         return  # reused by someone else since: never touch it
     deadline = time.monotonic() + timeout
@@ -232,7 +304,7 @@ def loops_backed_by(directory: Path) -> list[Path]:
     prefix = os.path.realpath(directory) + os.sep
     for entry in Path("/sys/block").glob("loop*"):
         with contextlib.suppress(OSError):
-            backing = (entry / "loop" / "backing_file").read_text().strip()
+            backing = (entry / "loop" / "backing_file").read_text().strip().removesuffix(" (deleted)")
             if os.path.realpath(backing).startswith(prefix):
                 found.append(Path("/dev") / entry.name)
     return found
@@ -322,6 +394,15 @@ class PrivateDir:
 
     path: Path
     files: list[Path] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, cleanup: Cleanup, prefix: str = "encperf-secret-") -> PrivateDir:
+        """Make one in memory (/dev/shm) when possible, so secrets never reach a disk, and
+        register its removal on ``cleanup`` (so a journal can remove it after a crash)."""
+        base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=base))  # mkdtemp makes it 0700
+        cleanup.path(path)
+        return cls(path)
 
     def write_secret(self, name: str, data: bytes) -> Path:
         target = self.path / name

@@ -7,18 +7,20 @@ registered with the plugin manager in ``pytest_configure``, unregistered at the 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
 import signal
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
 import pytest
 
-from . import host
+from . import host, journal
 from .backends import BASELINE, BackendSpec, make_backend
 from .engines import Engine, select_engine
 from .model import Result
@@ -26,7 +28,10 @@ from .report import detail_table, summary_table
 from .runner import MountedVolume, Runner, Unavailable, close_volume, open_volume, slug
 from .settings import Settings
 from .targets import Target, container_size
-from .workloads import Workload, profile_workloads
+from .workloads import MiB, Workload, profile_workloads
+
+# Fixtures that create volumes: a session collecting none of them needs no room on the target.
+VOLUME_FIXTURES = ("encperf_volume", "encperf_baseline", "encperf")
 
 
 class EncperfSession:
@@ -43,6 +48,9 @@ class EncperfSession:
         self._run_dir: Path | None = None
         self._counter = itertools.count(1)
         self._previous_sigterm: signal.Handlers | None = None
+        self.journal = journal.Journal(settings.dir)
+        self.cleaned: list[str] = []  # what the start-up cleanup released of dead runs
+        self._run_cleanup: host.Cleanup | None = None
 
     # ------------------------------------------------------------- selection
 
@@ -60,7 +68,25 @@ class EncperfSession:
     def run_dir(self) -> Path:
         if self._run_dir is None:
             self._run_dir = Path(tempfile.mkdtemp(prefix=f"encperf-{os.getpid()}-", dir=self.settings.dir))
+            self._run_cleanup = host.Cleanup(self.journal)
+            self._run_cleanup.path(self._run_dir)  # journaled: a killed run's directory is found
         return self._run_dir
+
+    def check_room(self) -> None:
+        """Refuse (before anything is created) a target without room for the baseline and one
+        backend volume at a time."""
+        need = 2 * self.target.size
+        try:
+            free = shutil.disk_usage(self.settings.dir).free
+        except OSError as exc:
+            raise pytest.UsageError(f"--encperf-dir {self.settings.dir}: {exc.strerror}") from None
+        if free < need:
+            raise pytest.UsageError(
+                f"--encperf-dir {self.settings.dir}: {free // MiB} MiB free, "
+                f"this run needs {need // MiB} MiB "
+                f"(the baseline and one backend volume of {self.target.size // MiB} MiB each); "
+                "free some space, pass --encperf-dir on a larger disk or a smaller --encperf-size"
+            )
 
     def open(self, spec_text: str) -> MountedVolume:
         """Create and mount a volume; pytest.skip with the reason when the backend can't run here."""
@@ -82,22 +108,28 @@ class EncperfSession:
         return mounted
 
     def close(self, mounted: MountedVolume) -> None:
-        if mounted in self._open:
-            self._open.remove(mounted)
-        close_volume(mounted)
+        with _signals_deferred():
+            if mounted in self._open:
+                self._open.remove(mounted)
+            close_volume(mounted)
 
     def close_all(self) -> None:
         """Safety net at session end: release whatever a fixture did not (newest first)."""
         errors = []
-        while self._open:
-            mounted = self._open.pop()
-            try:
-                close_volume(mounted)
-            except Exception as exc:
-                errors.append(str(exc))
-        if self._run_dir is not None:
-            shutil.rmtree(self._run_dir, ignore_errors=not errors)
-            self._run_dir = None
+        with _signals_deferred():
+            while self._open:
+                mounted = self._open.pop()
+                try:
+                    close_volume(mounted)
+                except Exception as exc:
+                    errors.append(str(exc))
+            if self._run_cleanup is not None:
+                try:
+                    self._run_cleanup.release()  # refuses to delete through a mount left behind
+                except Exception as exc:
+                    errors.append(str(exc))
+                self._run_cleanup = None
+                self._run_dir = None
         if errors:
             raise host.HostError("; ".join(errors))
 
@@ -110,6 +142,7 @@ class EncperfSession:
             runtime=self.settings.runtime,
             rounds=self.settings.rounds,
             record=self.results.append,
+            verify=self.settings.verify,
         )
 
     # ------------------------------------------------------------- hooks
@@ -119,11 +152,33 @@ class EncperfSession:
         # mounts and loop devices behind.
         if threading.current_thread() is threading.main_thread():
             self._previous_sigterm = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+        # Leftovers of runs killed before they could tear down (SIGKILL, power loss, OOM).
+        try:
+            for run in journal.release_dead_runs(self.settings.dir):
+                self.cleaned += run.lines()
+        except OSError as exc:
+            self.cleaned.append(f"could not check for leftovers of dead runs: {exc}")
+        # Every Cleanup created from now on (volumes of every backend) is journaled.
+        host.install_observer(self.journal)
 
     def stop(self) -> None:
+        host.remove_observer(self.journal)
+        self.journal.close()
         if self._previous_sigterm is not None:
             signal.signal(signal.SIGTERM, self._previous_sigterm)
             self._previous_sigterm = None
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        return [f"encperf: released leftover of a dead run: {line}" for line in self.cleaned]
+
+    def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
+        if self.config.option.collectonly:
+            return
+        uses_volumes = any(
+            name in VOLUME_FIXTURES for item in items for name in getattr(item, "fixturenames", ())
+        )
+        if uses_volumes:
+            self.check_room()
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.close_all()
@@ -163,3 +218,26 @@ class EncperfSession:
 
 def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Let a teardown finish before Ctrl-C / SIGTERM interrupt: a release cut in half (an
+    unmount done, its loop device not yet detached) is what leaves resources behind. The
+    signal is raised as KeyboardInterrupt right after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def remember(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous = {sig: signal.signal(sig, remember) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if received:
+            raise KeyboardInterrupt(f"signal {received[0]} (deferred until teardown finished)")

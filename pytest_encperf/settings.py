@@ -88,6 +88,20 @@ def parse_profiles(text: str) -> list[str]:
     return names
 
 
+_TRUE = ("1", "yes", "true", "on")
+_FALSE = ("0", "no", "false", "off")
+
+
+def parse_bool(text: str) -> bool:
+    """yes/no, on/off, true/false, 1/0 (any case)."""
+    value = str(text).strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"bad switch {text!r}: expected one of {', '.join(_TRUE)} or {', '.join(_FALSE)}")
+
+
 def parse_directory(text: str) -> Path:
     path = Path(str(text)).expanduser()
     if not path.is_dir():
@@ -139,6 +153,9 @@ OPTIONS: tuple[Option, ...] = (
            parse_choice((*ENGINES, "auto")), "auto"),
     Option("profile", "NAMES", f"workload profiles, comma list of {', '.join(PROFILES)}",
            parse_profiles, "cdm"),
+    Option("verify", "yes|no",
+           "after each write workload, check that the data reads back intact after unmount + mount",
+           parse_bool, "no"),
 )  # fmt: skip
 
 
@@ -152,6 +169,7 @@ class Settings:
     rounds: int = 3
     engine: str = "auto"
     profile: list[str] = field(default_factory=lambda: ["cdm"])
+    verify: bool = False
     sources: dict[str, str] = field(default_factory=dict)  # option -> where its value came from
 
 
