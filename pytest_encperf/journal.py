@@ -123,6 +123,22 @@ class Journal:
             },
         )
 
+    def release_leftovers(self) -> list[str]:
+        """Release what this run registered but never released (a Volume lost to an exception
+        in the middle of create): the safety net at the end of a session. Returns failures."""
+        failed = []
+        for entry in release_order(self.resources):
+            releaser = RELEASERS.get(entry["kind"])
+            if releaser is None:
+                continue
+            try:
+                releaser(entry)
+            except Exception as exc:
+                failed.append(f"{entry['kind']} {entry['ident']}: {exc}")
+                continue
+            self.released(entry["id"])
+        return failed
+
     def close(self) -> None:
         """Remove the file when every resource was released; otherwise keep it for cleanup."""
         with self._lock:

@@ -123,6 +123,9 @@ class EncperfSession:
                     close_volume(mounted)
                 except Exception as exc:
                     errors.append(str(exc))
+            # Whatever a backend registered and then lost (an exception half-way through create)
+            # is still in the journal: release it before the run directory goes.
+            errors += self.journal.release_leftovers()
             if self._run_cleanup is not None:
                 try:
                     self._run_cleanup.release()  # refuses to delete through a mount left behind

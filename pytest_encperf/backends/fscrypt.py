@@ -133,7 +133,7 @@ class FscryptBackend(BackendBase):
                 loop = create_container(target, workdir, volume.created)
                 volume.state.update(device=loop.path, loop_direct_io=loop.direct_io)
                 make_ext4(loop.path, features=["encrypt"])
-            except Exception:
+            except BaseException:  # Ctrl-C too: tear down what exists
                 self.destroy(volume)
                 raise
         return volume
@@ -156,7 +156,7 @@ class FscryptBackend(BackendBase):
         except OSError as exc:
             self.unmount(volume)
             raise BackendError(f"{self.spec}: mount: {exc}") from exc
-        except Exception:
+        except BaseException:
             self.unmount(volume)
             raise
         volume.data_dir = data_dir
