@@ -36,25 +36,27 @@ def test_workload(encperf, encperf_workload):
     encperf.run(encperf_workload)
 """
 
-# Loaded by the session under test: pauses it at ENCPERF_CHAOS_POINT (in the volume of the
-# backend under test, workdir "02-..."; "01-plain" is the baseline) until the control
-# directory has a "go" file, after writing "paused" there so the test knows when to strike.
+# Loaded by the session under test: pauses it at ENCPERF_CHAOS_POINT in the volume of the
+# backend under test (workdir "02-..."; "01-plain" is the baseline) until the control directory
+# has a "go" file, after writing "paused" there so the test knows when to strike. Backend-agnostic:
+# create = after the 2nd resource registered by create() (or when it returns), mount = after the
+# 1st resource registered by mount(), round = when the engine starts on the volume, teardown =
+# after the backend's unmount() inside destroy (file system gone, devices still there).
 CHAOS_CONFTEST = """
 import os, time
 from pathlib import Path
-from pytest_encperf import host
+from pytest_encperf import host, session
 from pytest_encperf.engines import native
 
 POINT = os.environ.get("ENCPERF_CHAOS_POINT", "")
 CONTROL = Path(os.environ.get("ENCPERF_CHAOS_CONTROL", "."))
-VOLUME = "/02-"
-paused = []
+state = {"phase": None, "count": 0, "paused": False}
 
-def pause(point):
-    if paused:
+def pause():
+    if state["paused"]:
         return
-    paused.append(point)
-    (CONTROL / "paused").write_text(point)
+    state["paused"] = True
+    (CONTROL / "paused").write_text(POINT)
     deadline = time.monotonic() + 60
     while not (CONTROL / "go").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -63,29 +65,44 @@ original_push = host.Cleanup.push
 
 def push(self, label, action, resource=None):
     original_push(self, label, action, resource)
-    if resource is not None and VOLUME in resource.ident + resource.detail:
-        if (POINT, resource.kind) in (("create", "loop"), ("mount", "mount")):
-            pause(POINT)
+    if resource is not None and resource.kind != "other" and state["phase"] == POINT:
+        state["count"] += 1
+        if state["count"] == (2 if POINT == "create" else 1):
+            pause()
 
 host.Cleanup.push = push
+
+original_make_backend = session.make_backend
+
+def make_backend(spec):
+    backend = original_make_backend(spec)
+    create, mount, unmount = backend.create, backend.mount, backend.unmount
+
+    def in_phase(phase, function, workdir, *args):
+        ours = workdir.name.startswith("02-")
+        state["phase"] = phase if ours else None
+        try:
+            return function(*args)
+        finally:
+            state["phase"] = None
+            if ours and POINT == phase:
+                pause()  # create registered fewer than 2 resources; teardown after unmount
+
+    backend.create = lambda target, workdir: in_phase("create", create, workdir, target, workdir)
+    backend.mount = lambda volume: in_phase("mount", mount, volume.workdir, volume)
+    backend.unmount = lambda volume: in_phase("teardown", unmount, volume.workdir, volume)
+    return backend
+
+session.make_backend = make_backend
 
 original_run = native.NativeEngine.run
 
 def run(self, workload, path, **kwargs):
-    if POINT == "round" and VOLUME in str(path):
-        pause(POINT)
+    if POINT == "round" and "/02-" in str(path):
+        pause()
     return original_run(self, workload, path, **kwargs)
 
 native.NativeEngine.run = run
-
-original_unmount = host.unmount
-
-def unmount(mountpoint, **kwargs):
-    original_unmount(mountpoint, **kwargs)
-    if POINT == "teardown" and VOLUME in str(mountpoint):
-        pause(POINT)
-
-host.unmount = unmount
 """
 
 KILL_POINTS = ("create", "mount", "round", "teardown")
