@@ -178,7 +178,12 @@ class Cleanup:
         self.push(f"remove {path}", remove, Resource("path", str(path)))
 
     def process(self, proc: subprocess.Popen[bytes], *, stop: Callable[[], None] | None = None) -> None:
-        """Register a daemon: ``stop`` (e.g. fusermount -u) first, then terminate, kill, wait."""
+        """Register a daemon: ``stop`` (e.g. fusermount -u) first, then terminate, kill, wait.
+
+        Start daemons with ``stdin=subprocess.DEVNULL`` (never a terminal to prompt on) and the
+        secret on a pipe or in a PrivateDir file, never in argv: the test suite scans every
+        process's /proc/<pid>/cmdline and environ while a volume is mounted.
+        """
 
         def release() -> None:
             if stop is not None and proc.poll() is None:

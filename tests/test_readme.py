@@ -28,3 +28,10 @@ def test_main_command_runs_the_benchmarks_on_the_default() -> None:
     command = command_after("<!-- main-command -->")
     assert command.endswith("pytest benchmarks/")
     assert "--encperf" not in command  # the embedded default, no extra options
+
+
+def test_every_option_is_documented() -> None:
+    from pytest_encperf.settings import OPTIONS
+
+    text = (ROOT / "README.md").read_text()
+    assert [option.flag for option in OPTIONS if f"`{option.flag}=" not in text] == []
