@@ -15,9 +15,10 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Protocol
 
 DEFAULT_TIMEOUT = 120.0
@@ -219,6 +220,29 @@ class Cleanup:
                 self._observer.released(token)
         if errors:
             raise HostError("cleanup failed: " + "; ".join(errors))
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Let a teardown finish before Ctrl-C / SIGTERM interrupt: a release cut in half (an
+    unmount done, its loop device not yet detached) is what leaves resources behind. The
+    signal is raised as KeyboardInterrupt right after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def remember(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous = {sig: signal.signal(sig, remember) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if received:
+            raise KeyboardInterrupt(f"signal {received[0]} (deferred until teardown finished)")
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from .backends import BackendBase, BackendError, Volume
 from .engines import Engine
-from .host import HostError
+from .host import HostError, signals_deferred
 from .model import Result
 from .targets import Target
 from .workloads import Workload
@@ -76,9 +76,10 @@ def open_volume(backend: BackendBase, target: Target, workdir: Path) -> MountedV
         if volume is not None:
             backend.destroy(volume)
         raise BackendError(f"{backend.spec}: {exc}") from exc
-    except BaseException:
+    except BaseException:  # Ctrl-C / SIGTERM: a second one must not cut the teardown in half
         if volume is not None:
-            backend.destroy(volume)
+            with signals_deferred():
+                backend.destroy(volume)
         raise
 
 

@@ -7,14 +7,12 @@ registered with the plugin manager in ``pytest_configure``, unregistered at the 
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import shutil
 import signal
 import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -108,7 +106,7 @@ class EncperfSession:
         return mounted
 
     def close(self, mounted: MountedVolume) -> None:
-        with _signals_deferred():
+        with host.signals_deferred():
             if mounted in self._open:
                 self._open.remove(mounted)
             close_volume(mounted)
@@ -116,7 +114,7 @@ class EncperfSession:
     def close_all(self) -> None:
         """Safety net at session end: release whatever a fixture did not (newest first)."""
         errors = []
-        with _signals_deferred():
+        with host.signals_deferred():
             while self._open:
                 mounted = self._open.pop()
                 try:
@@ -221,26 +219,3 @@ class EncperfSession:
 
 def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
-
-
-@contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """Let a teardown finish before Ctrl-C / SIGTERM interrupt: a release cut in half (an
-    unmount done, its loop device not yet detached) is what leaves resources behind. The
-    signal is raised as KeyboardInterrupt right after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-
-    def remember(signum: int, frame: FrameType | None) -> None:
-        received.append(signum)
-
-    previous = {sig: signal.signal(sig, remember) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if received:
-            raise KeyboardInterrupt(f"signal {received[0]} (deferred until teardown finished)")

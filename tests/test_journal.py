@@ -252,3 +252,15 @@ def test_password_prompt_gets_end_of_file_not_a_terminal() -> None:
     with pytest.raises(host.HostError, match="exit 1"):
         host.run(["sh", "-c", "read -r secret || exit 1; echo got"], timeout=5)
     assert host.run(["cat"], input=b"from stdin") == "from stdin"
+
+
+def test_a_signal_during_teardown_waits_until_it_is_done() -> None:
+    import signal
+
+    steps = []
+    with pytest.raises(KeyboardInterrupt, match="deferred until teardown finished"), host.signals_deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        steps.append("released the rest")
+    assert steps == ["released the rest"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
