@@ -95,7 +95,9 @@ class Resource:
 
     kind: "loop" (ident = device, detail = backing file), "mount" (mount point), "process"
     (pid, detail = executable name), "dm" (device-mapper name), "path" (file or directory),
-    or "other" (only this process can release it).
+    "fscrypt-key" (key identifier, detail = a directory on its file system), or "other" (only
+    this process can release it). ``journal.RELEASERS`` says how a later process releases each
+    kind; a new kind needs an entry there.
     """
 
     kind: str

@@ -149,7 +149,19 @@ class Journal:
 
 # --------------------------------------------------------------- releasing a dead run's resources
 
-KIND_ORDER = ("mount", "process", "dm", "loop", "path")
+KIND_ORDER = ("fscrypt-key", "mount", "process", "dm", "loop", "path")
+
+
+def _release_fscrypt_key(entry: dict[str, Any]) -> str:
+    """Remove a key from the file system holding ``detail`` (a directory target's host file
+    system keeps it until unmounted; a container's goes with its unmount anyway)."""
+    from .backends.fscrypt import remove_key
+
+    directory = Path(entry["detail"])
+    if not directory.is_dir():
+        return f"fscrypt key {entry['ident']}: its file system is gone"
+    remove_key(directory, bytes.fromhex(entry["ident"]))
+    return f"removed fscrypt key {entry['ident']} from {directory}"
 
 
 def _release_mount(entry: dict[str, Any]) -> str:
@@ -214,6 +226,7 @@ def _release_path(entry: dict[str, Any]) -> str:
 
 
 RELEASERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "fscrypt-key": _release_fscrypt_key,
     "mount": _release_mount,
     "process": _release_process,
     "dm": _release_dm,
@@ -223,7 +236,8 @@ RELEASERS: dict[str, Callable[[dict[str, Any]], str]] = {
 
 
 def release_order(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Unmount, stop daemons, close dm, detach loops, remove files; newest first within a kind."""
+    """Remove keys, unmount, stop daemons, close dm, detach loops, remove files; newest first
+    within a kind."""
 
     def key(entry: dict[str, Any]) -> tuple[int, int]:
         kind = entry.get("kind", "")

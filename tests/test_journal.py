@@ -179,8 +179,9 @@ def test_release_order_unmounts_before_stopping_before_detaching_before_removing
         {"id": 5, "kind": "mount"},
         {"id": 6, "kind": "mount"},
         {"id": 7, "kind": "path"},
+        {"id": 8, "kind": "fscrypt-key"},
     ]
-    assert [e["id"] for e in journal.release_order(entries)] == [6, 5, 4, 3, 2, 7, 1]
+    assert [e["id"] for e in journal.release_order(entries)] == [8, 6, 5, 4, 3, 2, 7, 1]
 
 
 def test_path_removal_refuses_to_delete_through_a_mount(

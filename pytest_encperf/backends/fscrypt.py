@@ -146,7 +146,11 @@ class FscryptBackend(BackendBase):
                 root = volume.workdir
             identifier = add_key(root, volume.state["raw_key"])
             volume.state["key_identifier"] = identifier.hex()
-            volume.mounted.push("remove fscrypt key", lambda: remove_key(root, identifier))
+            volume.mounted.push(
+                "remove fscrypt key",
+                lambda: remove_key(root, identifier),
+                host.Resource("fscrypt-key", identifier.hex(), str(root)),  # the id, not the key
+            )
             data_dir = root / "data"
             if not data_dir.exists():
                 data_dir.mkdir()
