@@ -7,6 +7,7 @@ CalledProcessError, so a failing step names itself in the test report.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -280,13 +281,42 @@ def loop_direct_io(device: Path) -> bool:
         return False
 
 
+LOOP_LOCK = Path("/run/lock/encperf-losetup.lock")
+
+
+@contextlib.contextmanager
+def machine_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock shared by every encperf process on this machine (flock: released
+    by the kernel when the holder dies, so a killed run never leaves it held)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def attach_loop(backing_file: Path, *, direct_io: bool = True) -> LoopDevice:
-    """Attach a file to a free loop device (``losetup --find`` picks one atomically)."""
+    """Attach a file to a free loop device.
+
+    Two ``losetup --find`` started at once can pick the same free device and one then fails
+    with EBUSY: concurrent encperf sessions take a machine-wide lock, and a busy answer caused
+    by anyone else is retried.
+    """
     argv = ["losetup", "--find", "--show"]
     if direct_io:
         argv.append("--direct-io=on")
     argv.append(str(backing_file))
-    device = Path(run(argv).strip())
+    for attempt in range(5):
+        try:
+            with machine_lock(LOOP_LOCK):
+                device = Path(run(argv).strip())
+            break
+        except HostError as exc:
+            if "busy" not in str(exc).lower() or attempt == 4:
+                raise
+            time.sleep(0.1 * (attempt + 1))
     return LoopDevice(device, backing_file, loop_direct_io(device))
 
 

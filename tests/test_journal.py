@@ -265,3 +265,16 @@ def test_a_signal_during_teardown_waits_until_it_is_done() -> None:
         steps.append("released the rest")
     assert steps == ["released the rest"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_private_dir_is_0700_in_memory_and_removed_with_its_cleanup() -> None:
+    cleanup = host.Cleanup()
+    private = host.PrivateDir.create(cleanup)
+    secret = private.write_secret("key", b"s3cret")
+    assert oct(private.path.stat().st_mode & 0o777) == "0o700"
+    assert oct(secret.stat().st_mode & 0o777) == "0o600"
+    if os.access("/dev/shm", os.W_OK):
+        assert private.path.parent == Path("/dev/shm")
+    assert cleanup.resources == [host.Resource("path", str(private.path))]
+    cleanup.release()
+    assert not private.path.exists()

@@ -372,3 +372,32 @@ def test_verify_on_real_volumes(pytester: pytest.Pytester, base: Path, name: str
     )
     result.assert_outcomes(passed=4)
     assert leftovers(base, []) == []
+
+
+def test_cleanup_sweeps_what_a_kill_left_unjournaled_inside_a_run_directory(base: Path) -> None:
+    # killed between "losetup / mount returned" and "registered": not in the journal, but inside
+    # a run directory that is, so still found (and nothing outside it is touched)
+    run_dir = base / "encperf-999999-sweep"
+    (run_dir / "02-x" / "mnt").mkdir(parents=True)
+    image = run_dir / "02-x" / "container.img"
+    with image.open("wb") as handle:
+        handle.truncate(16 * MiB)
+    host.run(["mkfs.ext4", "-F", "-q", str(image)])
+    loop = host.attach_loop(image, direct_io=False)
+    try:
+        host.mount(loop.path, run_dir / "02-x" / "mnt", "ext4")
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        runs = base / journal.RUNS_DIR
+        runs.mkdir()
+        entries = [{"id": 1, "kind": "path", "ident": str(run_dir), "detail": "", "label": ""}]
+        (runs / f"run-{dead.pid}-sweep.json").write_text(
+            json.dumps({"version": 1, "pid": dead.pid, "started": 1.0, "resources": entries})
+        )
+        (released,) = journal.release_dead_runs(base)
+        assert released.failed == []
+        assert released.done == [f"removed {run_dir}"]
+        assert leftovers(base, entries) == []
+    finally:
+        host.unmount(run_dir / "02-x" / "mnt")
+        host.detach_loop(loop.path, image)
