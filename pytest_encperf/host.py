@@ -156,7 +156,10 @@ class Cleanup:
         resource = resource or Resource("other", label)
         token = None
         if self._observer is not None and resource.kind != "other":
-            token = self._observer.registered(resource, label)
+            # the journal is a second line of defence: failing to write it (disk full) must
+            # never keep the release action from being registered
+            with contextlib.suppress(Exception):
+                token = self._observer.registered(resource, label)
         self._actions.append((label, action, resource, token))
 
     def loop(self, device: Path, backing_file: Path) -> None:
@@ -220,7 +223,8 @@ class Cleanup:
                 errors.append(f"{label}: {exc}")
                 continue
             if token is not None and self._observer is not None:
-                self._observer.released(token)
+                with contextlib.suppress(Exception):  # never let the journal stop a teardown
+                    self._observer.released(token)
         if errors:
             raise HostError("cleanup failed: " + "; ".join(errors))
 

@@ -54,9 +54,13 @@ def is_alive(pid: int, started: float | None) -> bool:
 def _write_atomically(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=1)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 class Journal:
@@ -76,6 +80,7 @@ class Journal:
         self._next_id = 1
         self._lock = threading.Lock()
         self._written = False
+        self.write_error: str | None = None
 
     # ----------------------------------------------------------- observer
 
@@ -109,19 +114,25 @@ class Journal:
             return list(self._entries.values())
 
     def _save(self) -> None:
-        if not self._written:
-            self.path.parent.mkdir(mode=0o700, exist_ok=True)
-            self._written = True
-        _write_atomically(
-            self.path,
-            {
-                "version": FORMAT_VERSION,
-                "pid": self.pid,
-                "started": self.started,
-                "directory": str(self.directory),
-                "resources": list(self._entries.values()),
-            },
-        )
+        """Write the journal; a failure (disk full, read-only) is remembered, never raised:
+        the in-process teardown does not need the file, and a stale entry is harmless to a
+        later cleanup (releasing what is already gone is a no-op)."""
+        try:
+            if not self._written:
+                self.path.parent.mkdir(mode=0o700, exist_ok=True)
+                self._written = True
+            _write_atomically(
+                self.path,
+                {
+                    "version": FORMAT_VERSION,
+                    "pid": self.pid,
+                    "started": self.started,
+                    "directory": str(self.directory),
+                    "resources": list(self._entries.values()),
+                },
+            )
+        except OSError as exc:
+            self.write_error = f"could not write the resource journal {self.path}: {exc.strerror}"
 
     def release_leftovers(self) -> list[str]:
         """Release what this run registered but never released (a Volume lost to an exception

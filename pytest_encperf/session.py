@@ -48,6 +48,7 @@ class EncperfSession:
         self._previous_sigterm: signal.Handlers | None = None
         self.journal = journal.Journal(settings.dir)
         self.cleaned: list[str] = []  # what the start-up cleanup released of dead runs
+        self.teardown_errors: list[str] = []  # what could not be released at the end
         self._run_cleanup: host.Cleanup | None = None
 
     # ------------------------------------------------------------- selection
@@ -182,9 +183,25 @@ class EncperfSession:
             self.check_room()
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        self.close_all()
+        # A teardown failure is reported in the summary and fails the run; raising here would
+        # replace pytest's report with an internal-error traceback.
+        try:
+            self.close_all()
+        except Exception as exc:
+            self.teardown_errors.append(str(exc))
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        for error in self.teardown_errors:
+            terminalreporter.write_line(f"encperf: teardown failed: {error}", red=True)
+        if self.journal.write_error:  # the run itself was torn down; only the safety net was off
+            terminalreporter.write_line(f"encperf: warning: {self.journal.write_error}", yellow=True)
+        if self.teardown_errors:
+            terminalreporter.write_line(
+                f"encperf: run `encperf cleanup --dir {self.settings.dir}` once this process has exited",
+                red=True,
+            )
         try:
             self._write_summary(terminalreporter)
         except Exception as exc:  # a summary must never replace pytest's own result line

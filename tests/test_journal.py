@@ -278,3 +278,28 @@ def test_private_dir_is_0700_in_memory_and_removed_with_its_cleanup() -> None:
     assert cleanup.resources == [host.Resource("path", str(private.path))]
     cleanup.release()
     assert not private.path.exists()
+
+
+def test_a_journal_that_cannot_be_written_never_stops_registration_or_release(tmp_path: Path) -> None:
+    log = journal.Journal(tmp_path / "gone")  # its directory does not exist: every write fails
+    cleanup = host.Cleanup(log)
+    released = []
+    cleanup.push("detach", lambda: released.append("loop"), host.Resource("loop", "/dev/loop99", "x"))
+    cleanup.release()
+    assert released == ["loop"]
+    assert log.write_error is not None and "could not write the resource journal" in log.write_error
+
+
+def test_an_observer_that_raises_never_stops_registration_or_release() -> None:
+    class Broken:
+        def registered(self, resource: host.Resource, label: str) -> object:
+            raise RuntimeError("boom")
+
+        def released(self, token: object) -> None:
+            raise RuntimeError("boom")
+
+    cleanup = host.Cleanup(Broken())
+    released = []
+    cleanup.push("x", lambda: released.append("x"), host.Resource("path", "/nonexistent/x"))
+    cleanup.release()
+    assert released == ["x"]
