@@ -229,9 +229,13 @@ class Cleanup:
             raise HostError("cleanup failed: " + "; ".join(errors))
 
 
+# Signals that stop a run with a teardown (the session maps TERM and HUP to KeyboardInterrupt).
+TEARDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
-    """Let a teardown finish before Ctrl-C / SIGTERM interrupt: a release cut in half (an
+    """Let a teardown finish before Ctrl-C / SIGTERM / SIGHUP interrupt: a release cut in half (an
     unmount done, its loop device not yet detached) is what leaves resources behind. The
     signal is raised as KeyboardInterrupt right after."""
     if threading.current_thread() is not threading.main_thread():
@@ -242,7 +246,11 @@ def signals_deferred() -> Iterator[None]:
     def remember(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
 
-    previous = {sig: signal.signal(sig, remember) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        sig: signal.signal(sig, remember)
+        for sig in TEARDOWN_SIGNALS
+        if signal.getsignal(sig) not in (signal.SIG_IGN, None)  # ignored stays ignored
+    }
     try:
         yield
     finally:

@@ -45,7 +45,7 @@ class EncperfSession:
         self._open: list[MountedVolume] = []
         self._run_dir: Path | None = None
         self._counter = itertools.count(1)
-        self._previous_sigterm: signal.Handlers | None = None
+        self._previous_handlers: dict[int, object] = {}
         self.journal = journal.Journal(settings.dir)
         self.cleaned: list[str] = []  # what the start-up cleanup released of dead runs
         self.teardown_errors: list[str] = []  # what could not be released at the end
@@ -150,10 +150,13 @@ class EncperfSession:
     # ------------------------------------------------------------- hooks
 
     def start(self) -> None:
-        # SIGTERM (CI cancelling a job, `kill`) tears down like Ctrl-C instead of leaving
-        # mounts and loop devices behind.
+        # SIGTERM (CI cancelling a job, `kill`) and SIGHUP (the terminal or ssh session went
+        # away) tear down like Ctrl-C instead of leaving mounts and loop devices behind. A
+        # signal someone chose to ignore (nohup) stays ignored.
         if threading.current_thread() is threading.main_thread():
-            self._previous_sigterm = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+            for signum in host.TEARDOWN_SIGNALS[1:]:
+                if signal.getsignal(signum) in (signal.SIG_DFL, None):
+                    self._previous_handlers[signum] = signal.signal(signum, _raise_keyboard_interrupt)
         # Leftovers of runs killed before they could tear down (SIGKILL, power loss, OOM).
         try:
             for run in journal.release_dead_runs(self.settings.dir):
@@ -166,9 +169,9 @@ class EncperfSession:
     def stop(self) -> None:
         host.remove_observer(self.journal)
         self.journal.close()
-        if self._previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
-            self._previous_sigterm = None
+        for signum, handler in self._previous_handlers.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+        self._previous_handlers.clear()
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         return [f"encperf: released leftover of a dead run: {line}" for line in self.cleaned]

@@ -234,8 +234,8 @@ def test_sigkill_then_encperf_cleanup_leaves_nothing(
 @pytest.mark.parametrize(
     ("point", "signum"),
     [(point, signal.SIGINT) for point in KILL_POINTS]
-    + [("round", signal.SIGTERM), ("create", signal.SIGTERM)],
-    ids=[f"{point}-SIGINT" for point in KILL_POINTS] + ["round-SIGTERM", "create-SIGTERM"],
+    + [("round", signal.SIGTERM), ("create", signal.SIGTERM), ("teardown", signal.SIGHUP)],
+    ids=[f"{point}-SIGINT" for point in KILL_POINTS] + ["round-SIGTERM", "create-SIGTERM", "teardown-SIGHUP"],
 )
 @pytest.mark.parametrize("name", backends.known_names())
 def test_interrupt_tears_down_without_cleanup(
