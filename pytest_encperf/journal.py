@@ -325,4 +325,9 @@ def release_dead_runs(directory: Path, *, dry_run: bool = False) -> list[DeadRun
                 else:
                     path.unlink(missing_ok=True)
             found.append(dead)
+        # half-written journals of processes killed during a write (".run-<pid>-<id>.json.<pid>.tmp")
+        for tmp in runs.glob(".run-*.tmp"):
+            writer = tmp.name.rsplit(".", 2)[-2]
+            if writer.isdigit() and not psutil.pid_exists(int(writer)) and not dry_run:
+                tmp.unlink(missing_ok=True)
     return found

@@ -303,3 +303,15 @@ def test_an_observer_that_raises_never_stops_registration_or_release() -> None:
     cleanup.push("x", lambda: released.append("x"), host.Resource("path", "/nonexistent/x"))
     cleanup.release()
     assert released == ["x"]
+
+
+def test_half_written_journal_of_a_dead_writer_is_removed(tmp_path: Path) -> None:
+    runs = tmp_path / journal.RUNS_DIR
+    runs.mkdir()
+    pid = dead_pid()
+    stale = runs / f".run-{pid}-abcd.json.{pid}.tmp"
+    live = runs / f".run-{os.getpid()}-abcd.json.{os.getpid()}.tmp"
+    stale.write_text("{")
+    live.write_text("{")
+    assert journal.release_dead_runs(tmp_path) == []
+    assert not stale.exists() and live.exists()
