@@ -36,17 +36,25 @@ def add_cleanup_parser(subparsers: argparse._SubParsersAction) -> None:  # type:
         "--dir",
         type=_directory,
         default=None,
-        help="the --encperf-dir of the runs (default: $ENCPERF_DIR or /var/tmp)",
+        help=(
+            "the --encperf-dir of the runs (default: $ENCPERF_DIR or /var/tmp, and every directory "
+            "where this user's runs kept a journal)"
+        ),
     )
     parser.add_argument("--dry-run", action="store_true", help="only print what would be released")
     parser.set_defaults(func=cmd_cleanup)
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    directory = args.dir or _directory(_default_dir())
-    runs = journal.release_dead_runs(directory, dry_run=args.dry_run)
+    if args.dir is not None:
+        directories = [args.dir]
+    else:  # the default directory and every directory this user's runs journaled in
+        directories = [_directory(_default_dir())]
+        directories += [d for d in journal.known_directories() if d not in directories]
+    runs = [run for d in directories for run in journal.release_dead_runs(d, dry_run=args.dry_run)]
     if not runs:
-        print(f"encperf cleanup: nothing left behind by dead runs in {directory}")
+        where = ", ".join(map(str, directories))
+        print(f"encperf cleanup: nothing left behind by dead runs in {where}")
         return 0
     for run in runs:
         for line in run.lines():

@@ -33,6 +33,41 @@ RUNS_DIR = ".encperf-runs"
 FORMAT_VERSION = 1
 
 
+def state_file() -> Path:
+    """Where this user's runs note their directories, so ``encperf cleanup`` finds them all."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "encperf" / "run-directories"
+
+
+def remember_directory(directory: Path) -> None:
+    """Note ``directory`` (once), forgetting directories that no longer exist."""
+    path = state_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "r+") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # two runs starting at once
+        lines = [line for line in handle.read().splitlines() if line and os.path.isdir(line)]
+        if str(directory) not in lines:
+            lines.append(str(directory))
+        handle.seek(0)
+        handle.truncate()
+        handle.write("".join(f"{line}\n" for line in lines))
+
+
+def known_directories() -> list[Path]:
+    """Directories runs of this user have journaled in (that still exist), oldest first."""
+    try:
+        lines = state_file().read_text().splitlines()
+    except OSError:
+        return []
+    found: list[Path] = []
+    for line in lines:
+        path = Path(line)
+        if line and path.is_dir() and path not in found:
+            found.append(path)
+    return found
+
+
 def process_start_time(pid: int) -> float | None:
     """psutil's start time of ``pid`` (stable for the life of the process), None if gone."""
     try:
@@ -121,6 +156,8 @@ class Journal:
             if not self._written:
                 self.path.parent.mkdir(mode=0o700, exist_ok=True)
                 self._written = True
+                with contextlib.suppress(OSError):  # a read-only home only costs the --dir default
+                    remember_directory(self.directory)
             _write_atomically(
                 self.path,
                 {

@@ -14,6 +14,12 @@ import pytest
 from pytest_encperf import cli, host, journal
 
 
+@pytest.fixture(autouse=True)
+def private_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Journals note their directory in the user's state file: keep the real one out of tests."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
 def dead_pid() -> int:
     """The pid of a process that has exited (and been reaped)."""
     proc = subprocess.Popen(["true"])
@@ -315,3 +321,23 @@ def test_half_written_journal_of_a_dead_writer_is_removed(tmp_path: Path) -> Non
     live.write_text("{")
     assert journal.release_dead_runs(tmp_path) == []
     assert not stale.exists() and live.exists()
+
+
+def test_cleanup_without_dir_finds_every_directory_runs_journaled_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("ENCPERF_DIR", str(tmp_path))  # the default: nothing there
+    elsewhere = tmp_path / "ssd"
+    elsewhere.mkdir()
+    log = journal.Journal(elsewhere)
+    host.Cleanup(log).path(elsewhere / "x")  # first write notes the directory
+    host.Cleanup(log).path(elsewhere / "y")
+    assert journal.known_directories() == [elsewhere]
+    assert (tmp_path / "state" / "encperf" / "run-directories").read_text() == f"{elsewhere}\n"
+    gone = elsewhere / "gone"
+    gone.mkdir()
+    pid = dead_pid()
+    write_journal(elsewhere, pid, 1.0, [{"kind": "path", "ident": str(gone)}])
+    assert cli.main(["cleanup"]) == 0
+    assert f"run pid {pid} (run-{pid}-test.json): removed {gone}" in capsys.readouterr().out
