@@ -87,7 +87,10 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         if stream is not None:
             with contextlib.suppress(OSError):
                 stream.close()
-    proc.wait()
+    # SIGKILL cannot end a process stuck in the kernel (D state on a dead device): don't hang
+    # with it, the caller's error names the command
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
 
 
 @dataclass(frozen=True)
