@@ -7,7 +7,10 @@ release, and removes it when the run ends with nothing left. A process killed wi
 leaves its journal behind; the next session's start and ``encperf cleanup`` find journals whose
 process is dead (pid gone, or reused: the recorded psutil start time differs) and release
 their resources in a safe order: unmount, stop daemons, close dm targets, detach loop devices,
-remove files. A live run's journal is never touched, and nothing outside a journal is.
+remove files. A live run's journal is never touched, and nothing outside a journal is, with one
+deliberate exception: mounts and loop devices *inside* a journaled run directory (that directory
+is the run's own, ``encperf-<pid>-*``), which is what a kill between "losetup/mount returned" and
+"registered" leaves behind.
 """
 
 from __future__ import annotations
