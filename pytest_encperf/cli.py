@@ -1,5 +1,5 @@
-"""The ``encperf`` command: saved runs without pytest (list, compare, show), and what can run
-here (backends).
+"""The ``encperf`` command: saved runs without pytest (list, compare, show), what can run
+here (backends), and release of what killed runs left behind (cleanup).
 
 Each subcommand is a ``Command`` (its arguments and its function) in ``COMMANDS``; adding one
 is one function pair and one line. Options share their parsers with the pytest plugin
@@ -12,6 +12,7 @@ Exit status: 0 ok, 1 error (missing or unreadable run), 2 usage error (argparse)
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from . import storage
+from . import journal, storage
 from .backends import BackendSpec, known_names, make_backend
 from .compare import EXIT_REGRESSION, Verdict, compare_runs
 from .report import check_table, detail_table, markdown_report, verdict_lines
@@ -169,6 +170,54 @@ def run_backends(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- cleanup
+
+
+def _default_dir() -> str:
+    """Same precedence as the plugin's --encperf-dir, minus the ini file: ENCPERF_DIR, default."""
+    option = _option("dir")
+    return os.environ.get(option.env) or option.default_text()
+
+
+def add_cleanup_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Find the journals of runs whose process is dead under DIR/.encperf-runs and release "
+        "their resources: unmount, stop daemons, close dm targets, detach loop devices, remove "
+        "files. Live runs and anything not in a journal are never touched."
+    )
+    parser.add_argument(
+        "--dir",
+        type=argument_type(parse_directory),
+        default=None,
+        help=(
+            "the --encperf-dir of the runs (default: $ENCPERF_DIR or /var/tmp, and every directory "
+            "where this user's runs kept a journal)"
+        ),
+    )
+    parser.add_argument("--dry-run", action="store_true", help="only print what would be released")
+
+
+def run_cleanup(args: argparse.Namespace) -> int:
+    if args.dir is not None:
+        directories = [args.dir]
+    else:  # the default directory and every directory this user's runs journaled in
+        directories = [parse_directory(_default_dir())]
+        directories += [d for d in journal.known_directories() if d not in directories]
+    runs = [run for d in directories for run in journal.release_dead_runs(d, dry_run=args.dry_run)]
+    if not runs:
+        where = ", ".join(map(str, directories))
+        print(f"encperf cleanup: nothing left behind by dead runs in {where}")
+        return 0
+    for run in runs:
+        for line in run.lines():
+            print(line)
+    failed = sum(len(run.failed) for run in runs)
+    if failed:
+        print(f"encperf cleanup: {failed} resource(s) could not be released", file=sys.stderr)
+        return 1
+    return 0
+
+
 # ----------------------------------------------------------------------------- dispatch
 
 
@@ -187,6 +236,11 @@ COMMANDS: dict[str, Command] = {
     "show": Command("the results of one saved run", add_show_arguments, run_show),
     "backends": Command(
         "list backends and whether they can run here (doctor)", add_backends_arguments, run_backends
+    ),
+    "cleanup": Command(
+        "release what killed runs left behind (mounts, daemons, dm targets, loop devices, files)",
+        add_cleanup_arguments,
+        run_cleanup,
     ),
 }
 
@@ -215,3 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except storage.StorageError as exc:
         print(f"encperf: error: {exc}", file=sys.stderr)
         return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,14 +7,20 @@ CalledProcessError, so a failing step names itself in the test report.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import shutil
+import signal
 import subprocess
+import tempfile
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
+from typing import Protocol
 
 DEFAULT_TIMEOUT = 120.0
 
@@ -41,25 +47,50 @@ def run(
     """Run a command non-interactively (stdin closed unless ``input``), return its stdout.
 
     Secrets go through ``input`` or files, never ``argv``: argv is world-readable in /proc.
+    The command runs in its own process group: a tool that hangs (a password prompt, a stuck
+    device) is killed with everything it started after ``timeout``, and so is it when this
+    process is interrupted (Ctrl-C, SIGTERM) while waiting for it.
     """
     args = [os.fspath(a) for a in argv]
     try:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             args,
-            input=input if input is not None else b"",
-            capture_output=True,
-            timeout=timeout,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env=env,
-            check=False,
+            start_new_session=True,
         )
     except FileNotFoundError as exc:
         raise HostError(f"{args[0]}: not installed") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise HostError(f"{' '.join(args)}: no answer after {timeout:g} s (killed)") from exc
+    try:
+        stdout, stderr = proc.communicate(input if input is not None else b"", timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise HostError(
+            f"{' '.join(args)}: no answer after {timeout:g} s (killed; waiting for input or hung?)"
+        ) from None
+    except BaseException:
+        _kill_group(proc)
+        raise
     if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).decode(errors="replace").strip()
+        detail = (stderr or stdout).decode(errors="replace").strip()
         raise HostError(f"{' '.join(args)}: exit {proc.returncode}: {detail}")
-    return proc.stdout.decode(errors="replace")
+    return stdout.decode(errors="replace")
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a command started by run() and whatever it started, then reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+    # SIGKILL cannot end a process stuck in the kernel (D state on a dead device): don't hang
+    # with it, the caller's error names the command
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
 
 
 @dataclass(frozen=True)
@@ -68,12 +99,45 @@ class Resource:
 
     kind: "loop" (ident = device, detail = backing file), "mount" (mount point), "process"
     (pid, detail = executable name), "dm" (device-mapper name), "path" (file or directory),
-    or "other" (only this process can release it).
+    "fscrypt-key" (key identifier, detail = a directory on its file system), or "other" (only
+    this process can release it). ``journal.RELEASERS`` says how a later process releases each
+    kind; a new kind needs an entry there.
     """
 
     kind: str
     ident: str
     detail: str = ""
+
+
+class ResourceObserver(Protocol):
+    """Told about every resource a Cleanup registers and releases (the run's journal)."""
+
+    def registered(self, resource: Resource, label: str) -> object:
+        """Record ``resource``; the returned token is handed back to ``released``."""
+        ...
+
+    def released(self, token: object) -> None: ...
+
+
+_observers: list[ResourceObserver] = []
+_observers_lock = threading.Lock()
+
+
+def install_observer(observer: ResourceObserver) -> None:
+    """Every Cleanup created from now on reports to ``observer`` (the newest one installed)."""
+    with _observers_lock:
+        _observers.append(observer)
+
+
+def remove_observer(observer: ResourceObserver) -> None:
+    with _observers_lock:
+        if observer in _observers:
+            _observers.remove(observer)
+
+
+def current_observer() -> ResourceObserver | None:
+    with _observers_lock:
+        return _observers[-1] if _observers else None
 
 
 class Cleanup:
@@ -82,14 +146,24 @@ class Cleanup:
     ``release()`` runs every action even when some fail, empties the stack (so a second call
     is a no-op) and then raises one HostError naming every failure. Use the typed helpers
     (``loop``, ``mount``, ``process``, ``path``) where they fit: they record a Resource that a
-    later run can release if this process dies.
+    later run can release if this process dies. Each typed registration is reported to the
+    observer (the run's journal, installed by the session) when the Cleanup is created; an
+    action that fails to release stays in the journal for ``encperf cleanup``.
     """
 
-    def __init__(self) -> None:
-        self._actions: list[tuple[str, Callable[[], None], Resource]] = []
+    def __init__(self, observer: ResourceObserver | None = None) -> None:
+        self._actions: list[tuple[str, Callable[[], None], Resource, object]] = []
+        self._observer = observer if observer is not None else current_observer()
 
     def push(self, label: str, action: Callable[[], None], resource: Resource | None = None) -> None:
-        self._actions.append((label, action, resource or Resource("other", label)))
+        resource = resource or Resource("other", label)
+        token = None
+        if self._observer is not None and resource.kind != "other":
+            # the journal is a second line of defence: failing to write it (disk full) must
+            # never keep the release action from being registered
+            with contextlib.suppress(Exception):
+                token = self._observer.registered(resource, label)
+        self._actions.append((label, action, resource, token))
 
     def loop(self, device: Path, backing_file: Path) -> None:
         self.push(
@@ -103,6 +177,9 @@ class Cleanup:
 
     def path(self, path: Path) -> None:
         def remove() -> None:
+            inside = mounts_under(path)
+            if inside:  # never delete through a mount that failed to come off
+                raise HostError(f"not removing {path}: still mounted at {', '.join(map(str, inside))}")
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:
@@ -111,7 +188,12 @@ class Cleanup:
         self.push(f"remove {path}", remove, Resource("path", str(path)))
 
     def process(self, proc: subprocess.Popen[bytes], *, stop: Callable[[], None] | None = None) -> None:
-        """Register a daemon: ``stop`` (e.g. fusermount -u) first, then terminate, kill, wait."""
+        """Register a daemon: ``stop`` (e.g. fusermount -u) first, then terminate, kill, wait.
+
+        Start daemons with ``stdin=subprocess.DEVNULL`` (never a terminal to prompt on) and the
+        secret on a pipe or in a PrivateDir file, never in argv: the test suite scans every
+        process's /proc/<pid>/cmdline and environ while a volume is mounted.
+        """
 
         def release() -> None:
             if stop is not None and proc.poll() is None:
@@ -128,22 +210,57 @@ class Cleanup:
 
     @property
     def labels(self) -> list[str]:
-        return [label for label, _, _ in self._actions]
+        return [label for label, _, _, _ in self._actions]
 
     @property
     def resources(self) -> list[Resource]:
-        return [resource for _, _, resource in self._actions]
+        return [resource for _, _, resource, _ in self._actions]
 
     def release(self) -> None:
         errors: list[str] = []
         while self._actions:
-            label, action, _ = self._actions.pop()
+            label, action, _, token = self._actions.pop()
             try:
                 action()
             except Exception as exc:  # keep releasing the rest, report all at the end
                 errors.append(f"{label}: {exc}")
+                continue
+            if token is not None and self._observer is not None:
+                with contextlib.suppress(Exception):  # never let the journal stop a teardown
+                    self._observer.released(token)
         if errors:
             raise HostError("cleanup failed: " + "; ".join(errors))
+
+
+# Signals that stop a run with a teardown (the session maps TERM and HUP to KeyboardInterrupt).
+TEARDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Let a teardown finish before Ctrl-C / SIGTERM / SIGHUP interrupt: a release cut in half (an
+    unmount done, its loop device not yet detached) is what leaves resources behind. The
+    signal is raised as KeyboardInterrupt right after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def remember(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous = {
+        sig: signal.signal(sig, remember)
+        for sig in TEARDOWN_SIGNALS
+        if signal.getsignal(sig) not in (signal.SIG_IGN, None)  # ignored stays ignored
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if received:
+            raise KeyboardInterrupt(f"signal {received[0]} (deferred until teardown finished)")
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
@@ -179,13 +296,42 @@ def loop_direct_io(device: Path) -> bool:
         return False
 
 
+LOOP_LOCK = Path("/run/lock/encperf-losetup.lock")
+
+
+@contextlib.contextmanager
+def machine_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock shared by every encperf process on this machine (flock: released
+    by the kernel when the holder dies, so a killed run never leaves it held)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def attach_loop(backing_file: Path, *, direct_io: bool = True) -> LoopDevice:
-    """Attach a file to a free loop device (``losetup --find`` picks one atomically)."""
+    """Attach a file to a free loop device.
+
+    Two ``losetup --find`` started at once can pick the same free device and one then fails
+    with EBUSY: concurrent encperf sessions take a machine-wide lock, and a busy answer caused
+    by anyone else is retried.
+    """
     argv = ["losetup", "--find", "--show"]
     if direct_io:
         argv.append("--direct-io=on")
     argv.append(str(backing_file))
-    device = Path(run(argv).strip())
+    for attempt in range(5):
+        try:
+            with machine_lock(LOOP_LOCK):
+                device = Path(run(argv).strip())
+            break
+        except HostError as exc:
+            if "busy" not in str(exc).lower() or attempt == 4:
+                raise
+            time.sleep(0.1 * (attempt + 1))
     return LoopDevice(device, backing_file, loop_direct_io(device))
 
 
@@ -207,6 +353,8 @@ def detach_loop(device: Path, backing_file: Path | None = None, *, timeout: floa
     attached = current()
     if attached is None:
         return
+    # a backing file removed while attached shows as "<path> (deleted)"
+    attached = attached.removesuffix(" (deleted)")
     if backing_file is not None and os.path.realpath(attached) != os.path.realpath(backing_file):
         return  # reused by someone else since: never touch it
     deadline = time.monotonic() + timeout
@@ -232,7 +380,7 @@ def loops_backed_by(directory: Path) -> list[Path]:
     prefix = os.path.realpath(directory) + os.sep
     for entry in Path("/sys/block").glob("loop*"):
         with contextlib.suppress(OSError):
-            backing = (entry / "loop" / "backing_file").read_text().strip()
+            backing = (entry / "loop" / "backing_file").read_text().strip().removesuffix(" (deleted)")
             if os.path.realpath(backing).startswith(prefix):
                 found.append(Path("/dev") / entry.name)
     return found
@@ -322,6 +470,15 @@ class PrivateDir:
 
     path: Path
     files: list[Path] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, cleanup: Cleanup, prefix: str = "encperf-secret-") -> PrivateDir:
+        """Make one in memory (/dev/shm) when possible, so secrets never reach a disk, and
+        register its removal on ``cleanup`` (so a journal can remove it after a crash)."""
+        base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=base))  # mkdtemp makes it 0700
+        cleanup.path(path)
+        return cls(path)
 
     def write_secret(self, name: str, data: bytes) -> Path:
         target = self.path / name

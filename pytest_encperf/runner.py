@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import os
+import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,7 +14,7 @@ from typing import Any
 
 from .backends import BackendBase, BackendError, Volume
 from .engines import Engine
-from .host import HostError
+from .host import HostError, signals_deferred
 from .model import Result
 from .targets import Target
 from .workloads import Workload
@@ -18,6 +22,25 @@ from .workloads import Workload
 
 class Unavailable(Exception):
     """The backend cannot run here; the message is the skip reason."""
+
+
+class RunError(RuntimeError):
+    """A workload could not run (disk full, I/O error); the message says where and what to do."""
+
+
+class IntegrityError(RuntimeError):
+    """Data written through a backend did not read back intact after unmount + mount."""
+
+
+# What a failing write means for the user, by errno (a full disk under a loop device shows as EIO).
+_STORAGE_ERRORS = {
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EIO: "I/O error (is the disk under --encperf-dir full?)",
+}
+
+VERIFY_FILE = "encperf-verify.bin"
+VERIFY_BYTES = 4 * 1024 * 1024
 
 
 def slug(text: str) -> str:
@@ -53,14 +76,53 @@ def open_volume(backend: BackendBase, target: Target, workdir: Path) -> MountedV
         if volume is not None:
             backend.destroy(volume)
         raise BackendError(f"{backend.spec}: {exc}") from exc
-    except BaseException:
+    except BaseException:  # Ctrl-C / SIGTERM: a second one must not cut the teardown in half
         if volume is not None:
-            backend.destroy(volume)
+            with signals_deferred():
+                backend.destroy(volume)
         raise
 
 
 def close_volume(mounted: MountedVolume) -> None:
     mounted.backend.destroy(mounted.volume)
+
+
+def remount_volume(mounted: MountedVolume) -> None:
+    """Unmount and mount again (both through the backend), so reads come from the disk."""
+    mounted.backend.unmount(mounted.volume)
+    mounted.data_dir = mounted.backend.mount(mounted.volume)
+
+
+def _sha256(path: Path) -> str:
+    try:
+        with path.open("rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except FileNotFoundError:
+        return "missing"
+
+
+def verify_after_remount(mounted: MountedVolume, names: list[str]) -> None:
+    """Checksum ``names`` (files in the data directory) and a known pattern file, remount the
+    volume, checksum again: any difference raises IntegrityError naming the file."""
+    size = VERIFY_BYTES
+    pattern = random.Random(f"encperf-verify {mounted.spec}").randbytes(size)
+    with (mounted.data_dir / VERIFY_FILE).open("wb") as handle:
+        handle.write(pattern)
+        handle.flush()
+        os.fsync(handle.fileno())
+    expected = {VERIFY_FILE: hashlib.sha256(pattern).hexdigest()}
+    expected.update({name: _sha256(mounted.data_dir / name) for name in names})
+    remount_volume(mounted)
+    got = {name: _sha256(mounted.data_dir / name) for name in expected}
+    bad = [
+        f"{name}: sha256 {expected[name][:16]}... written, {got[name][:16]}... read back"
+        for name in expected
+        if got[name] != expected[name]
+    ]
+    if bad:
+        raise IntegrityError(
+            f"{mounted.spec}: data did not read back intact after unmount + mount: {'; '.join(bad)}"
+        )
 
 
 def io_mode_policy(engine: Engine, volume_file: Path, baseline_file: Path) -> tuple[bool, str]:
@@ -84,22 +146,40 @@ class Runner:
     runtime: float
     rounds: int
     record: Callable[[Result], None]
+    verify: bool = False  # --encperf-verify: checksums across a remount after write workloads
 
     def run(self, workload: Workload) -> Result:
         """Measure ``workload`` on the volume, alternating rounds with the baseline (A B A B)
         so that machine drift cancels in the ratio; the Result is recorded and returned."""
-        volume_file = self.engine.prepare(self.volume.data_dir, self.size)
-        baseline_file = self.engine.prepare(self.baseline.data_dir, self.size)
-        direct, o_direct = io_mode_policy(self.engine, volume_file, baseline_file)
-        result = Result(
-            backend=self.volume.spec,
-            workload=workload,
-            description={**self.volume.description, "o_direct": o_direct},
-        )
-        for _ in range(self.rounds):
-            result.baseline_rounds.append(
-                self.engine.run(workload, baseline_file, runtime=self.runtime, direct=direct)
+        side = self.volume
+        try:
+            volume_file = self.engine.prepare(self.volume.data_dir, self.size)
+            side = self.baseline
+            baseline_file = self.engine.prepare(self.baseline.data_dir, self.size)
+            direct, o_direct = io_mode_policy(self.engine, volume_file, baseline_file)
+            result = Result(
+                backend=self.volume.spec,
+                workload=workload,
+                description={**self.volume.description, "o_direct": o_direct},
             )
-            result.rounds.append(self.engine.run(workload, volume_file, runtime=self.runtime, direct=direct))
+            for _ in range(self.rounds):
+                side = self.baseline
+                result.baseline_rounds.append(
+                    self.engine.run(workload, baseline_file, runtime=self.runtime, direct=direct)
+                )
+                side = self.volume
+                result.rounds.append(
+                    self.engine.run(workload, volume_file, runtime=self.runtime, direct=direct)
+                )
+        except OSError as exc:
+            problem = _STORAGE_ERRORS.get(exc.errno or 0)
+            if problem is None:
+                raise
+            raise RunError(
+                f"{workload.name} on {side.spec} ({side.data_dir}): {problem}: {exc.strerror}; "
+                "free space under --encperf-dir or pass a smaller --encperf-size"
+            ) from exc
+        if self.verify and not workload.is_read:
+            verify_after_remount(self.volume, [volume_file.name])
         self.record(result)
         return result

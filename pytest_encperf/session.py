@@ -19,7 +19,7 @@ from types import FrameType
 
 import pytest
 
-from . import host, machine, storage
+from . import host, journal, machine, storage
 from .backends import BASELINE, BackendSpec, make_backend
 from .compare import EXIT_REGRESSION, Verdict, compare_runs, overhead_checks
 from .engines import Engine, select_engine
@@ -28,7 +28,10 @@ from .report import check_table, detail_table, markdown_report, summary_table, v
 from .runner import MountedVolume, Runner, Unavailable, close_volume, open_volume, slug
 from .settings import Settings
 from .targets import Target, container_size
-from .workloads import Workload, profile_workloads
+from .workloads import MiB, Workload, profile_workloads
+
+# Fixtures that create volumes: a session collecting none of them needs no room on the target.
+VOLUME_FIXTURES = ("encperf_volume", "encperf_baseline", "encperf")
 
 
 class EncperfSession:
@@ -47,6 +50,11 @@ class EncperfSession:
         self._previous_sigterm: signal.Handlers | None = None
         self.verdict: Verdict | None = None
         self.is_worker = hasattr(config, "workerinput")  # an xdist worker: the controller decides
+        self._previous_handlers: dict[int, object] = {}
+        self.journal = journal.Journal(settings.dir)
+        self.cleaned: list[str] = []  # what the start-up cleanup released of dead runs
+        self.teardown_errors: list[str] = []  # what could not be released at the end
+        self._run_cleanup: host.Cleanup | None = None
 
     # ------------------------------------------------------------- selection
 
@@ -65,7 +73,25 @@ class EncperfSession:
         inspects plugin attributes, and must not create directories by doing so)."""
         if self._run_dir is None:
             self._run_dir = Path(tempfile.mkdtemp(prefix=f"encperf-{os.getpid()}-", dir=self.settings.dir))
+            self._run_cleanup = host.Cleanup(self.journal)
+            self._run_cleanup.path(self._run_dir)  # journaled: a killed run's directory is found
         return self._run_dir
+
+    def check_room(self) -> None:
+        """Refuse (before anything is created) a target without room for the baseline and one
+        backend volume at a time."""
+        need = 2 * self.target.size
+        try:
+            free = shutil.disk_usage(self.settings.dir).free
+        except OSError as exc:
+            raise pytest.UsageError(f"--encperf-dir {self.settings.dir}: {exc.strerror}") from None
+        if free < need:
+            raise pytest.UsageError(
+                f"--encperf-dir {self.settings.dir}: {free // MiB} MiB free, "
+                f"this run needs {need // MiB} MiB "
+                f"(the baseline and one backend volume of {self.target.size // MiB} MiB each); "
+                "free some space, pass --encperf-dir on a larger disk or a smaller --encperf-size"
+            )
 
     def open(self, spec_text: str) -> MountedVolume:
         """Create and mount a volume; pytest.skip with the reason when the backend can't run here."""
@@ -87,22 +113,31 @@ class EncperfSession:
         return mounted
 
     def close(self, mounted: MountedVolume) -> None:
-        if mounted in self._open:
-            self._open.remove(mounted)
-        close_volume(mounted)
+        with host.signals_deferred():
+            if mounted in self._open:
+                self._open.remove(mounted)
+            close_volume(mounted)
 
     def close_all(self) -> None:
         """Safety net at session end: release whatever a fixture did not (newest first)."""
         errors = []
-        while self._open:
-            mounted = self._open.pop()
-            try:
-                close_volume(mounted)
-            except Exception as exc:
-                errors.append(str(exc))
-        if self._run_dir is not None:
-            shutil.rmtree(self._run_dir, ignore_errors=not errors)
-            self._run_dir = None
+        with host.signals_deferred():
+            while self._open:
+                mounted = self._open.pop()
+                try:
+                    close_volume(mounted)
+                except Exception as exc:
+                    errors.append(str(exc))
+            # Whatever a backend registered and then lost (an exception half-way through create)
+            # is still in the journal: release it before the run directory goes.
+            errors += self.journal.release_leftovers()
+            if self._run_cleanup is not None:
+                try:
+                    self._run_cleanup.release()  # refuses to delete through a mount left behind
+                except Exception as exc:
+                    errors.append(str(exc))
+                self._run_cleanup = None
+                self._run_dir = None
         if errors:
             raise host.HostError("; ".join(errors))
 
@@ -122,24 +157,56 @@ class EncperfSession:
             runtime=self.settings.runtime,
             rounds=self.settings.rounds,
             record=record,
+            verify=self.settings.verify,
         )
 
     # ------------------------------------------------------------- hooks
 
     def start(self) -> None:
-        # SIGTERM (CI cancelling a job, `kill`) tears down like Ctrl-C instead of leaving
-        # mounts and loop devices behind.
+        # SIGTERM (CI cancelling a job, `kill`) and SIGHUP (the terminal or ssh session went
+        # away) tear down like Ctrl-C instead of leaving mounts and loop devices behind. A
+        # signal someone chose to ignore (nohup) stays ignored.
         if threading.current_thread() is threading.main_thread():
-            self._previous_sigterm = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+            for signum in host.TEARDOWN_SIGNALS[1:]:
+                if signal.getsignal(signum) in (signal.SIG_DFL, None):
+                    self._previous_handlers[signum] = signal.signal(signum, _raise_keyboard_interrupt)
+        # Leftovers of runs killed before they could tear down (SIGKILL, power loss, OOM).
+        try:
+            for run in journal.release_dead_runs(self.settings.dir):
+                self.cleaned += run.lines()
+        except OSError as exc:
+            self.cleaned.append(f"could not check for leftovers of dead runs: {exc}")
+        # Every Cleanup created from now on (volumes of every backend) is journaled.
+        host.install_observer(self.journal)
 
     def stop(self) -> None:
-        if self._previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
-            self._previous_sigterm = None
+        host.remove_observer(self.journal)
+        self.journal.close()
+        for signum, handler in self._previous_handlers.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+        self._previous_handlers.clear()
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        return [f"encperf: released leftover of a dead run: {line}" for line in self.cleaned]
+
+    def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
+        if self.config.option.collectonly:
+            return
+        uses_volumes = any(
+            name in VOLUME_FIXTURES for item in items for name in getattr(item, "fixturenames", ())
+        )
+        if uses_volumes:
+            self.check_room()
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        # A teardown failure is reported in the summary and fails the run; raising here would
+        # replace pytest's report with an internal-error traceback.
         try:
             self.close_all()
+        except Exception as exc:
+            self.teardown_errors.append(str(exc))
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
         finally:
             if self.is_worker:
                 self.config.workeroutput["encperf_results"] = [r.to_dict() for r in self.results]
@@ -218,6 +285,15 @@ class EncperfSession:
                     file.write(text)
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        for error in self.teardown_errors:
+            terminalreporter.write_line(f"encperf: teardown failed: {error}", red=True)
+        if self.journal.write_error:  # the run itself was torn down; only the safety net was off
+            terminalreporter.write_line(f"encperf: warning: {self.journal.write_error}", yellow=True)
+        if self.teardown_errors:
+            terminalreporter.write_line(
+                f"encperf: run `encperf cleanup --dir {self.settings.dir}` once this process has exited",
+                red=True,
+            )
         try:
             self._write_summary(terminalreporter)
             self._write_verdict(terminalreporter)

@@ -216,6 +216,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("json", "PATH", "write the full results (the saved-run format) to PATH", optional(parse_path), ""),
     Option("markdown", "PATH", "write a GitHub-flavoured Markdown report to PATH (and append it to "
            "$GITHUB_STEP_SUMMARY when set)", optional(parse_path), ""),
+    Option("verify", "yes|no",
+           "after each write workload, check that the data reads back intact after unmount + mount",
+           parse_bool, "no"),
 )  # fmt: skip
 
 
@@ -237,6 +240,7 @@ class Settings:
     max_overhead: list[Rule] = field(default_factory=list)
     json: Path | None = None
     markdown: Path | None = None
+    verify: bool = False
     sources: dict[str, str] = field(default_factory=dict)  # option -> where its value came from
 
 

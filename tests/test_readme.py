@@ -28,3 +28,11 @@ def test_main_command_runs_the_benchmarks_on_the_default() -> None:
     command = command_after("<!-- main-command -->")
     assert command.endswith("pytest benchmarks/")
     assert "--encperf" not in command  # the embedded default, no extra options
+
+
+def test_every_option_is_documented() -> None:
+    from pytest_encperf.settings import OPTIONS
+
+    text = (ROOT / "README.md").read_text()
+    documented = [f"`{option.flag}" + ("`" if option.form == "flag" else "=") for option in OPTIONS]
+    assert [form for form in documented if form not in text] == []

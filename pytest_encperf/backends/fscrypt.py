@@ -147,7 +147,7 @@ class FscryptBackend(BackendBase):
                 loop = create_container(target, workdir, volume.created)
                 volume.state.update(device=loop.path, loop_direct_io=loop.direct_io)
                 make_ext4(loop.path, features=["encrypt"])
-            except Exception:
+            except BaseException:  # Ctrl-C too: tear down what exists
                 self.destroy(volume)
                 raise
         return volume
@@ -160,7 +160,11 @@ class FscryptBackend(BackendBase):
                 root = volume.workdir
             identifier = add_key(root, volume.state["raw_key"])
             volume.state["key_identifier"] = identifier.hex()
-            volume.mounted.push("remove fscrypt key", lambda: remove_key(root, identifier))
+            volume.mounted.push(
+                "remove fscrypt key",
+                lambda: remove_key(root, identifier),
+                host.Resource("fscrypt-key", identifier.hex(), str(root)),  # the id, not the key
+            )
             data_dir = root / "data"
             if not data_dir.exists():
                 data_dir.mkdir()
@@ -170,7 +174,7 @@ class FscryptBackend(BackendBase):
         except OSError as exc:
             self.unmount(volume)
             raise BackendError(f"{self.spec}: mount: {exc}") from exc
-        except Exception:
+        except BaseException:
             self.unmount(volume)
             raise
         volume.data_dir = data_dir

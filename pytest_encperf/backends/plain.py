@@ -30,7 +30,7 @@ class PlainBackend(BackendBase):
                 loop = create_container(target, workdir, volume.created)
                 volume.state.update(device=loop.path, loop_direct_io=loop.direct_io)
                 make_ext4(loop.path)
-            except Exception:
+            except BaseException:  # Ctrl-C too: tear down what exists
                 self.destroy(volume)
                 raise
         return volume

@@ -1,0 +1,189 @@
+"""Bad input: every malformed option, backend spec and situation gets a clear message, no traceback,
+and nothing is created on the target before the refusal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from pytest_encperf import backends
+
+BENCHMARK = """
+def test_workload(encperf, encperf_workload):
+    encperf.run(encperf_workload)
+"""
+
+PLANNED = backends.PLANNED[-1] if backends.PLANNED else None
+
+
+@dataclass(frozen=True)
+class Bad:
+    args: tuple[str, ...]
+    message: str
+    env: dict[str, str] = field(default_factory=dict)
+    ini: str = ""
+
+
+TABLE: dict[str, Bad] = {
+    # sizes
+    "size-unit": Bad(
+        ("--encperf-size=12Q",), "--encperf-size: bad size '12Q': expected e.g. 256MiB, 1GiB, 512M"
+    ),
+    "size-zero": Bad(("--encperf-size=0",), "bad size '0': must be a whole number of MiB, at least 1MiB"),
+    "size-fraction": Bad(("--encperf-size=1.5MiB",), "bad size '1.5MiB': must be a whole number of MiB"),
+    "size-negative": Bad(("--encperf-size=-1GiB",), "bad size '-1GiB': expected e.g. 256MiB"),
+    "size-words": Bad(
+        ("--encperf-size=big",), "bad size 'big': expected e.g. 256MiB, 1GiB, 512M or a byte count"
+    ),
+    "size-no-room": Bad(
+        ("--encperf-target=directory", "--encperf-size=100000GiB"),
+        "MiB free, this run needs 204800000 MiB (the baseline and one backend volume of 102400000 MiB each)",
+    ),
+    # durations and counts
+    "runtime-word": Bad(
+        ("--encperf-runtime=soon",), "bad duration 'soon': expected seconds such as 2, 1.5s or 500ms"
+    ),
+    "runtime-zero": Bad(("--encperf-runtime=0",), "bad duration '0': must be more than zero"),
+    "runtime-minutes": Bad(("--encperf-runtime=5min",), "bad duration '5min': expected seconds"),
+    "rounds-negative": Bad(("--encperf-rounds=-2",), "bad rounds '-2': expected a whole number >= 1"),
+    "rounds-zero": Bad(("--encperf-rounds=0",), "bad rounds '0': expected a whole number >= 1"),
+    "rounds-fraction": Bad(("--encperf-rounds=2.5",), "bad rounds '2.5': expected a whole number >= 1"),
+    # choices, lists, switches
+    "target": Bad(("--encperf-target=cloud",), "bad value 'cloud': expected one of container, directory"),
+    "engine": Bad(("--encperf-engine=dd",), "bad value 'dd': expected one of native, auto"),
+    "profile": Bad(("--encperf-profile=atto9",), "bad profile 'atto9': expected a comma list of cdm"),
+    "profile-empty": Bad(("--encperf-profile=,",), "bad profile ',': expected a comma list of"),
+    "verify": Bad(
+        ("--encperf-verify=maybe",), "bad switch value 'maybe': expected 1/true/yes/on or 0/false/no/off"
+    ),
+    # directories
+    "dir-missing": Bad(("--encperf-dir=/nonexistent/encperf",), "'/nonexistent/encperf': it does not exist"),
+    "dir-is-a-file": Bad(
+        ("--encperf-dir=/proc/version",), "bad directory '/proc/version': it does not exist"
+    ),
+    # backend specs
+    "backend-unknown": Bad(("--encperf-backends=nosuch",), "unknown backend 'nosuch' (available: "),
+    "backend-upper-case": Bad(
+        ("--encperf-backends=Fscrypt",), "bad backend spec 'Fscrypt': expected name[:key=value"
+    ),
+    "backend-empty-item": Bad(
+        ("--encperf-backends=plain,,",), "bad backend spec '': expected name[:key=value,...]"
+    ),
+    "param-no-value": Bad(
+        ("--encperf-backends=fscrypt:contents",),
+        "bad parameter 'contents' in backend spec 'fscrypt:contents': expected key=value",
+    ),
+    "param-empty-value": Bad(
+        ("--encperf-backends=fscrypt:contents=",), "bad parameter 'contents=' in backend spec"
+    ),
+    "param-no-key": Bad(("--encperf-backends=fscrypt:=aes",), "bad parameter '=aes' in backend spec"),
+    "param-twice": Bad(
+        ("--encperf-backends=fscrypt:contents=adiantum,contents=aes-256-xts",),
+        "parameter 'contents' given twice in backend spec",
+    ),
+    "param-unknown": Bad(
+        ("--encperf-backends=fscrypt:colour=red",),
+        "backend 'fscrypt' has no parameter 'colour' (accepted: contents, filenames)",
+    ),
+    "param-on-plain": Bad(
+        ("--encperf-backends=plain:x=1",), "backend 'plain' has no parameter 'x' (accepted: none)"
+    ),
+    "fscrypt-contents": Bad(
+        ("--encperf-backends=fscrypt:contents=rot13",),
+        "fscrypt: contents must be one of aes-256-xts, adiantum, aes-128-cbc, sm4-xts",
+    ),
+    "fscrypt-filenames": Bad(
+        ("--encperf-backends=fscrypt:filenames=rot13",), "fscrypt: filenames must be one of aes-256-cts"
+    ),
+    # the other sources name themselves
+    "env-rounds": Bad(
+        (), "--encperf-rounds (from ENCPERF_ROUNDS): bad rounds 'many'", env={"ENCPERF_ROUNDS": "many"}
+    ),
+    "env-backends": Bad(
+        (), "(from ENCPERF_BACKENDS): unknown backend 'nope'", env={"ENCPERF_BACKENDS": "nope"}
+    ),
+    "ini-size": Bad((), "--encperf-size (from encperf_size): bad size 'huge'", ini="encperf_size = huge"),
+}
+if PLANNED:
+    TABLE["backend-planned"] = Bad(
+        (f"--encperf-backends={PLANNED}",), f"backend {PLANNED!r} is not implemented yet"
+    )
+
+
+def test_table_is_large_enough() -> None:
+    assert len(TABLE) >= 25
+
+
+@pytest.mark.parametrize("case", TABLE.values(), ids=TABLE.keys())
+def test_bad_input_is_a_usage_error_with_accepted_forms(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, case: Bad
+) -> None:
+    pytester.makepyfile(test_bench=BENCHMARK)
+    if case.ini:
+        pytester.makeini(f"[pytest]\n{case.ini}\n")
+    for name, value in case.env.items():
+        monkeypatch.setenv(name, value)
+    has_dir = any(arg.startswith("--encperf-dir") for arg in case.args)
+    dir_args = () if has_dir else (f"--encperf-dir={pytester.path}",)
+    result = pytester.runpytest(*dir_args, *case.args, "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert case.message in result.stderr.str()
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+    created = sorted(p.name for p in pytester.path.iterdir() if p.name.startswith((".encperf", "encperf-")))
+    assert created == [], "something was created before the refusal"
+
+
+def test_room_is_not_checked_when_only_collecting(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=BENCHMARK)
+    result = pytester.runpytest(
+        "--encperf-target=directory", f"--encperf-dir={pytester.path}", "--encperf-size=100000GiB", "--co"
+    )
+    assert result.ret == pytest.ExitCode.OK
+
+
+HANGING_CONFTEST = """
+from pytest_encperf import host
+from pytest_encperf.backends import BackendBase, Volume
+
+class Hanging(BackendBase):
+    def problems(self, target):
+        return []
+
+    def create(self, target, workdir):
+        volume = Volume(self, target, workdir)
+        # a tool waiting for a passphrase on a terminal, or stuck on a device
+        host.run(["sh", "-c", "sleep 60 & sleep 60"], timeout=0.5)
+        return volume
+
+    def mount(self, volume):
+        volume.data_dir = volume.workdir
+        return volume.data_dir
+
+    def describe(self, volume):
+        return {}
+
+def pytest_encperf_register_backends(config):
+    return {"hanging": Hanging}
+"""
+
+
+def test_hung_backend_tool_is_killed_with_a_clear_message(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=BENCHMARK)
+    pytester.makeconftest(HANGING_CONFTEST)
+    result = pytester.runpytest(
+        "--encperf-target=directory",
+        f"--encperf-dir={pytester.path}",
+        "--encperf-backends=hanging",
+        "--encperf-size=1MiB",
+        "--encperf-runtime=0.02",
+        "--encperf-rounds=1",
+        "-k",
+        "SEQ1M-Q1T1-read",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*hanging: sh -c sleep 60 & sleep 60: no answer after 0.5 s (killed*"])
+    assert not list(pytester.path.glob("encperf-*")), "run directory left behind"
+    assert not list(pytester.path.glob(".encperf-runs/run-*.json")), "journal left behind"

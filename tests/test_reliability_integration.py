@@ -1,0 +1,415 @@
+"""Nothing left behind, whatever happens to a run (root: real loop devices and mounts).
+
+Chaos: a session runs in a subprocess and is stopped at a kill point (while a volume is being
+created, right after it is mounted, during a round, half-way through teardown) with SIGKILL
+(then ``encperf cleanup`` or the next session must release everything from the journal) or with
+SIGINT / SIGTERM (the run must tear down by itself). Every backend that can run here is tried.
+Also: two sessions at once, a disk filling up during a round, and --encperf-verify on real volumes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from pytest_encperf import backends, host, journal
+from pytest_encperf.backends import BackendSpec, make_backend
+from pytest_encperf.targets import Target, container_size
+from pytest_encperf.workloads import MiB
+
+pytestmark = pytest.mark.integration
+
+BENCHMARK = """
+def test_workload(encperf, encperf_workload):
+    encperf.run(encperf_workload)
+"""
+
+# Loaded by the session under test: pauses it at ENCPERF_CHAOS_POINT in the volume of the
+# backend under test (workdir "02-..."; "01-plain" is the baseline) until the control directory
+# has a "go" file, after writing "paused" there so the test knows when to strike. Backend-agnostic:
+# create = after the 2nd resource registered by create() (or when it returns), mount = after the
+# 1st resource registered by mount(), round = when the engine starts on the volume, teardown =
+# after the backend's unmount() inside destroy (file system gone, devices still there).
+CHAOS_CONFTEST = """
+import os, time
+from pathlib import Path
+from pytest_encperf import host, session
+from pytest_encperf.engines import native
+
+POINT = os.environ.get("ENCPERF_CHAOS_POINT", "")
+CONTROL = Path(os.environ.get("ENCPERF_CHAOS_CONTROL", "."))
+state = {"phase": None, "count": 0, "paused": False}
+
+def pause():
+    if state["paused"]:
+        return
+    state["paused"] = True
+    (CONTROL / "paused").write_text(POINT)
+    deadline = time.monotonic() + 60
+    while not (CONTROL / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+original_push = host.Cleanup.push
+
+def push(self, label, action, resource=None):
+    original_push(self, label, action, resource)
+    if resource is not None and resource.kind != "other" and state["phase"] == POINT:
+        state["count"] += 1
+        if state["count"] == (2 if POINT == "create" else 1):
+            pause()
+
+host.Cleanup.push = push
+
+original_make_backend = session.make_backend
+
+def make_backend(spec):
+    backend = original_make_backend(spec)
+    create, mount, unmount = backend.create, backend.mount, backend.unmount
+
+    def in_phase(phase, function, workdir, *args):
+        ours = workdir.name.startswith("02-")
+        state["phase"] = phase if ours else None
+        try:
+            return function(*args)
+        finally:
+            state["phase"] = None
+            if ours and POINT == phase:
+                pause()  # create registered fewer than 2 resources; teardown after unmount
+
+    backend.create = lambda target, workdir: in_phase("create", create, workdir, target, workdir)
+    backend.mount = lambda volume: in_phase("mount", mount, volume.workdir, volume)
+    backend.unmount = lambda volume: in_phase("teardown", unmount, volume.workdir, volume)
+    return backend
+
+session.make_backend = make_backend
+
+original_run = native.NativeEngine.run
+
+def run(self, workload, path, **kwargs):
+    if POINT == "round" and "/02-" in str(path):
+        pause()
+    return original_run(self, workload, path, **kwargs)
+
+native.NativeEngine.run = run
+"""
+
+KILL_POINTS = ("create", "mount", "round", "teardown")
+QUICK = (
+    "--encperf-size=2MiB",
+    "--encperf-runtime=0.05",
+    "--encperf-rounds=1",
+    "--encperf-engine=native",
+    "-k",
+    "SEQ1M-Q1T1-write",
+    "-p",
+    "no:cacheprovider",
+)
+
+
+def base_directory() -> Path:
+    base = Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
+    return base if base.is_dir() else Path(tempfile.gettempdir())
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    """A fresh --encperf-dir on the disk, removed at the end (after the leftover checks)."""
+    path = Path(tempfile.mkdtemp(prefix="encperf-chaos-", dir=base_directory()))
+    yield path
+    if not host.mounts_under(path) and not host.loops_backed_by(path):
+        shutil.rmtree(path)
+
+
+def runnable(name: str, base: Path) -> None:
+    """Skip (with the reason) a backend that cannot run here."""
+    backend = make_backend(BackendSpec(name))
+    problems = backend.problems(Target("container", base, container_size(2 * MiB)))
+    if problems:
+        pytest.skip(f"{name}: {'; '.join(problems)}")
+
+
+def start_session(
+    pytester: pytest.Pytester, base: Path, name: str, env: dict[str, str], *args: str
+) -> subprocess.Popen[bytes]:
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        f"--encperf-dir={base}",
+        f"--encperf-backends={name}",
+        *QUICK,
+        *args,
+    ]
+    log = (pytester.path / f"session-{time.monotonic_ns()}.log").open("wb")
+    return subprocess.Popen(argv, cwd=pytester.path, env={**os.environ, **env}, stdout=log, stderr=log)
+
+
+def wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60) -> bool:
+    """True once ``path`` exists; False if the session ended first (point never reached)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            return True
+        if proc.poll() is not None:
+            return path.exists()
+        time.sleep(0.02)
+    raise AssertionError(f"session neither paused nor ended within {timeout} s")
+
+
+def journaled(base: Path) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = []
+    for path in journal.journals(base):
+        entries += json.loads(path.read_text())["resources"]
+    return entries
+
+
+def leftovers(base: Path, recorded: list[dict[str, Any]]) -> list[str]:
+    """Everything of ours still there: mounts, loop devices, dm targets, daemons, files, keys."""
+    found = [f"mount {m}" for m in host.mounts_under(base)]
+    found += [f"loop device {d}" for d in host.loops_backed_by(base)]
+    found += [f"file {p}" for p in sorted(base.iterdir()) if p.name != journal.RUNS_DIR]
+    found += [f"journal {p}" for p in journal.journals(base)]
+    for entry in recorded:
+        kind, ident = entry["kind"], entry["ident"]
+        if kind == "path" and os.path.lexists(ident):
+            found.append(f"recorded path {ident}")
+        elif kind == "dm" and Path("/dev/mapper", ident).exists():
+            found.append(f"dm target {ident}")
+        elif kind == "process" and journal.is_alive(int(ident), entry.get("started")):
+            found.append(f"process {entry.get('detail')} (pid {ident})")
+        elif kind == "mount" and host.is_mounted(Path(ident)):
+            found.append(f"recorded mount {ident}")
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if str(base) in cmdline and proc.info["pid"] != os.getpid() and "pytest" not in cmdline:
+            found.append(f"process {cmdline} (pid {proc.info['pid']})")  # a daemon working in base
+    keys = Path("/proc/keys").read_text() if Path("/proc/keys").exists() else ""
+    found += [f"key {line}" for line in keys.splitlines() if "encperf" in line]
+    return found
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+@pytest.mark.parametrize("name", backends.known_names())
+def test_sigkill_then_encperf_cleanup_leaves_nothing(
+    pytester: pytest.Pytester, base: Path, name: str, point: str
+) -> None:
+    runnable(name, base)
+    pytester.makepyfile(test_bench=BENCHMARK)
+    pytester.makeconftest(CHAOS_CONFTEST)
+    env = {"ENCPERF_CHAOS_POINT": point, "ENCPERF_CHAOS_CONTROL": str(pytester.path)}
+    proc = start_session(pytester, base, name, env)
+    if not wait_for(pytester.path / "paused", proc):
+        pytest.skip(f"{name} never reached kill point {point!r}")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    recorded = journaled(base)
+    assert recorded, "the killed run journaled nothing"
+    assert leftovers(base, recorded), "the kill left nothing to clean: the test would prove nothing"
+    cleanup = subprocess.run(
+        [sys.executable, "-m", "pytest_encperf.cli", "cleanup", f"--dir={base}"],
+        capture_output=True,
+        text=True,
+    )
+    assert cleanup.returncode == 0, cleanup.stdout + cleanup.stderr
+    assert f"run pid {proc.pid}" in cleanup.stdout
+    assert "removed" in cleanup.stdout
+    found = leftovers(base, recorded)
+    print(f"chaos SIGKILL {name} at {point}: {len(recorded)} resources journaled, leftovers {found}")
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    ("point", "signum"),
+    [(point, signal.SIGINT) for point in KILL_POINTS]
+    + [("round", signal.SIGTERM), ("create", signal.SIGTERM), ("teardown", signal.SIGHUP)],
+    ids=[f"{point}-SIGINT" for point in KILL_POINTS] + ["round-SIGTERM", "create-SIGTERM", "teardown-SIGHUP"],
+)
+@pytest.mark.parametrize("name", backends.known_names())
+def test_interrupt_tears_down_without_cleanup(
+    pytester: pytest.Pytester, base: Path, name: str, point: str, signum: int
+) -> None:
+    runnable(name, base)
+    pytester.makepyfile(test_bench=BENCHMARK)
+    pytester.makeconftest(CHAOS_CONFTEST)
+    env = {"ENCPERF_CHAOS_POINT": point, "ENCPERF_CHAOS_CONTROL": str(pytester.path)}
+    proc = start_session(pytester, base, name, env)
+    if not wait_for(pytester.path / "paused", proc):
+        pytest.skip(f"{name} never reached point {point!r}")
+    recorded = journaled(base)
+    proc.send_signal(signum)
+    (pytester.path / "go").touch()  # a teardown defers the signal until it is done: let it finish
+    assert proc.wait(timeout=60) == pytest.ExitCode.INTERRUPTED
+    found = leftovers(base, recorded)
+    print(f"chaos {signal.Signals(signum).name} {name} at {point}: leftovers {found}")
+    assert found == []
+
+
+def test_next_session_releases_a_killed_runs_leftovers(pytester: pytest.Pytester, base: Path) -> None:
+    runnable("plain", base)
+    pytester.makepyfile(test_bench=BENCHMARK)
+    pytester.makeconftest(CHAOS_CONFTEST)
+    env = {"ENCPERF_CHAOS_POINT": "round", "ENCPERF_CHAOS_CONTROL": str(pytester.path)}
+    killed = start_session(pytester, base, "plain", env)
+    assert wait_for(pytester.path / "paused", killed)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(timeout=30)
+    recorded = journaled(base)
+    assert any(entry["kind"] == "mount" for entry in recorded)
+    result = pytester.runpytest_subprocess(f"--encperf-dir={base}", "--encperf-backends=plain", *QUICK)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            f"encperf: released leftover of a dead run: run pid {killed.pid} (*): unmounted {base}/*/mnt",
+            f"encperf: released leftover of a dead run: run pid {killed.pid} (*): detached /dev/loop*",
+            f"encperf: released leftover of a dead run: run pid {killed.pid} (*): removed {base}/encperf-*",
+        ]
+    )
+    assert leftovers(base, recorded) == []
+
+
+def test_two_sessions_at_once_do_not_collide(pytester: pytest.Pytester, base: Path) -> None:
+    runnable("fscrypt", base)
+    pytester.makepyfile(test_bench=BENCHMARK)
+    sessions = [start_session(pytester, base, "fscrypt", {}, "--encperf-verify=yes") for _ in range(2)]
+    codes = [proc.wait(timeout=300) for proc in sessions]
+    logs = "\n".join(p.read_text() for p in sorted(pytester.path.glob("session-*.log")))
+    failures = logs[logs.find("= FAILURES =") :] if "= FAILURES =" in logs else logs
+    assert codes == [0, 0], failures
+    assert logs.count("1 passed") == 2, logs
+    assert leftovers(base, []) == []
+
+
+@pytest.fixture
+def small_filesystem(base: Path) -> Iterator[Path]:
+    """A 200 MiB ext4 file system of our own, mounted, to fill up without harming the host."""
+    image = base / "small.img"
+    with image.open("wb") as handle:
+        handle.truncate(200 * MiB)
+    host.run(["mkfs.ext4", "-F", "-q", "-m", "0", str(image)])
+    loop = host.attach_loop(image, direct_io=False)
+    mountpoint = base / "small"
+    mountpoint.mkdir()
+    cleanup = host.Cleanup()
+    cleanup.path(image)
+    cleanup.loop(loop.path, image)
+    cleanup.path(mountpoint)
+    try:
+        host.mount(loop.path, mountpoint, "ext4")
+        cleanup.mount(mountpoint)
+        yield mountpoint
+    finally:
+        cleanup.release()
+
+
+FILLING_BENCHMARK = """
+import os
+
+def test_workload(encperf, encperf_workload):
+    # the disk fills up (another process, a log) after the volumes were made
+    filler = os.open(os.path.join({dir!r}, "filler"), os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(filler, b"x" * (1 << 20))
+    except OSError:
+        pass
+    finally:
+        os.close(filler)
+    encperf.run(encperf_workload)
+"""
+
+
+@pytest.mark.parametrize("target", ["directory", "container"])
+def test_disk_full_during_a_round_fails_clearly_and_tears_down(
+    pytester: pytest.Pytester, small_filesystem: Path, target: str
+) -> None:
+    pytester.makepyfile(test_bench=FILLING_BENCHMARK.format(dir=str(small_filesystem)))
+    result = pytester.runpytest_subprocess(
+        f"--encperf-target={target}",
+        f"--encperf-dir={small_filesystem}",
+        "--encperf-backends=plain",
+        "--encperf-size=8MiB",
+        "--encperf-runtime=0.05",
+        "--encperf-rounds=1",
+        "-k",
+        "SEQ1M-Q1T1-write",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(failed=1)
+    # ENOSPC in a directory; through a container's loop device, ENOSPC or EIO
+    assert re.search(
+        r"RunError: SEQ1M-Q1T1-write on plain \(.*\): (disk full: No space left on device|"
+        r"I/O error \(is the disk under --encperf-dir full\?\): Input/output error); "
+        r"free space under --encperf-dir or pass a smaller --encperf-size",
+        result.stdout.str(),
+    ), result.stdout.str()
+    assert "teardown failed" not in result.stdout.str()
+    assert leftovers(small_filesystem, []) == [
+        f"mount {small_filesystem}",  # the test's own file system, nothing below it
+        f"file {small_filesystem / 'filler'}",
+        f"file {small_filesystem / 'lost+found'}",
+    ]
+    (small_filesystem / "filler").unlink()
+    assert list(small_filesystem.glob("encperf-*")) == [], "run directory left behind"
+    assert journal.journals(small_filesystem) == [], "journal left behind"
+    assert host.mounts_under(small_filesystem) == [small_filesystem]
+
+
+@pytest.mark.parametrize("name", backends.known_names())
+def test_verify_on_real_volumes(pytester: pytest.Pytester, base: Path, name: str) -> None:
+    runnable(name, base)
+    pytester.makepyfile(test_bench=BENCHMARK)
+    result = pytester.runpytest_subprocess(
+        f"--encperf-dir={base}",
+        f"--encperf-backends={name}",
+        "--encperf-verify=yes",
+        *QUICK[:4],
+        "-k",
+        "Q1T1",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=4)
+    assert leftovers(base, []) == []
+
+
+def test_cleanup_sweeps_what_a_kill_left_unjournaled_inside_a_run_directory(base: Path) -> None:
+    # killed between "losetup / mount returned" and "registered": not in the journal, but inside
+    # a run directory that is, so still found (and nothing outside it is touched)
+    run_dir = base / "encperf-999999-sweep"
+    (run_dir / "02-x" / "mnt").mkdir(parents=True)
+    image = run_dir / "02-x" / "container.img"
+    with image.open("wb") as handle:
+        handle.truncate(16 * MiB)
+    host.run(["mkfs.ext4", "-F", "-q", str(image)])
+    loop = host.attach_loop(image, direct_io=False)
+    try:
+        host.mount(loop.path, run_dir / "02-x" / "mnt", "ext4")
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        runs = base / journal.RUNS_DIR
+        runs.mkdir()
+        entries = [{"id": 1, "kind": "path", "ident": str(run_dir), "detail": "", "label": ""}]
+        (runs / f"run-{dead.pid}-sweep.json").write_text(
+            json.dumps({"version": 1, "pid": dead.pid, "started": 1.0, "resources": entries})
+        )
+        (released,) = journal.release_dead_runs(base)
+        assert released.failed == []
+        assert released.done == [f"removed {run_dir}"]
+        assert leftovers(base, entries) == []
+    finally:
+        host.unmount(run_dir / "02-x" / "mnt")
+        host.detach_loop(loop.path, image)
