@@ -28,6 +28,7 @@ class Target:
     kind: str  # one of KINDS
     directory: Path  # where containers / volume directories are created
     size: int  # bytes of the container (file system included)
+    device: Path | None = None  # the block device of a partition target
 
     def problems(self) -> list[str]:
         """Why volumes cannot be made on this target; empty when they can."""
