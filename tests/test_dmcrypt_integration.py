@@ -10,6 +10,7 @@ from __future__ import annotations
 import configparser
 import hashlib
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -54,7 +55,6 @@ def scratch() -> Iterator[Path]:
     assert host.mounts_under(path) == [], "mount left behind"
     assert host.loops_backed_by(path) == [], "loop device left behind"
     assert our_mappings() == [], "dm mapping left behind"
-    import shutil
 
     shutil.rmtree(path)
 
@@ -189,9 +189,10 @@ def test_tcrypt_opens_shared_truecrypt_and_veracrypt_images(
 
 
 def test_tcrypt_wrong_password_fails_and_leaves_nothing(scratch: Path) -> None:
-    path = extract("tcrypt-images.tar.xz", "tcrypt-images/vc_1-sha512-xts-aes", scratch)
+    path = extract("tcrypt-images.tar.xz", "tcrypt-images/tc_5-sha512-xts-aes", scratch)
     secret = write_secret(scratch, "password", "wrong password")
-    backend = make_backend(BackendSpec.parse(f"tcrypt:image={path},password-file={secret},hash=sha512"))
+    spec = f"tcrypt:image={path},password-file={secret},hash=sha512,veracrypt=0"  # quick to reject
+    backend = make_backend(BackendSpec.parse(spec))
     with pytest.raises(Exception, match="cryptsetup open"):
         open_volume(backend, Target("container", scratch, 1), scratch / "volume")
 
@@ -244,3 +245,59 @@ def test_bitlk_full_volume_life_cycle(scratch: Path) -> None:
     finally:
         backend.destroy(mounted.volume)
     assert hashlib.sha256(path.read_bytes()).hexdigest() == original, "the user's image was modified"
+
+
+@pytest.mark.parametrize("spec", ["veracrypt:tool=native", "veracrypt:tool=native,hash=SHA-256,pim=2"])
+def test_native_veracrypt_volume_life_cycle_and_tcrypt_dump(spec: str, target: Target, scratch: Path) -> None:
+    """Our VeraCrypt-format writer, opened by cryptsetup's tcrypt code and checked by tcryptDump."""
+    from pytest_encperf.backends.vcformat import DATA_OFFSET, SECTOR
+
+    backend = make_backend(BackendSpec.parse(spec))
+    workdir = scratch / "volume"
+    mounted = open_volume(backend, target, workdir)
+    volume = mounted.volume
+    try:
+        assert mounted.description["type"] == "TCRYPT"
+        assert mounted.description["cipher"] == "aes-xts-plain64"
+        (mounted.data_dir / "marker").write_bytes(MARKER * 1024)
+        password = volume.state["password_file"].read_bytes()
+        pim = str(backend.spec.param_dict.get("pim", "1"))
+        hash_name = "sha256" if "SHA-256" in spec else "sha512"
+        dump = host.run(
+            ["cryptsetup", "tcryptDump", "--veracrypt", "--veracrypt-pim", pim, "--hash", hash_name,
+             str(volume.state["device"])],
+            input=password + b"\n",
+        )  # fmt: skip
+        fields = dict(line.split(":", 1) for line in dump.splitlines() if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        assert fields["TCRYPT header information for"] == str(volume.state["device"])
+        assert fields["Version"] == "5"
+        assert fields["Cipher chain"] == "aes"
+        assert fields["Cipher mode"] == "xts-plain64"
+        assert fields["PBKDF2 hash"] == hash_name
+        assert int(fields["Payload offset"]) * SECTOR == DATA_OFFSET
+        backend.unmount(volume)
+        assert MARKER not in (workdir / "container.img").read_bytes()
+        assert (backend.mount(volume) / "marker").read_bytes() == MARKER * 1024
+    finally:
+        backend.destroy(volume)
+
+
+@pytest.mark.skipif(
+    not shutil.which("veracrypt"), reason="veracrypt program not installed (tool=cli untested here)"
+)
+@pytest.mark.parametrize("mode", ["kernel", "fuse"])
+def test_veracrypt_cli_volume_life_cycle(mode: str, target: Target, scratch: Path) -> None:
+    backend = make_backend(
+        BackendSpec.parse(f"veracrypt:tool=cli,mode={mode},encryption=AES-Twofish-Serpent")
+    )
+    mounted = open_volume(backend, target, scratch / "volume")
+    try:
+        (mounted.data_dir / "marker").write_bytes(MARKER * 1024)
+        if mode == "fuse":
+            assert mounted.description["loop_direct_io"] is True
+        backend.unmount(mounted.volume)
+        assert MARKER not in (scratch / "volume" / "container.img").read_bytes()
+        assert (backend.mount(mounted.volume) / "marker").read_bytes() == MARKER * 1024
+    finally:
+        backend.destroy(mounted.volume)

@@ -26,6 +26,7 @@ MUST_PASS = [
     "test_create_mount_write_remount_read_destroy[dm-plain]",
     "test_tcrypt_opens_shared_truecrypt_and_veracrypt_images[vc_1-sha512-xts-aes-aaaaaaaaaaaa-,hash=sha512]",
     "test_bitlk_opens_shared_image_with_the_right_content[recovery-key-file]",
+    "test_native_veracrypt_volume_life_cycle_and_tcrypt_dump[veracrypt:tool=native]",
 ]
 
 
