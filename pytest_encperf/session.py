@@ -35,7 +35,9 @@ class EncperfSession:
         self.settings = settings
         self.engine: Engine = select_engine(settings.engine)
         size = container_size(settings.size) if settings.target == "container" else settings.size
-        self.target = Target(settings.target, settings.dir, size)
+        self.target = Target(
+            settings.target, settings.dir, size, device=settings.device, force=settings.force
+        )
         self.results: list[Result] = []
         self.skipped: dict[str, str] = {}  # backend spec -> reason
         self.errors: dict[str, str] = {}  # backend spec -> why its volume failed

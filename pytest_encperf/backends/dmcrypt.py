@@ -122,7 +122,8 @@ class CryptsetupBackend(BackendBase):
         return found
 
     def uses_container(self, target: Target) -> bool:
-        return target.kind == "container"
+        """Whether the volume lives on the target's block device (container file or partition)."""
+        return target.kind in ("container", "partition")
 
     # -- what subclasses provide
     def prepare_device(self, volume: Volume) -> Path:
@@ -383,7 +384,7 @@ class ExistingVolumeBackend(CryptsetupBackend):
             raise ValueError(f"{spec.name}: give exactly one of image=FILE or device=/dev/X")
 
     def uses_container(self, target: Target) -> bool:
-        return False
+        return target.kind == "partition" and self.device is not None
 
     def problems(self, target: Target) -> list[str]:
         found = super().problems(target)
