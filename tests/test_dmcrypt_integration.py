@@ -270,12 +270,14 @@ def test_native_veracrypt_volume_life_cycle_and_tcrypt_dump(spec: str, target: T
         )  # fmt: skip
         fields = dict(line.split(":", 1) for line in dump.splitlines() if ":" in line)
         fields = {k.strip(): v.strip() for k, v in fields.items()}
-        assert fields["TCRYPT header information for"] == str(volume.state["device"])
-        assert fields["Version"] == "5"
-        assert fields["Cipher chain"] == "aes"
-        assert fields["Cipher mode"] == "xts-plain64"
-        assert fields["PBKDF2 hash"] == hash_name
-        assert int(fields["Payload offset"]) * SECTOR == DATA_OFFSET
+        assert f"VERACRYPT header information for {volume.state['device']}" in dump, dump
+        assert fields["Version"] == "5", dump
+        assert fields["Cipher chain"] == "aes", dump
+        assert fields["Cipher mode"] == "xts-plain64", dump
+        assert fields["PBKDF2 hash"] == hash_name, dump
+        assert fields["Sector size"] == str(SECTOR), dump
+        assert int(fields["MK offset"]) == DATA_OFFSET, dump
+        assert fields["MK bits"] == "512", dump
         backend.unmount(volume)
         assert MARKER not in (workdir / "container.img").read_bytes()
         assert (backend.mount(volume) / "marker").read_bytes() == MARKER * 1024
@@ -301,3 +303,26 @@ def test_veracrypt_cli_volume_life_cycle(mode: str, target: Target, scratch: Pat
         assert (backend.mount(mounted.volume) / "marker").read_bytes() == MARKER * 1024
     finally:
         backend.destroy(mounted.volume)
+
+
+def test_luks2_on_a_partition_target(scratch: Path) -> None:
+    """A loop device standing in for a partition named with --encperf-device."""
+    image = scratch / "disk.img"
+    with image.open("wb") as handle:
+        handle.truncate(64 * MiB)
+    loop = host.attach_loop(image, direct_io=True)
+    try:
+        target = Target("partition", scratch, 16 * MiB, device=loop.path)
+        backend = make_backend(BackendSpec("luks2"))
+        mounted = open_volume(backend, target, scratch / "volume")
+        try:
+            assert mounted.volume.state["device"] == loop.path
+            (mounted.data_dir / "marker").write_bytes(MARKER * 1024)
+            # while open, the partition is held by our dm-crypt mapping: refused to anyone else
+            assert "partition rule 'not in use'" in " ".join(target.problems())
+        finally:
+            backend.destroy(mounted.volume)
+        assert subprocess.run(["cryptsetup", "isLuks", str(loop.path)]).returncode == 0
+        assert MARKER not in image.read_bytes()
+    finally:
+        host.detach_loop(loop.path, image)
