@@ -11,7 +11,7 @@ from typing import Any
 from .backends import BackendBase, BackendError, Volume
 from .engines import Engine
 from .host import HostError
-from .model import Result
+from .model import Measurement, Result
 from .targets import Target
 from .workloads import Workload
 
@@ -79,15 +79,19 @@ class Runner:
 
     engine: Engine
     volume: MountedVolume
-    baseline: MountedVolume
+    baseline: MountedVolume | None  # None on a partition: see measured_baseline
     size: int
     runtime: float
     rounds: int
     record: Callable[[Result], None]
+    # Partition target: baseline rounds measured on the partition before this volume existed
+    measured_baseline: dict[str, list[Measurement]] = field(default_factory=dict)
 
     def run(self, workload: Workload) -> Result:
         """Measure ``workload`` on the volume, alternating rounds with the baseline (A B A B)
         so that machine drift cancels in the ratio; the Result is recorded and returned."""
+        if self.baseline is None:
+            return self._run_against_measured_baseline(workload)
         volume_file = self.engine.prepare(self.volume.data_dir, self.size)
         baseline_file = self.engine.prepare(self.baseline.data_dir, self.size)
         direct, o_direct = io_mode_policy(self.engine, volume_file, baseline_file)
@@ -103,3 +107,33 @@ class Runner:
             result.rounds.append(self.engine.run(workload, volume_file, runtime=self.runtime, direct=direct))
         self.record(result)
         return result
+
+    def _run_against_measured_baseline(self, workload: Workload) -> Result:
+        """One block device holds one volume at a time: the baseline rounds were measured on it
+        before the volume was created (and more are added after it is removed)."""
+        volume_file = self.engine.prepare(self.volume.data_dir, self.size)
+        o_direct = self.engine.io_mode(volume_file)
+        result = Result(
+            backend=self.volume.spec,
+            workload=workload,
+            description={**self.volume.description, "o_direct": o_direct, "baseline": "before/after"},
+        )
+        result.baseline_rounds.extend(self.measured_baseline.get(workload.name, []))
+        for _ in range(self.rounds):
+            result.rounds.append(
+                self.engine.run(workload, volume_file, runtime=self.runtime, direct=o_direct == "direct")
+            )
+        self.record(result)
+        return result
+
+
+def measure_all(
+    engine: Engine, mounted: MountedVolume, workloads: list[Workload], size: int, runtime: float, rounds: int
+) -> dict[str, list[Measurement]]:
+    """Every workload's rounds on one volume (the partition target's baseline)."""
+    path = engine.prepare(mounted.data_dir, size)
+    direct = engine.io_mode(path) == "direct"
+    return {
+        workload.name: [engine.run(workload, path, runtime=runtime, direct=direct) for _ in range(rounds)]
+        for workload in workloads
+    }

@@ -144,8 +144,8 @@ def test_plain_baseline_on_a_partition(partition: Path, scratch: Path) -> None:
         assert "not mounted" in rules(Target("partition", scratch, 16 * MiB, device=partition).problems())
     finally:
         backend.destroy(mounted.volume)
-    # what it leaves is our ext4: a second run needs --encperf-force, by design
-    assert rules(partition_problems(partition)) == ["no signature"]
+    # the ext4 signature we wrote is wiped with the volume: the partition is as we got it
+    assert partition_problems(partition) == []
 
 
 def test_session_refuses_unconsented_partition(pytester: pytest.Pytester) -> None:
@@ -155,3 +155,83 @@ def test_session_refuses_unconsented_partition(pytester: pytest.Pytester) -> Non
     result = pytester.runpytest("--encperf-target=partition", "--encperf-device=/dev/sdz1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--encperf-allow-destroy=/dev/sdz1" in result.stderr.str()
+
+
+SEQUENTIAL_CONFTEST = """
+import os
+from pathlib import Path
+from pytest_encperf import host
+from pytest_encperf.backends import BackendBase, Volume
+
+LOG = Path(__file__).parent / "lifecycle.log"
+DEVICE = os.environ["ENCPERF_TEST_PARTITION"]
+
+def log(line):
+    with LOG.open("a") as f:
+        f.write(line + "\\n")
+
+def device_mounted():
+    return any(line.split()[0] == DEVICE for line in Path("/proc/self/mounts").read_text().splitlines())
+
+class Recording(BackendBase):
+    def problems(self, target):
+        return []
+
+    def create(self, target, workdir):
+        log(f"create device_mounted={device_mounted()}")
+        volume = Volume(self, target, workdir)
+        volume.created.push("destroy", lambda: log("destroy"))
+        return volume
+
+    def mount(self, volume):
+        volume.data_dir = volume.workdir
+        return volume.data_dir
+
+    def describe(self, volume):
+        return {"encryption": "none"}
+
+def pytest_encperf_register_backends(config):
+    return {"recording": Recording}
+
+def pytest_sessionfinish(session):
+    import json
+    encperf = session.config.stash[__import__("pytest_encperf.plugin", fromlist=["x"]).session_key]
+    rounds = {r.workload.name: [len(r.rounds), len(r.baseline_rounds), r.description.get("baseline")]
+              for r in encperf.results}
+    (Path(__file__).parent / "rounds.json").write_text(json.dumps(rounds))
+"""
+
+
+def test_partition_session_measures_baseline_before_and_after(
+    pytester: pytest.Pytester, partition: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENCPERF_TEST_PARTITION", str(partition))
+    pytester.makeconftest(SEQUENTIAL_CONFTEST)
+    pytester.makepyfile(
+        test_bench="def test_w(encperf, encperf_workload):\n    encperf.run(encperf_workload)"
+    )
+    result = pytester.runpytest(
+        "--encperf-target=partition",
+        f"--encperf-device={partition}",
+        f"--encperf-allow-destroy={partition}",
+        f"--encperf-dir={pytester.path}",
+        "--encperf-backends=recording",
+        "--encperf-size=4MiB",
+        "--encperf-runtime=0.02",
+        "--encperf-rounds=2",
+        "-k",
+        "SEQ1M-Q1T1",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=2)
+    # the baseline's ext4 was gone from the partition before the other volume was created
+    assert (pytester.path / "lifecycle.log").read_text().splitlines() == [
+        "create device_mounted=False",
+        "destroy",
+    ]
+    import json
+
+    rounds = json.loads((pytester.path / "rounds.json").read_text())
+    assert rounds and all(v == [2, 4, "before/after"] for v in rounds.values()), rounds
+    assert partition_problems(partition) == [], "partition not left as we got it"

@@ -286,6 +286,8 @@ class LuksBackend(CryptsetupBackend):
         return argv
 
     def format(self, volume: Volume, device: Path) -> None:
+        if volume.target.kind == "partition":
+            volume.created.push(f"wipe signatures on {device}", lambda: host.wipe_signatures(device))
         host.run(self.format_command(device, self.secret_key_file(volume)), timeout=300)
 
     def open_command(self, volume: Volume, device: Path, name: str) -> tuple[list[str], bytes | None]:

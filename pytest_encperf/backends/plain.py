@@ -26,8 +26,11 @@ class PlainBackend(BackendBase):
     def create(self, target: Target, workdir: Path) -> Volume:
         volume = Volume(self, target, workdir)
         if target.kind == "partition":
-            volume.state["device"] = target.device
-            make_ext4(target.device)  # type: ignore[arg-type]
+            device = target.device
+            assert device is not None
+            volume.state["device"] = device
+            volume.created.push(f"wipe signatures on {device}", lambda: host.wipe_signatures(device))
+            make_ext4(device)
         elif target.kind == "container":
             try:
                 loop = create_container(target, workdir, volume.created)
