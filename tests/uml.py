@@ -121,6 +121,9 @@ def problems() -> list[str]:
         found.append(f"UML lane: {UML_KERNEL} not installed (Debian package user-mode-linux)")
     elif not any(UML_MODULES.glob("*/kernel/drivers/md/dm-crypt.ko*")):
         found.append(f"UML lane: no dm-crypt module under {UML_MODULES}")
+    for directory in (GUEST_DISK_DIR, GUEST_OUTPUT_DIR):
+        if not Path(directory).is_dir():
+            found.append(f"UML lane: {directory} missing (the guest mounts its disk and output there)")
     for tool, package in (("modprobe", "kmod"), ("mkfs.ext4", "e2fsprogs"), ("cryptsetup", "cryptsetup-bin")):
         if shutil.which(tool) is None:
             found.append(f"UML lane: {tool} not installed (Debian package {package})")
@@ -221,8 +224,10 @@ def run_pytest(
     kernel_log = workdir / "kernel.log"
     with kernel_log.open("wb") as log:
         # UML's console is stdin/stdout; its own files (~/.uml, mconsole) go to a private HOME
-        # its memory file is best on tmpfs (/dev/shm), else any scratch directory
-        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else str(workdir)
+        # its memory file is best on tmpfs (/dev/shm), if that is big enough (containers often
+        # give it 64 MiB: the guest would die of SIGBUS), else the scratch directory
+        roomy = os.access("/dev/shm", os.W_OK) and shutil.disk_usage("/dev/shm").free > (memory_mb + 64) << 20
+        shm = "/dev/shm" if roomy else str(workdir)
         env = {**os.environ, "HOME": str(workdir), "TMPDIR": shm}
         proc = subprocess.Popen(
             argv,

@@ -112,8 +112,10 @@ class VeracryptBackend(CryptsetupBackend):
                 found.append("veracrypt: native format needs the Python package cryptography")
             return found
         found = target.problems() if target.kind == "container" else []
-        if target.kind == "directory":
-            found.append("veracrypt: needs a block device (--encperf-target=container or partition)")
+        if target.kind != "container":
+            found.append(
+                "veracrypt: tool=cli supports the container target only (tool=native: partitions too)"
+            )
         if shutil.which(VERACRYPT) is None:
             found.append("veracrypt: tool=cli but the veracrypt program is not installed")
         if self.mode == "kernel":
