@@ -328,3 +328,24 @@ def test_luks2_on_a_partition_target(scratch: Path) -> None:
         assert MARKER not in image.read_bytes()
     finally:
         host.detach_loop(loop.path, image)
+
+
+def test_full_session_with_dm_crypt_backends(pytester: pytest.Pytester, scratch: Path) -> None:
+    """The plugin end to end: pytest --encperf-backends=luks2,dm-plain,veracrypt."""
+    pytester.makepyfile(
+        test_bench="def test_w(encperf, encperf_workload):\n    encperf.run(encperf_workload)"
+    )
+    result = pytester.runpytest(
+        f"--encperf-dir={scratch}",
+        "--encperf-backends=luks2:no-workqueue=1,dm-plain,veracrypt",
+        "--encperf-size=2MiB",
+        "--encperf-runtime=0.05",
+        "--encperf-rounds=1",
+        "-k",
+        "SEQ1M-Q1T1",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(["*plain (baseline)*", "*luks2:no-workqueue=1*", "*dm-plain*", "*veracrypt*"])
+    assert list(scratch.glob("encperf-*")) == [], "run directory left behind"

@@ -27,6 +27,8 @@ MUST_PASS = [
     "test_tcrypt_opens_shared_truecrypt_and_veracrypt_images[vc_1-sha512-xts-aes-aaaaaaaaaaaa-,hash=sha512]",
     "test_bitlk_opens_shared_image_with_the_right_content[recovery-key-file]",
     "test_native_veracrypt_volume_life_cycle_and_tcrypt_dump[veracrypt:tool=native]",
+    "test_luks2_on_a_partition_target",
+    "test_full_session_with_dm_crypt_backends",
 ]
 
 
