@@ -26,7 +26,7 @@ from .backends import BackendSpec, known_names, make_backend
 from .compare import EXIT_REGRESSION, Verdict, compare_runs
 from .report import check_table, detail_table, markdown_report, verdict_lines
 from .settings import OPTIONS, default_directory, parse_choice, parse_directory, parse_fail_rules, parse_path
-from .targets import KINDS, Target, container_size
+from .targets import Target, container_size
 from .workloads import MiB
 
 
@@ -152,7 +152,10 @@ def run_show(args: argparse.Namespace) -> int:
 
 def add_backends_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--target", type=argument_type(parse_choice(KINDS)), default="container", help=_option("target").help
+        "--target",
+        type=argument_type(parse_choice(("container", "directory"))),
+        default="container",
+        help="where volumes would live: container | directory",
     )
     parser.add_argument(
         "--dir", type=argument_type(parse_directory), default=default_directory(), help=_option("dir").help
@@ -163,7 +166,11 @@ def run_backends(args: argparse.Namespace) -> int:
     target = Target(args.target, args.dir, container_size(256 * MiB))
     rows = []
     for name in known_names():
-        problems = make_backend(BackendSpec(name)).problems(target)
+        try:
+            problems = make_backend(BackendSpec(name)).problems(target)
+        except ValueError as exc:  # opens an existing volume: usable once its parameters are given
+            rows.append([name, "with parameters", str(exc)])
+            continue
         rows.append([name, "usable" if not problems else "no", "; ".join(problems)])
     print(f"target: {args.target} in {args.dir}")
     print(tabulate(rows, headers=["backend", "usable here", "why not"], tablefmt="simple"))

@@ -175,6 +175,10 @@ class Cleanup:
     def mount(self, mountpoint: Path) -> None:
         self.push(f"unmount {mountpoint}", lambda: unmount(mountpoint), Resource("mount", str(mountpoint)))
 
+    def dm(self, name: str) -> None:
+        """A device-mapper mapping (dm-crypt, tcrypt, bitlk), closed by name."""
+        self.push(f"close dm {name}", lambda: remove_dm(name), Resource("dm", name))
+
     def path(self, path: Path) -> None:
         def remove() -> None:
             inside = mounts_under(path)
@@ -384,6 +388,34 @@ def loops_backed_by(directory: Path) -> list[Path]:
             if os.path.realpath(backing).startswith(prefix):
                 found.append(Path("/dev") / entry.name)
     return found
+
+
+# ---------------------------------------------------------------- device-mapper
+
+
+def dm_exists(name: str) -> bool:
+    return (Path("/dev/mapper") / name).exists()
+
+
+def remove_dm(name: str) -> None:
+    """Close a device-mapper mapping if it exists: ``cryptsetup close``, else ``dmsetup remove``.
+
+    ``--retry`` because udev may still hold the device for a moment after an unmount.
+    """
+    if not dm_exists(name):
+        return
+    try:
+        run(["cryptsetup", "close", name])
+    except HostError:
+        if not dm_exists(name):
+            return
+        run(["dmsetup", "remove", "--retry", name])
+
+
+def wipe_signatures(device: Path) -> None:
+    """Erase the file system / LUKS signatures we wrote on a partition (``wipefs --all``), so the
+    next run finds it as empty as the user gave it."""
+    run(["wipefs", "--all", "--quiet", str(device)])
 
 
 # ---------------------------------------------------------------- mounts

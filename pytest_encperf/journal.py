@@ -194,7 +194,10 @@ class Journal:
         """Remove the file when every resource was released; otherwise keep it for cleanup."""
         with self._lock:
             if self._written and not self._entries:
-                self.path.unlink(missing_ok=True)
+                try:
+                    self.path.unlink(missing_ok=True)
+                except OSError as exc:  # like every journal error: reported, never fatal
+                    self.write_error = self.write_error or f"could not remove {self.path}: {exc.strerror}"
                 self._written = False
 
 

@@ -95,9 +95,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture(scope="session")
-def encperf_baseline(request: pytest.FixtureRequest) -> Iterator[MountedVolume]:
-    """The unencrypted volume on the same kind of target, created once per session."""
+def encperf_baseline(request: pytest.FixtureRequest) -> Iterator[MountedVolume | None]:
+    """The unencrypted volume on the same kind of target, created once per session.
+
+    None on a partition target: the partition holds one volume at a time, so the baseline is
+    measured on it before and after each encrypted volume instead (EncperfSession.sequential).
+    """
     session = request.config.stash[session_key]
+    if session.sequential:
+        yield None
+        return
     mounted = session.open(BASELINE)
     try:
         yield mounted
@@ -118,7 +125,7 @@ def encperf_volume(request: pytest.FixtureRequest) -> Iterator[MountedVolume]:
 
 @pytest.fixture
 def encperf(
-    request: pytest.FixtureRequest, encperf_baseline: MountedVolume, encperf_volume: MountedVolume
+    request: pytest.FixtureRequest, encperf_baseline: MountedVolume | None, encperf_volume: MountedVolume
 ) -> Runner:
     """The runner: ``encperf.run(workload)`` measures ``workload`` on the volume against
     the baseline and returns the Result."""

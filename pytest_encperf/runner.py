@@ -15,7 +15,7 @@ from typing import Any
 from .backends import BackendBase, BackendError, Volume
 from .engines import Engine
 from .host import HostError, signals_deferred
-from .model import Result
+from .model import Measurement, Result
 from .targets import Target
 from .workloads import Workload
 
@@ -141,21 +141,26 @@ class Runner:
 
     engine: Engine
     volume: MountedVolume
-    baseline: MountedVolume
+    baseline: MountedVolume | None  # None on a partition: see measured_baseline
     size: int
     runtime: float
     rounds: int
     record: Callable[[Result], None]
     verify: bool = False  # --encperf-verify: checksums across a remount after write workloads
+    # Partition target: baseline rounds measured on the partition before this volume existed
+    measured_baseline: dict[str, list[Measurement]] = field(default_factory=dict)
 
     def run(self, workload: Workload) -> Result:
         """Measure ``workload`` on the volume, alternating rounds with the baseline (A B A B)
         so that machine drift cancels in the ratio; the Result is recorded and returned."""
+        if self.baseline is None:
+            return self._run_against_measured_baseline(workload)
+        baseline: MountedVolume = self.baseline
         side = self.volume
         try:
             volume_file = self.engine.prepare(self.volume.data_dir, self.size)
-            side = self.baseline
-            baseline_file = self.engine.prepare(self.baseline.data_dir, self.size)
+            side = baseline
+            baseline_file = self.engine.prepare(baseline.data_dir, self.size)
             direct, o_direct = io_mode_policy(self.engine, volume_file, baseline_file)
             result = Result(
                 backend=self.volume.spec,
@@ -163,7 +168,7 @@ class Runner:
                 description={**self.volume.description, "o_direct": o_direct},
             )
             for _ in range(self.rounds):
-                side = self.baseline
+                side = baseline
                 result.baseline_rounds.append(
                     self.engine.run(workload, baseline_file, runtime=self.runtime, direct=direct)
                 )
@@ -183,3 +188,33 @@ class Runner:
             verify_after_remount(self.volume, [volume_file.name])
         self.record(result)
         return result
+
+    def _run_against_measured_baseline(self, workload: Workload) -> Result:
+        """One block device holds one volume at a time: the baseline rounds were measured on it
+        before the volume was created (and more are added after it is removed)."""
+        volume_file = self.engine.prepare(self.volume.data_dir, self.size)
+        o_direct = self.engine.io_mode(volume_file)
+        result = Result(
+            backend=self.volume.spec,
+            workload=workload,
+            description={**self.volume.description, "o_direct": o_direct, "baseline": "before/after"},
+        )
+        result.baseline_rounds.extend(self.measured_baseline.get(workload.name, []))
+        for _ in range(self.rounds):
+            result.rounds.append(
+                self.engine.run(workload, volume_file, runtime=self.runtime, direct=o_direct == "direct")
+            )
+        self.record(result)
+        return result
+
+
+def measure_all(
+    engine: Engine, mounted: MountedVolume, workloads: list[Workload], size: int, runtime: float, rounds: int
+) -> dict[str, list[Measurement]]:
+    """Every workload's rounds on one volume (the partition target's baseline)."""
+    path = engine.prepare(mounted.data_dir, size)
+    direct = engine.io_mode(path) == "direct"
+    return {
+        workload.name: [engine.run(workload, path, runtime=runtime, direct=direct) for _ in range(rounds)]
+        for workload in workloads
+    }

@@ -23,9 +23,9 @@ from . import host, journal, machine, storage
 from .backends import BASELINE, BackendSpec, make_backend
 from .compare import EXIT_REGRESSION, Verdict, compare_runs, overhead_checks
 from .engines import Engine, select_engine
-from .model import Result
+from .model import Measurement, Result
 from .report import check_table, detail_table, markdown_report, summary_table, verdict_lines
-from .runner import MountedVolume, Runner, Unavailable, close_volume, open_volume, slug
+from .runner import MountedVolume, Runner, Unavailable, close_volume, measure_all, open_volume, slug
 from .settings import Settings
 from .targets import Target, container_size
 from .workloads import MiB, Workload, profile_workloads
@@ -40,7 +40,9 @@ class EncperfSession:
         self.settings = settings
         self.engine: Engine = select_engine(settings.engine)
         size = container_size(settings.size) if settings.target == "container" else settings.size
-        self.target = Target(settings.target, settings.dir, size)
+        self.target = Target(
+            settings.target, settings.dir, size, device=settings.device, force=settings.force
+        )
         self.results: list[Result] = []
         self.skipped: dict[str, str] = {}  # backend spec -> reason
         self.errors: dict[str, str] = {}  # backend spec -> why its volume failed
@@ -55,6 +57,8 @@ class EncperfSession:
         self.cleaned: list[str] = []  # what the start-up cleanup released of dead runs
         self.teardown_errors: list[str] = []  # what could not be released at the end
         self._run_cleanup: host.Cleanup | None = None
+        # partition target: baseline rounds measured before each encrypted volume, by spec
+        self._measured_baseline: dict[str, dict[str, list[Measurement]]] = {}
 
     # ------------------------------------------------------------- selection
 
@@ -93,8 +97,26 @@ class EncperfSession:
                 "free some space, pass --encperf-dir on a larger disk or a smaller --encperf-size"
             )
 
+    @property
+    def sequential(self) -> bool:
+        """One volume at a time: a partition cannot hold the baseline and an encrypted volume."""
+        return self.target.kind == "partition"
+
+    def measure_baseline(self) -> dict[str, list[Measurement]]:
+        """Partition target: plain ext4 on the partition, every workload's rounds, then removed."""
+        mounted = self.open(BASELINE)
+        try:
+            s = self.settings
+            return measure_all(self.engine, mounted, self.workloads, s.size, s.runtime, s.rounds)
+        finally:
+            self.close(mounted)
+
     def open(self, spec_text: str) -> MountedVolume:
         """Create and mount a volume; pytest.skip with the reason when the backend can't run here."""
+        if self.sequential and spec_text != BASELINE and spec_text not in self._measured_baseline:
+            if spec_text in self.skipped:
+                pytest.skip(f"{spec_text}: {self.skipped[spec_text]}")
+            self._measured_baseline[spec_text] = self.measure_baseline()  # before
         if spec_text in self.skipped:
             pytest.skip(f"{spec_text}: {self.skipped[spec_text]}")
         if spec_text in self.errors:
@@ -117,6 +139,11 @@ class EncperfSession:
             if mounted in self._open:
                 self._open.remove(mounted)
             close_volume(mounted)
+        if self.sequential and mounted.spec != BASELINE:
+            after = self.measure_baseline()  # the partition again, now that the volume is gone
+            for result in self.results:
+                if result.backend == mounted.spec:
+                    result.baseline_rounds.extend(after.get(result.workload.name, []))
 
     def close_all(self) -> None:
         """Safety net at session end: release whatever a fixture did not (newest first)."""
@@ -142,7 +169,7 @@ class EncperfSession:
             raise host.HostError("; ".join(errors))
 
     def runner(
-        self, volume: MountedVolume, baseline: MountedVolume, item: pytest.Item | None = None
+        self, volume: MountedVolume, baseline: MountedVolume | None, item: pytest.Item | None = None
     ) -> Runner:
         def record(result: Result) -> None:
             self.results.append(result)
@@ -150,6 +177,7 @@ class EncperfSession:
                 item.user_properties.extend(user_properties(result))
 
         return Runner(
+            measured_baseline=self._measured_baseline.get(volume.spec, {}),
             engine=self.engine,
             volume=volume,
             baseline=baseline,
@@ -309,7 +337,11 @@ class EncperfSession:
         tr.write_line(
             f"target: {s.target} in {s.dir} | engine: {self.engine.name} {self.engine.version()} | "
             f"file: {s.size // (1024 * 1024)} MiB | {s.rounds} rounds x {s.runtime:g} s, "
-            f"alternating with the baseline"
+            + (
+                "baseline measured before and after each volume"
+                if self.sequential
+                else "alternating with the baseline"
+            )
         )
         skipped = {k: v for k, v in self.skipped.items() if k != BASELINE}
         table = summary_table(self.results, skipped, shown, self.workloads)

@@ -148,6 +148,20 @@ def parse_fail_rules(text: str) -> list[Rule]:
     return parse_rules(text, rule_backend_names())
 
 
+def parse_device(text: str) -> Path | None:
+    """A block device path such as /dev/sdb1 (checked by the partition target's rules)."""
+    value = str(text).strip()
+    if not value:
+        return None
+    if not value.startswith("/dev/"):
+        raise ValueError(f"bad device {text!r}: expected a block device path such as /dev/sdb1")
+    return Path(value)
+
+
+def parse_text(text: str) -> str:
+    return str(text).strip()
+
+
 def default_directory() -> str:
     # /var/tmp is on disk by convention; /tmp is often tmpfs, which would measure RAM.
     return "/var/tmp" if os.path.isdir("/var/tmp") else tempfile.gettempdir()
@@ -189,6 +203,12 @@ OPTIONS: tuple[Option, ...] = (
            "backends to compare with the plain baseline: comma list of name[:key=value,...], or auto",
            parse_backend_list, "fscrypt"),
     Option("target", "KIND", f"where volumes live: {' | '.join(KINDS)}", parse_choice(KINDS), "container"),
+    Option("device", "DEV", "partition target: the block device to overwrite (e.g. /dev/sdb1)",
+           parse_device, ""),
+    Option("allow-destroy", "DEV", "partition target: repeat --encperf-device exactly to allow erasing it",
+           parse_text, ""),
+    Option("force", "0|1", "partition target: overwrite a device that carries a signature (1)",
+           parse_bool, "0"),
     Option("dir", "DIR", "directory (on the disk to measure) for containers and volumes",
            parse_directory, default_directory),
     Option("size", "SIZE", "size of each workload file (CrystalDiskMark's default is 1GiB)",
@@ -226,6 +246,9 @@ OPTIONS: tuple[Option, ...] = (
 class Settings:
     backends: list[BackendSpec] = field(default_factory=list)
     target: str = "container"
+    device: Path | None = None
+    allow_destroy: str = ""
+    force: bool = False
     dir: Path = Path("/var/tmp")
     size: int = 256 * MiB
     runtime: float = 2.0
@@ -269,4 +292,23 @@ def resolve(
             where = option.flag if source == option.flag else f"{option.flag} (from {source})"
             raise ValueError(f"{where}: {exc}") from None
         sources[option.name] = source
+    check_partition_options(values)
     return Settings(**values, sources=sources)
+
+
+def check_partition_options(values: dict[str, Any]) -> None:
+    """The partition target's consent rule: --encperf-allow-destroy repeats the device exactly."""
+    device, allowed = values.get("device"), values.get("allow_destroy", "")
+    if values.get("target") != "partition":
+        if device is not None or allowed:
+            raise ValueError("--encperf-device and --encperf-allow-destroy need --encperf-target=partition")
+        return
+    if device is None:
+        raise ValueError(
+            "--encperf-target=partition needs --encperf-device=/dev/X (the partition to overwrite)"
+        )
+    if allowed != str(device):
+        raise ValueError(
+            f"--encperf-target=partition erases {device}: pass --encperf-allow-destroy={device} "
+            f"(the exact same path){f', not {allowed!r}' if allowed else ''}"
+        )

@@ -50,7 +50,9 @@ TABLE: dict[str, Bad] = {
     "rounds-zero": Bad(("--encperf-rounds=0",), "bad rounds '0': expected a whole number >= 1"),
     "rounds-fraction": Bad(("--encperf-rounds=2.5",), "bad rounds '2.5': expected a whole number >= 1"),
     # choices, lists, switches
-    "target": Bad(("--encperf-target=cloud",), "bad value 'cloud': expected one of container, directory"),
+    "target": Bad(
+        ("--encperf-target=cloud",), "bad value 'cloud': expected one of container, partition, directory"
+    ),
     "engine": Bad(("--encperf-engine=dd",), "bad value 'dd': expected one of native, auto"),
     "profile": Bad(("--encperf-profile=atto9",), "bad profile 'atto9': expected a comma list of cdm"),
     "profile-empty": Bad(("--encperf-profile=,",), "bad profile ',': expected a comma list of"),

@@ -26,9 +26,8 @@ import psutil
 import pytest
 
 from pytest_encperf import backends, host, journal
-from pytest_encperf.backends import BackendSpec, make_backend
-from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
+from tests.support import problems_here
 
 pytestmark = pytest.mark.integration
 
@@ -135,8 +134,7 @@ def base() -> Iterator[Path]:
 
 def runnable(name: str, base: Path) -> None:
     """Skip (with the reason) a backend that cannot run here."""
-    backend = make_backend(BackendSpec(name))
-    problems = backend.problems(Target("container", base, container_size(2 * MiB)))
+    problems = problems_here(name, base)
     if problems:
         pytest.skip(f"{name}: {'; '.join(problems)}")
 

@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf import backends
-from pytest_encperf.backends import BASELINE, BackendSpec, make_backend
-from pytest_encperf.targets import Target, container_size
-from pytest_encperf.workloads import MiB
+from pytest_encperf.backends import BASELINE
+from tests.support import problems_here
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +82,7 @@ def test_secret_is_never_exposed(
 ) -> None:
     base = Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
     base = base if base.is_dir() else Path(tempfile.gettempdir())
-    problems = make_backend(BackendSpec(name)).problems(Target("container", base, container_size(2 * MiB)))
+    problems = problems_here(name, base)
     if problems:
         pytest.skip(f"{name}: {'; '.join(problems)}")
     pytester.makepyfile(test_scan=SCAN)

@@ -19,15 +19,25 @@ from ..targets import Target
 REGISTRY: dict[str, str | type[BackendBase]] = {
     "plain": "plain:PlainBackend",
     "fscrypt": "fscrypt:FscryptBackend",
+    "luks2": "dmcrypt:LuksBackend",
+    "luks": "dmcrypt:LuksBackend",
+    "luks1": "dmcrypt:LuksBackend",
+    "dm-plain": "dmcrypt:PlainDmcryptBackend",
+    "tcrypt": "dmcrypt:TcryptBackend",
+    "bitlk": "dmcrypt:BitlkBackend",
+    "veracrypt": "veracrypt:VeracryptBackend",
 }
 
 # Names users will try that are planned but not built yet: a usage error says so.
 PLANNED: tuple[str, ...] = (
-    "luks2", "luks", "luks1", "dm-plain", "tcrypt", "bitlk", "veracrypt",
     "gocryptfs", "encfs", "cryfs", "securefs", "qemu-luks", "bitlocker",
 )  # fmt: skip
 
 BASELINE = "plain"
+
+# Left out of ``auto``: aliases (luks = luks2) and backends that open a volume someone else
+# made, which need its image or device and password file as parameters.
+NOT_IN_AUTO: tuple[str, ...] = ("luks", "tcrypt", "bitlk")
 
 _NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 _KEY = re.compile(r"^[a-z][a-z0-9-]*$")
@@ -194,7 +204,9 @@ def parse_backend_list(text: str) -> list[BackendSpec]:
     specs: list[BackendSpec] = []
     for item in items:
         if item == "auto":
-            specs += [BackendSpec(name) for name in known_names() if name != BASELINE]
+            specs += [
+                BackendSpec(name) for name in known_names() if name != BASELINE and name not in NOT_IN_AUTO
+            ]
             continue
         spec = BackendSpec.parse(item)
         make_backend(spec)  # validates name and parameters now, as a usage error

@@ -125,6 +125,8 @@ class FscryptBackend(BackendBase):
 
     def problems(self, target: Target) -> list[str]:
         found = target.problems()
+        if target.kind == "partition":
+            found.append("fscrypt: the partition target is not supported yet (use container or directory)")
         if target.kind == "container":
             if not Path("/sys/fs/ext4/features/encryption").exists():
                 feature = "/sys/fs/ext4/features/encryption"

@@ -19,13 +19,19 @@ class PlainBackend(BackendBase):
 
     def problems(self, target: Target) -> list[str]:
         found = target.problems()
-        if target.kind == "container":
+        if target.kind in ("container", "partition"):
             found += [f"needs {tool} (e2fsprogs)" for tool in host.missing_tools("mkfs.ext4")]
         return found
 
     def create(self, target: Target, workdir: Path) -> Volume:
         volume = Volume(self, target, workdir)
-        if target.kind == "container":
+        if target.kind == "partition":
+            device = target.device
+            assert device is not None
+            volume.state["device"] = device
+            volume.created.push(f"wipe signatures on {device}", lambda: host.wipe_signatures(device))
+            make_ext4(device)
+        elif target.kind == "container":
             try:
                 loop = create_container(target, workdir, volume.created)
                 volume.state.update(device=loop.path, loop_direct_io=loop.direct_io)
@@ -36,7 +42,7 @@ class PlainBackend(BackendBase):
         return volume
 
     def mount(self, volume: Volume) -> Path:
-        if volume.target.kind == "container":
+        if volume.target.kind in ("container", "partition"):
             root = mount_ext4(volume, volume.state["device"])
         else:
             root = volume.workdir
@@ -46,7 +52,9 @@ class PlainBackend(BackendBase):
 
     def describe(self, volume: Volume) -> dict[str, Any]:
         info: dict[str, Any] = {"encryption": "none", "target": volume.target.kind}
-        if volume.target.kind == "container":
+        if volume.target.kind == "partition":
+            info.update(filesystem="ext4", e2fsprogs=e2fsprogs_version(), device=str(volume.target.device))
+        elif volume.target.kind == "container":
             info.update(
                 filesystem="ext4",
                 e2fsprogs=e2fsprogs_version(),

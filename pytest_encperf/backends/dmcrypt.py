@@ -1,0 +1,497 @@
+"""The dm-crypt family through ``cryptsetup``: LUKS2, LUKS1, plain dm-crypt, TrueCrypt/VeraCrypt
+(tcrypt) and BitLocker (bitlk) volumes.
+
+Life cycle: ``create`` makes the container (or copies the existing volume image), formats it
+where we own the format (LUKS, plain), opens the mapping once to put ext4 on it and closes it;
+``mount`` opens the mapping and mounts it; ``unmount`` unmounts and closes the mapping, so no
+key stays in the kernel between uses. Every mapping gets a unique name (``encperf-<pid>-<n>``)
+registered on a Cleanup the moment it exists.
+
+Secrets: LUKS and plain volumes get a random key in a 0600 file in a 0700 directory private to
+the volume (``--key-file``); tcrypt and bitlk passwords are read from a file the user names and
+written to cryptsetup's stdin (for tcrypt, ``--key-file`` means TrueCrypt keyfiles, not the
+password). Nothing secret is ever in argv.
+
+Benchmark LUKS volumes use a fast key derivation (``--pbkdf pbkdf2 --pbkdf-force-iterations
+1000``): opening them is instant, and they are NOT fit for real secrets.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from .. import host
+from ..targets import Target, create_container
+from . import BackendBase, BackendError, BackendSpec, Volume
+from .ext4 import e2fsprogs_version, make_ext4, mount_ext4
+
+CRYPTSETUP_PACKAGE = "cryptsetup-bin"  # Debian/Ubuntu package with cryptsetup and dmsetup
+FAST_KDF = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"]
+KEY_BYTES = 64  # enough for the largest key size (512-bit XTS); cryptsetup reads what it needs
+
+_names = itertools.count()
+
+
+def mapping_name() -> str:
+    """A device-mapper name unique to this process and call."""
+    return f"encperf-{os.getpid()}-{next(_names)}"
+
+
+def _flag(value: str, param: str) -> bool:
+    if value.lower() in ("1", "yes", "true", "on"):
+        return True
+    if value.lower() in ("0", "no", "false", "off"):
+        return False
+    raise ValueError(f"{param} must be 1 or 0 (yes/no, true/false), not {value!r}")
+
+
+def dm_target_present(target: str, module: str) -> bool:
+    """Whether the kernel has (or can load) device-mapper target ``target`` (e.g. crypt)."""
+    try:
+        listed = host.run(["dmsetup", "targets"])
+        if any(line.split()[:1] == [target] for line in listed.splitlines()):
+            return True
+    except host.HostError:
+        pass
+    try:
+        loaded = Path("/proc/modules").read_text()
+        if any(line.split()[:1] == [module] for line in loaded.splitlines()):
+            return True
+    except OSError:
+        pass
+    try:
+        host.run(["modprobe", "-n", module])  # -n: only check that it could be loaded
+        return True
+    except host.HostError:
+        return False
+
+
+def device_mapper_problems() -> list[str]:
+    """Why cryptsetup cannot map devices here (empty when it can)."""
+    found = []
+    if not host.is_root():
+        found.append("cryptsetup: needs root (device-mapper, losetup, mount)")
+    if host.missing_tools("cryptsetup"):
+        found.append(f"cryptsetup: not installed (Debian package {CRYPTSETUP_PACKAGE})")
+    try:
+        misc = Path("/proc/misc").read_text()
+    except OSError:
+        misc = ""
+    if "device-mapper" not in misc:
+        found.append("cryptsetup: kernel has no device-mapper (device-mapper not in /proc/misc)")
+    elif not host.missing_tools("dmsetup") and not dm_target_present("crypt", "dm_crypt"):
+        found.append(
+            "cryptsetup: kernel has no dm-crypt target (crypt not in dmsetup targets, no dm_crypt module)"
+        )
+    return found
+
+
+def status(name: str) -> dict[str, str]:
+    """``cryptsetup status`` as a dict (cipher, keysize, sector size, flags...)."""
+    info: dict[str, str] = {}
+    try:
+        text = host.run(["cryptsetup", "status", name])
+    except host.HostError:
+        return info
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition(":")
+        if sep:
+            info[key.strip()] = value.strip()
+    return info
+
+
+def cryptsetup_version() -> str:
+    return host.tool_version(["cryptsetup", "--version"])
+
+
+class CryptsetupBackend(BackendBase):
+    """Shared plumbing: device, mapping, ext4. Subclasses say how to format and open."""
+
+    fs_label = "encperf"
+
+    def problems(self, target: Target) -> list[str]:
+        found = target.problems() if self.uses_container(target) else []
+        if target.kind == "directory":
+            found.append(f"{self.name}: needs a block device (--encperf-target=container or partition)")
+        found += device_mapper_problems()
+        found += [f"{self.name}: needs {tool} (e2fsprogs)" for tool in host.missing_tools("mkfs.ext4")]
+        return found
+
+    def uses_container(self, target: Target) -> bool:
+        """Whether the volume lives on the target's block device (container file or partition)."""
+        return target.kind in ("container", "partition")
+
+    # -- what subclasses provide
+    def prepare_device(self, volume: Volume) -> Path:
+        """Make or find the block device that holds the encrypted volume."""
+        if volume.target.kind == "partition":
+            return Path(str(volume.target.device))
+        loop = create_container(volume.target, volume.workdir, volume.created)
+        volume.state["loop_direct_io"] = loop.direct_io
+        return loop.path
+
+    def format(self, volume: Volume, device: Path) -> None:
+        """Write the encryption header (nothing for formats we only open)."""
+
+    def open_command(self, volume: Volume, device: Path, name: str) -> tuple[list[str], bytes | None]:
+        raise NotImplementedError
+
+    # -- the life cycle
+    def create(self, target: Target, workdir: Path) -> Volume:
+        volume = Volume(self, target, workdir)
+        try:
+            keys = workdir / "keys"
+            keys.mkdir(mode=0o700)
+            volume.created.path(keys)
+            volume.state["keys"] = host.PrivateDir(keys)
+            device = self.prepare_device(volume)
+            volume.state["device"] = device
+            self.format(volume, device)
+            mapped = self.open_mapping(volume, volume.created)
+            make_ext4(mapped, label=self.fs_label)
+            self.close_mapping(volume)
+        except Exception:
+            self.destroy(volume)
+            raise
+        return volume
+
+    def open_mapping(self, volume: Volume, cleanup: host.Cleanup) -> Path:
+        name = mapping_name()
+        argv, stdin = self.open_command(volume, volume.state["device"], name)
+        # register before running: a failed or interrupted open may still leave the mapping
+        cleanup.dm(name)
+        volume.state["dm_name"] = name
+        host.run(argv, input=stdin)
+        return Path("/dev/mapper") / name
+
+    def close_mapping(self, volume: Volume) -> None:
+        name = volume.state.pop("dm_name", None)
+        if name:
+            host.remove_dm(name)
+
+    def mount(self, volume: Volume) -> Path:
+        try:
+            mapped = self.open_mapping(volume, volume.mounted)
+            volume.state["status"] = status(volume.state["dm_name"])
+            root = mount_ext4(volume, mapped)
+            volume.data_dir = root / "data"
+            volume.data_dir.mkdir(exist_ok=True)
+        except Exception:
+            self.unmount(volume)
+            raise
+        return volume.data_dir
+
+    def unmount(self, volume: Volume) -> None:
+        super().unmount(volume)
+        volume.state.pop("dm_name", None)
+
+    def describe(self, volume: Volume) -> dict[str, Any]:
+        info: dict[str, Any] = {"encryption": self.name, "target": volume.target.kind}
+        dm_status = volume.state.get("status", {})
+        for key in ("type", "cipher", "keysize", "sector size", "flags", "integrity"):
+            if key in dm_status:
+                info[key.replace(" ", "_")] = dm_status[key]
+        info.update(
+            filesystem="ext4",
+            cryptsetup=cryptsetup_version(),
+            e2fsprogs=e2fsprogs_version(),
+            loop_direct_io=volume.state.get("loop_direct_io"),
+        )
+        return info
+
+    def secret_key_file(self, volume: Volume) -> Path:
+        """The volume's random key, created on first use (0600, in the 0700 keys directory)."""
+        existing = volume.state.get("key_file")
+        if existing:
+            return existing
+        key_file = volume.state["keys"].write_secret("volume.key", os.urandom(KEY_BYTES))
+        volume.state["key_file"] = key_file
+        return key_file
+
+
+# ---------------------------------------------------------------- LUKS and plain
+
+PERF_FLAGS = {
+    "no-workqueue": ["--perf-no_read_workqueue", "--perf-no_write_workqueue"],
+    "same-cpu-crypt": ["--perf-same_cpu_crypt"],
+    "submit-from-crypt-cpus": ["--perf-submit_from_crypt_cpus"],
+}
+
+
+class LuksBackend(CryptsetupBackend):
+    """``luks2`` (alias ``luks``) and ``luks1``: we format, with a random key in a key file."""
+
+    accepted_params = {
+        "cipher": "cipher spec, e.g. aes-xts-plain64 (cryptsetup's default), serpent-xts-plain64",
+        "key-size": "key bits, e.g. 256 or 512 (XTS: two keys)",
+        "hash": "hash for the key derivation and anti-forensic splitter, e.g. sha256",
+        "sector-size": "encryption sector bytes, 512..4096 (LUKS2 only)",
+        "no-workqueue": "1: bypass dm-crypt's read and write workqueues (--perf-no_*_workqueue)",
+        "same-cpu-crypt": "1: encrypt on the CPU that submitted the I/O (--perf-same_cpu_crypt)",
+        "submit-from-crypt-cpus": "1: submit writes from the crypt threads (--perf-submit_from_crypt_cpus)",
+        "integrity": "LUKS2 authenticated encryption through dm-integrity, e.g. hmac-sha256",
+    }
+
+    def __init__(self, spec: BackendSpec) -> None:
+        super().__init__(spec)
+        params = spec.param_dict
+        self.luks_type = "luks1" if spec.name == "luks1" else "luks2"
+        self.cipher = params.get("cipher")
+        self.key_size = self._int(params, "key-size")
+        self.hash = params.get("hash")
+        self.sector_size = self._int(params, "sector-size")
+        self.integrity = params.get("integrity")
+        self.perf = [name for name in PERF_FLAGS if _flag(params.get(name, "0"), f"{spec.name}: {name}")]
+        if self.sector_size is not None:
+            if self.luks_type == "luks1":
+                raise ValueError("luks1: sector-size needs LUKS2 (use luks2:sector-size=...)")
+            if self.sector_size not in (512, 1024, 2048, 4096):
+                raise ValueError(f"{spec.name}: sector-size must be 512, 1024, 2048 or 4096")
+        if self.integrity and self.luks_type == "luks1":
+            raise ValueError("luks1: integrity needs LUKS2 (use luks2:integrity=...)")
+
+    def _int(self, params: dict[str, str], key: str) -> int | None:
+        if key not in params:
+            return None
+        try:
+            return int(params[key])
+        except ValueError:
+            raise ValueError(f"{self.spec.name}: {key} must be a whole number, not {params[key]!r}") from None
+
+    def problems(self, target: Target) -> list[str]:
+        found = super().problems(target)
+        has_dm = not any("device-mapper" in p for p in found)
+        if self.integrity and has_dm and not dm_target_present("integrity", "dm_integrity"):
+            found.append(f"{self.name}: integrity needs the kernel's dm-integrity target (dm_integrity)")
+        return found
+
+    def format_command(self, device: Path, key_file: Path) -> list[str]:
+        argv = ["cryptsetup", "luksFormat", "--batch-mode", "--type", self.luks_type]
+        if self.cipher:
+            argv += ["--cipher", self.cipher]
+        if self.key_size:
+            argv += ["--key-size", str(self.key_size)]
+        if self.hash:
+            argv += ["--hash", self.hash]
+        if self.sector_size:
+            argv += ["--sector-size", str(self.sector_size)]
+        if self.integrity:
+            # the fresh volume's integrity tags are garbage until written; ext4 writes all it reads
+            argv += ["--integrity", self.integrity, "--integrity-no-wipe"]
+        argv += [*FAST_KDF, "--key-file", str(key_file), str(device)]
+        return argv
+
+    def format(self, volume: Volume, device: Path) -> None:
+        if volume.target.kind == "partition":
+            volume.created.push(f"wipe signatures on {device}", lambda: host.wipe_signatures(device))
+        host.run(self.format_command(device, self.secret_key_file(volume)), timeout=300)
+
+    def open_command(self, volume: Volume, device: Path, name: str) -> tuple[list[str], bytes | None]:
+        argv = [
+            "cryptsetup",
+            "open",
+            "--type",
+            self.luks_type,
+            "--key-file",
+            str(self.secret_key_file(volume)),
+        ]
+        for flag in self.perf:
+            argv += PERF_FLAGS[flag]
+        return [*argv, str(device), name], None
+
+    def describe(self, volume: Volume) -> dict[str, Any]:
+        info = super().describe(volume)
+        info.update(type=self.luks_type, pbkdf="pbkdf2 (1000 iterations: benchmark only)")
+        for flag in self.perf:
+            info[flag] = True
+        return info
+
+
+class PlainDmcryptBackend(CryptsetupBackend):
+    """``dm-plain``: dm-crypt without a header (cryptsetup ``--type plain``); the key file is the key."""
+
+    accepted_params = {
+        "cipher": "cipher spec (default aes-xts-plain64)",
+        "key-size": "key bits (default 512 for XTS)",
+        "sector-size": "encryption sector bytes, 512..4096",
+        "no-workqueue": LuksBackend.accepted_params["no-workqueue"],
+        "same-cpu-crypt": LuksBackend.accepted_params["same-cpu-crypt"],
+        "submit-from-crypt-cpus": LuksBackend.accepted_params["submit-from-crypt-cpus"],
+    }
+
+    def __init__(self, spec: BackendSpec) -> None:
+        super().__init__(spec)
+        params = spec.param_dict
+        self.cipher = params.get("cipher", "aes-xts-plain64")
+        try:
+            self.key_size = int(params.get("key-size", "512"))
+            self.sector_size = int(params["sector-size"]) if "sector-size" in params else None
+        except ValueError:
+            raise ValueError("dm-plain: key-size and sector-size must be whole numbers") from None
+        if self.key_size % 8 or not 0 < self.key_size <= KEY_BYTES * 8:
+            raise ValueError(f"dm-plain: key-size must be a multiple of 8 up to {KEY_BYTES * 8}")
+        self.perf = [name for name in PERF_FLAGS if _flag(params.get(name, "0"), f"dm-plain: {name}")]
+
+    def open_command(self, volume: Volume, device: Path, name: str) -> tuple[list[str], bytes | None]:
+        key_file = self.secret_key_file(volume)
+        argv = ["cryptsetup", "open", "--type", "plain", "--batch-mode", "--cipher", self.cipher]
+        argv += ["--key-size", str(self.key_size), "--key-file", str(key_file)]
+        # read exactly the key's bytes: a plain key file is the key itself, not hashed
+        argv += ["--keyfile-size", str(self.key_size // 8)]
+        if self.sector_size:
+            argv += ["--sector-size", str(self.sector_size)]
+        for flag in self.perf:
+            argv += PERF_FLAGS[flag]
+        return [*argv, str(device), name], None
+
+    def describe(self, volume: Volume) -> dict[str, Any]:
+        info = super().describe(volume)
+        for flag in self.perf:
+            info[flag] = True
+        return info
+
+
+# ---------------------------------------------------------------- existing volumes
+
+
+def read_password(path_text: str, backend: str) -> bytes:
+    path = Path(path_text)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise BackendError(f"{backend}: cannot read password file {path}: {exc.strerror}") from exc
+    # one password per file; a trailing newline from an editor is not part of it
+    return data.rstrip(b"\r\n")
+
+
+class ExistingVolumeBackend(CryptsetupBackend):
+    """A volume someone else made (``image=`` file, copied first; or ``device=``, used in place).
+
+    The copy keeps the user's file intact; ext4 is put on the opened mapping (the volume's
+    header stays), so the volume's former content is lost on the copy or the device.
+    """
+
+    cryptsetup_type = ""
+
+    def __init__(self, spec: BackendSpec) -> None:
+        super().__init__(spec)
+        params = spec.param_dict
+        self.image = Path(params["image"]) if "image" in params else None
+        self.device = Path(params["device"]) if "device" in params else None
+        if (self.image is None) == (self.device is None):
+            raise ValueError(f"{spec.name}: give exactly one of image=FILE or device=/dev/X")
+
+    def uses_container(self, target: Target) -> bool:
+        return target.kind == "partition" and self.device is not None
+
+    def problems(self, target: Target) -> list[str]:
+        found = super().problems(target)
+        if self.image is not None and not self.image.is_file():
+            found.append(f"{self.name}: image {self.image} is not a file")
+        if self.device is not None:
+            allowed = target.kind == "partition" and str(target.device) == str(self.device)
+            if not allowed:
+                found.append(
+                    f"{self.name}: device={self.device} is overwritten (ext4 on the opened volume): "
+                    f"name it with --encperf-target=partition --encperf-device={self.device} "
+                    f"--encperf-allow-destroy={self.device}"
+                )
+        return found
+
+    def prepare_device(self, volume: Volume) -> Path:
+        if self.device is not None:
+            return self.device
+        assert self.image is not None
+        copy = volume.workdir / "container.img"
+        volume.created.path(copy)
+        shutil.copyfile(self.image, copy)
+        os.chmod(copy, 0o600)
+        loop = host.attach_loop(copy, direct_io=True)
+        volume.created.loop(loop.path, copy)
+        volume.state["loop_direct_io"] = loop.direct_io
+        return loop.path
+
+    def password(self) -> bytes:
+        raise NotImplementedError
+
+
+class TcryptBackend(ExistingVolumeBackend):
+    """``tcrypt``: an existing TrueCrypt (7.1a, CipherShed) or VeraCrypt volume."""
+
+    cryptsetup_type = "tcrypt"
+    accepted_params = {
+        "image": "volume file (copied to the run directory first)",
+        "device": "block device holding the volume (must also be the allowed partition target)",
+        "password-file": "file holding the password (fed to cryptsetup on stdin)",
+        "keyfiles": "TrueCrypt/VeraCrypt keyfiles, separated by ':' (cryptsetup --key-file)",
+        "veracrypt": "1 (default): also try VeraCrypt's format; 0: TrueCrypt only",
+        "veracrypt-pim": "VeraCrypt PIM (personal iterations multiplier)",
+        "hash": "header key derivation hash, to skip trying the others (e.g. sha512)",
+        "hidden": "1: open the hidden volume",
+    }
+
+    def __init__(self, spec: BackendSpec) -> None:
+        super().__init__(spec)
+        params = spec.param_dict
+        self.password_file = params.get("password-file")
+        self.keyfiles = [Path(p) for p in params["keyfiles"].split(":")] if "keyfiles" in params else []
+        if self.password_file is None and not self.keyfiles:
+            raise ValueError("tcrypt: give password-file=FILE and/or keyfiles=FILE[:FILE...]")
+        self.veracrypt = _flag(params.get("veracrypt", "1"), "tcrypt: veracrypt")
+        self.pim = params.get("veracrypt-pim")
+        if self.pim is not None and not self.pim.isdigit():
+            raise ValueError(f"tcrypt: veracrypt-pim must be a whole number, not {self.pim!r}")
+        self.hash = params.get("hash")
+        self.hidden = _flag(params.get("hidden", "0"), "tcrypt: hidden")
+
+    def open_command(self, volume: Volume, device: Path, name: str) -> tuple[list[str], bytes | None]:
+        argv = ["cryptsetup", "open", "--type", "tcrypt"]
+        if self.veracrypt:
+            argv.append("--veracrypt")
+        if self.pim is not None:
+            # --veracrypt-pim takes the number in argv: it is a cost parameter, not a secret
+            argv += ["--veracrypt-pim", self.pim]
+        if self.hash:
+            argv += ["--hash", self.hash]
+        if self.hidden:
+            argv.append("--tcrypt-hidden")
+        for keyfile in self.keyfiles:
+            argv += ["--key-file", str(keyfile)]
+        password = read_password(self.password_file, self.name) if self.password_file else b""
+        return [*argv, str(device), name], password + b"\n"
+
+    def describe(self, volume: Volume) -> dict[str, Any]:
+        info = super().describe(volume)
+        info.update(veracrypt=self.veracrypt, hidden=self.hidden)
+        if self.pim is not None:
+            info["veracrypt_pim"] = int(self.pim)
+        return info
+
+
+class BitlkBackend(ExistingVolumeBackend):
+    """``bitlk``: an existing BitLocker volume, opened with its password or recovery key."""
+
+    cryptsetup_type = "bitlk"
+    accepted_params = {
+        "image": "volume file (copied to the run directory first)",
+        "device": "block device holding the volume (must also be the allowed partition target)",
+        "password-file": "file holding the BitLocker password (fed to cryptsetup on stdin)",
+        "recovery-key-file": "file holding the 48-digit recovery password (stdin, like a password)",
+    }
+
+    def __init__(self, spec: BackendSpec) -> None:
+        super().__init__(spec)
+        params = spec.param_dict
+        given = [key for key in ("password-file", "recovery-key-file") if key in params]
+        if len(given) != 1:
+            raise ValueError("bitlk: give exactly one of password-file=FILE or recovery-key-file=FILE")
+        self.secret_file = params[given[0]]
+
+    def open_command(self, volume: Volume, device: Path, name: str) -> tuple[list[str], bytes | None]:
+        # cryptsetup tries the given passphrase against the password and the recovery keyslots
+        argv = ["cryptsetup", "open", "--type", "bitlk", str(device), name]
+        return argv, read_password(self.secret_file, self.name) + b"\n"

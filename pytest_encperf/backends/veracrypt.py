@@ -1,0 +1,276 @@
+"""VeraCrypt volumes: with the ``veracrypt`` console program, or written by us and opened by
+cryptsetup.
+
+``tool=cli`` (the default when ``veracrypt`` is on PATH): VeraCrypt creates the container
+(``--text --create ... --filesystem=none --non-interactive``) and maps it without mounting
+(``--filesystem=none``); we put ext4 on the mapped device and mount it ourselves.
+``mode=kernel`` maps through dm-crypt (VeraCrypt's default on Linux); ``mode=fuse``
+(``--mount-options=nokernelcrypto``) decrypts in VeraCrypt's FUSE process, which exposes the
+volume through a loop device: we re-attach that loop device with direct I/O, or the numbers
+would measure the page cache. The password goes to VeraCrypt on stdin (``--stdin``) when its
+``--help`` lists that switch (newer releases); older releases only take ``--password=`` on the
+command line, where other local users can read it in /proc while the command runs. Then the
+password is the volume's random throwaway benchmark password, and describe() says
+``password_in_argv: True``.
+
+``tool=native`` (the default without the binary): we write the volume in VeraCrypt's format
+(``vcformat``: salt, PBKDF2-HMAC-SHA-512/256, XTS-encrypted header, backup header) and open
+it with ``cryptsetup open --type tcrypt --veracrypt``. VeraCrypt's own Linux data path is
+dm-crypt with the same cipher, so this measures the same thing. AES only (cascades need
+the binary).
+
+Benchmark volumes get a random password (0600 file in a 0700 directory) and PIM 1 by default
+(16000 PBKDF2 iterations instead of 500000): quick to open, NOT fit for real secrets.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+from pathlib import Path
+from typing import Any
+
+from .. import host
+from ..targets import Target
+from . import BackendSpec, Volume
+from .dmcrypt import CryptsetupBackend, device_mapper_problems, mapping_name
+from .ext4 import make_ext4, mount_ext4
+
+VERACRYPT = "veracrypt"
+CLI_HASHES = ("SHA-512", "SHA-256", "Whirlpool", "Streebog", "BLAKE2s-256")
+NATIVE_ENCRYPTION = ("AES",)
+DEFAULT_PIM = 1
+
+
+_stdin_support: dict[str, bool] = {}
+
+
+def cli_reads_stdin() -> bool:
+    """Whether this veracrypt lists ``--stdin`` (read the password from standard input)."""
+    path = shutil.which(VERACRYPT) or VERACRYPT
+    if path not in _stdin_support:
+        try:
+            text = host.run([VERACRYPT, "--text", "--help"])
+        except host.HostError as exc:
+            text = str(exc)  # some releases print the help and exit non-zero
+        _stdin_support[path] = "--stdin" in text
+    return _stdin_support[path]
+
+
+class VeracryptBackend(CryptsetupBackend):
+    accepted_params = {
+        "encryption": "AES (default); Serpent, Twofish, Camellia, cascades like AES-Twofish-Serpent (cli)",
+        "hash": "header key derivation: SHA-512 (default), SHA-256; Whirlpool, Streebog, BLAKE2s-256 (cli)",
+        "pim": f"VeraCrypt PIM (default {DEFAULT_PIM}: fast, benchmark only; 0 = VeraCrypt's default)",
+        "mode": "kernel (dm-crypt, default) or fuse (VeraCrypt's own user-space crypto; cli only)",
+        "tool": "cli (the veracrypt program), native (our writer + cryptsetup) or auto (default)",
+    }
+
+    def __init__(self, spec: BackendSpec) -> None:
+        super().__init__(spec)
+        params = spec.param_dict
+        self.encryption = params.get("encryption", "AES")
+        self.hash = params.get("hash", "SHA-512")
+        try:
+            self.pim = int(params.get("pim", str(DEFAULT_PIM)))
+        except ValueError:
+            raise ValueError(f"veracrypt: pim must be a whole number, not {params['pim']!r}") from None
+        if self.pim < 0:
+            raise ValueError("veracrypt: pim must be 0 or more")
+        self.mode = params.get("mode", "kernel")
+        if self.mode not in ("kernel", "fuse"):
+            raise ValueError(f"veracrypt: mode must be kernel or fuse, not {self.mode!r}")
+        tool = params.get("tool", "auto")
+        if tool not in ("auto", "cli", "native"):
+            raise ValueError(f"veracrypt: tool must be auto, cli or native, not {tool!r}")
+        if tool == "auto":
+            tool = "cli" if shutil.which(VERACRYPT) else "native"
+        self.tool = tool
+        if not re.fullmatch(r"[A-Za-z0-9]+(-[A-Za-z0-9]+)*", self.encryption):
+            raise ValueError(f"veracrypt: bad encryption {self.encryption!r} (e.g. AES, AES-Twofish-Serpent)")
+        if self.hash not in CLI_HASHES:
+            raise ValueError(f"veracrypt: hash must be one of {', '.join(CLI_HASHES)}")
+
+    # ------------------------------------------------------------ checks
+    def problems(self, target: Target) -> list[str]:
+        if self.tool == "native":
+            found = super().problems(target)
+            if self.encryption not in NATIVE_ENCRYPTION:
+                found.append(
+                    f"veracrypt: encryption={self.encryption} needs the veracrypt program "
+                    f"(without it only {', '.join(NATIVE_ENCRYPTION)} is written natively)"
+                )
+            if self.hash not in ("SHA-512", "SHA-256"):
+                found.append(f"veracrypt: hash={self.hash} needs the veracrypt program")
+            if self.mode == "fuse":
+                found.append("veracrypt: mode=fuse needs the veracrypt program")
+            try:
+                import cryptography  # noqa: F401
+            except ImportError:
+                found.append("veracrypt: native format needs the Python package cryptography")
+            return found
+        found = target.problems() if target.kind == "container" else []
+        if target.kind != "container":
+            found.append(
+                "veracrypt: tool=cli supports the container target only (tool=native: partitions too)"
+            )
+        if shutil.which(VERACRYPT) is None:
+            found.append("veracrypt: tool=cli but the veracrypt program is not installed")
+        if self.mode == "kernel":
+            found += [p.replace("cryptsetup:", "veracrypt (kernel mode):") for p in device_mapper_problems()]
+        elif not Path("/dev/fuse").exists():
+            found.append("veracrypt: mode=fuse needs FUSE (/dev/fuse missing)")
+        elif not host.is_root():
+            found.append("veracrypt: needs root (losetup, mount)")
+        return found
+
+    def password(self, volume: Volume) -> bytes:
+        existing = volume.state.get("password_file")
+        if existing is None:
+            # printable: VeraCrypt limits passwords to 64 (128 since 1.26) ASCII characters
+            existing = volume.state["keys"].write_secret("password", secrets.token_urlsafe(32).encode())
+            volume.state["password_file"] = existing
+        return Path(existing).read_bytes()
+
+    # ------------------------------------------------------------ native: format + cryptsetup
+    def format(self, volume: Volume, device: Path) -> None:
+        if self.tool == "cli":
+            return
+        from .vcformat import write_volume
+
+        fd = os.open(device, os.O_RDWR)
+        try:
+            size = os.lseek(fd, 0, os.SEEK_END)
+            write_volume(fd, size, self.password(volume), self.hash, self.pim)
+        finally:
+            os.close(fd)
+
+    def open_command(self, volume: Volume, device: Path, name: str) -> tuple[list[str], bytes | None]:
+        argv = ["cryptsetup", "open", "--type", "tcrypt", "--veracrypt"]
+        if self.pim:
+            argv += ["--veracrypt-pim", str(self.pim)]  # a cost parameter, not a secret
+        argv += ["--hash", self.hash.lower().replace("-", ""), str(device), name]
+        return argv, self.password(volume) + b"\n"
+
+    # ------------------------------------------------------------ cli: the veracrypt program
+    def cli_common(self, password_args: list[str]) -> list[str]:
+        # --text must come first (VeraCrypt refuses it anywhere else)
+        return [VERACRYPT, "--text", "--non-interactive", *password_args, f"--pim={self.pim}", "--keyfiles="]
+
+    def cli_password(self, volume: Volume) -> tuple[list[str], bytes]:
+        """Arguments and stdin that give VeraCrypt the password: stdin when it can read it."""
+        password = self.password(volume)
+        if cli_reads_stdin():
+            return ["--stdin"], password + b"\n"
+        volume.state["password_in_argv"] = True
+        return [f"--password={password.decode()}"], b""
+
+    def cli_create_command(self, container: Path, size: int, password_args: list[str]) -> list[str]:
+        return [
+            *self.cli_common(password_args),
+            "--create", str(container), f"--size={size}", "--volume-type=normal",
+            f"--encryption={self.encryption}", f"--hash={self.hash}", "--filesystem=none",
+            "--random-source=/dev/urandom",
+        ]  # fmt: skip
+
+    def cli_map_command(self, container: Path, password_args: list[str]) -> list[str]:
+        argv = [*self.cli_common(password_args), "--protect-hidden=no", "--filesystem=none"]
+        if self.mode == "fuse":
+            argv.append("--mount-options=nokernelcrypto")
+        return [*argv, str(container)]
+
+    def cli_create(self, volume: Volume) -> Path:
+        container = volume.workdir / "container.img"
+        volume.created.path(container)
+        args, stdin = self.cli_password(volume)
+        host.run(self.cli_create_command(container, volume.target.size, args), input=stdin, timeout=600)
+        return container
+
+    def cli_map(self, volume: Volume, cleanup: host.Cleanup) -> Path:
+        container: Path = volume.state["container"]
+        # register first: a map that fails halfway may leave VeraCrypt's mapping behind
+        cleanup.push(
+            f"veracrypt --dismount {container}",
+            lambda: self.cli_unmap(container),
+            host.Resource("other", f"veracrypt volume {container}"),
+        )
+        args, stdin = self.cli_password(volume)
+        host.run(self.cli_map_command(container, args), input=stdin)
+        device = self.cli_device(container)
+        if self.mode == "fuse":
+            # VeraCrypt attaches its FUSE image without direct I/O: the page cache would answer reads
+            host.run(["losetup", "--direct-io=on", str(device)])
+            volume.state["loop_direct_io"] = host.loop_direct_io(device)
+        return device
+
+    def cli_device(self, container: Path) -> Path:
+        """The virtual device VeraCrypt made for ``container`` (``--list``: slot: file device mnt)."""
+        listing = host.run([VERACRYPT, "--text", "--non-interactive", "--list"])
+        for line in listing.splitlines():
+            fields = line.split()
+            if len(fields) >= 3 and os.path.realpath(fields[1]) == os.path.realpath(container):
+                return Path(fields[2])
+        raise host.HostError(f"veracrypt --list does not show {container}: {listing.strip()}")
+
+    def cli_unmap(self, container: Path) -> None:
+        try:
+            listing = host.run([VERACRYPT, "--text", "--non-interactive", "--list"])
+        except host.HostError:
+            return  # "No volumes mounted": nothing to do
+        if str(container) in listing:
+            host.run([VERACRYPT, "--text", "--non-interactive", "--dismount", str(container)])
+
+    # ------------------------------------------------------------ life cycle
+    def create(self, target: Target, workdir: Path) -> Volume:
+        if self.tool == "native":
+            return super().create(target, workdir)
+        volume = Volume(self, target, workdir)
+        try:
+            keys = workdir / "keys"
+            keys.mkdir(mode=0o700)
+            volume.created.path(keys)
+            volume.state["keys"] = host.PrivateDir(keys)
+            volume.state["container"] = self.cli_create(volume)
+            mapping = host.Cleanup()
+            device = self.cli_map(volume, mapping)
+            try:
+                make_ext4(device, label=self.fs_label)
+            finally:
+                mapping.release()
+        except Exception:
+            self.destroy(volume)
+            raise
+        return volume
+
+    def mount(self, volume: Volume) -> Path:
+        if self.tool == "native":
+            return super().mount(volume)
+        try:
+            device = self.cli_map(volume, volume.mounted)
+            root = mount_ext4(volume, device)
+            volume.data_dir = root / "data"
+            volume.data_dir.mkdir(exist_ok=True)
+        except Exception:
+            self.unmount(volume)
+            raise
+        return volume.data_dir
+
+    def describe(self, volume: Volume) -> dict[str, Any]:
+        info = super().describe(volume)
+        info.update(
+            encryption="veracrypt",
+            veracrypt_encryption=self.encryption,
+            hash=self.hash,
+            pim=self.pim,
+            tool=self.tool,
+            mode=self.mode if self.tool == "cli" else "kernel (cryptsetup tcrypt)",
+        )
+        if self.tool == "cli":
+            info["veracrypt"] = host.tool_version([VERACRYPT, "--text", "--version"])
+            info["password_in_argv"] = bool(volume.state.get("password_in_argv"))
+        return info
+
+
+__all__ = ["VeracryptBackend", "cli_reads_stdin", "mapping_name"]

@@ -1,0 +1,250 @@
+"""dm-crypt backends without device-mapper: exact cryptsetup command lines (recording stand-in),
+secret handling, parameter checks and problems()."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from pytest_encperf import host
+from pytest_encperf.backends import BackendSpec, Volume, dmcrypt, make_backend, parse_backend_list
+from pytest_encperf.targets import Target
+
+from .standin import StandIns
+
+
+@pytest.fixture
+def standins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StandIns:
+    tools = StandIns(tmp_path / "bin")
+    tools.add("cryptsetup")
+    monkeypatch.setenv("PATH", tools.path_env)
+    return tools
+
+
+def new_volume(spec: str, tmp_path: Path) -> tuple[dmcrypt.CryptsetupBackend, Volume]:
+    backend = make_backend(BackendSpec.parse(spec))
+    assert isinstance(backend, dmcrypt.CryptsetupBackend)
+    workdir = tmp_path / "volume"
+    workdir.mkdir(parents=True)
+    volume = Volume(backend, Target("container", tmp_path, 1 << 20), workdir)
+    keys = workdir / "keys"
+    keys.mkdir(mode=0o700)
+    volume.state["keys"] = host.PrivateDir(keys)
+    volume.state["device"] = Path("/dev/loop99")
+    return backend, volume
+
+
+def test_luks2_format_and_open_command_lines(standins: StandIns, tmp_path: Path) -> None:
+    spec = "luks2:cipher=aes-xts-plain64,key-size=512,hash=sha256,sector-size=4096,no-workqueue=1"
+    backend, volume = new_volume(spec, tmp_path)
+    backend.format(volume, Path("/dev/loop99"))
+    backend.open_mapping(volume, volume.created)
+    key = volume.state["key_file"]
+    name = volume.state["dm_name"]
+    assert name == f"encperf-{os.getpid()}-{name.rsplit('-', 1)[1]}"
+    fmt, opened = standins.calls("cryptsetup")
+    assert fmt.argv == [
+        "luksFormat", "--batch-mode", "--type", "luks2", "--cipher", "aes-xts-plain64",
+        "--key-size", "512", "--hash", "sha256", "--sector-size", "4096",
+        "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--key-file", str(key), "/dev/loop99",
+    ]  # fmt: skip
+    assert opened.argv == [
+        "open", "--type", "luks2", "--key-file", str(key),
+        "--perf-no_read_workqueue", "--perf-no_write_workqueue", "/dev/loop99", name,
+    ]  # fmt: skip
+    # the key: 64 random bytes in a 0600 file in a 0700 directory, never on a command line
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert stat.S_IMODE(key.parent.stat().st_mode) == 0o700
+    secret = key.read_bytes()
+    assert len(secret) == 64
+    assert all(secret.hex() not in " ".join(c.argv) for c in standins.calls())
+    # the mapping was registered for cleanup before cryptsetup ran
+    assert host.Resource("dm", name) in volume.created.resources
+
+
+def test_luks_alias_and_luks1_with_perf_flags(standins: StandIns, tmp_path: Path) -> None:
+    backend, volume = new_volume("luks", tmp_path)
+    assert backend.luks_type == "luks2"
+    backend, volume = new_volume("luks1:same-cpu-crypt=1,submit-from-crypt-cpus=yes", tmp_path / "x")
+    backend.format(volume, Path("/dev/loop99"))
+    backend.open_mapping(volume, volume.created)
+    fmt, opened = standins.calls("cryptsetup")
+    assert fmt.argv[:5] == ["luksFormat", "--batch-mode", "--type", "luks1", "--pbkdf"]
+    assert opened.argv[3:] == [
+        "--key-file", str(volume.state["key_file"]),
+        "--perf-same_cpu_crypt", "--perf-submit_from_crypt_cpus", "/dev/loop99", volume.state["dm_name"],
+    ]  # fmt: skip
+
+
+def test_luks2_integrity_formats_with_dm_integrity(standins: StandIns, tmp_path: Path) -> None:
+    backend, volume = new_volume("luks2:integrity=hmac-sha256", tmp_path)
+    backend.format(volume, Path("/dev/loop99"))
+    argv = standins.calls("cryptsetup")[0].argv
+    assert argv[argv.index("--integrity") + 1] == "hmac-sha256"
+    assert "--integrity-no-wipe" in argv
+
+
+def test_dm_plain_open_reads_exactly_the_key(standins: StandIns, tmp_path: Path) -> None:
+    backend, volume = new_volume(
+        "dm-plain:cipher=serpent-xts-plain64,key-size=256,sector-size=4096", tmp_path
+    )
+    backend.format(volume, Path("/dev/loop99"))  # no header: nothing to run
+    assert standins.calls() == []
+    backend.open_mapping(volume, volume.created)
+    (opened,) = standins.calls("cryptsetup")
+    assert opened.argv == [
+        "open", "--type", "plain", "--batch-mode", "--cipher", "serpent-xts-plain64",
+        "--key-size", "256", "--key-file", str(volume.state["key_file"]), "--keyfile-size", "32",
+        "--sector-size", "4096", "/dev/loop99", volume.state["dm_name"],
+    ]  # fmt: skip
+
+
+def test_tcrypt_password_on_stdin_keyfiles_pim_hidden(standins: StandIns, tmp_path: Path) -> None:
+    password = tmp_path / "pw"
+    password.write_text("cccccccccccccccccccc\n")
+    image = tmp_path / "vc.img"
+    image.write_bytes(b"x")
+    spec = (
+        f"tcrypt:image={image},password-file={password},veracrypt-pim=1234,hash=sha512,"
+        f"hidden=1,keyfiles={tmp_path}/k1:{tmp_path}/k2"
+    )
+    backend, volume = new_volume(spec, tmp_path / "v")
+    backend.open_mapping(volume, volume.created)
+    (opened,) = standins.calls("cryptsetup")
+    assert opened.argv == [
+        "open", "--type", "tcrypt", "--veracrypt", "--veracrypt-pim", "1234", "--hash", "sha512",
+        "--tcrypt-hidden", "--key-file", f"{tmp_path}/k1", "--key-file", f"{tmp_path}/k2",
+        "/dev/loop99", volume.state["dm_name"],
+    ]  # fmt: skip
+    assert opened.stdin == "cccccccccccccccccccc\n"
+    assert "cccc" not in " ".join(opened.argv)
+
+
+def test_bitlk_recovery_key_on_stdin(standins: StandIns, tmp_path: Path) -> None:
+    recovery = tmp_path / "rk"
+    recovery.write_text("111111-222222-333333-444444-555555-666666-777777-888888")
+    image = tmp_path / "bl.img"
+    image.write_bytes(b"x")
+    backend, volume = new_volume(f"bitlk:image={image},recovery-key-file={recovery}", tmp_path / "v")
+    backend.open_mapping(volume, volume.created)
+    (opened,) = standins.calls("cryptsetup")
+    assert opened.argv == ["open", "--type", "bitlk", "/dev/loop99", volume.state["dm_name"]]
+    assert opened.stdin == recovery.read_text() + "\n"
+
+
+def test_failed_open_still_closes_the_mapping_name(
+    standins: StandIns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STANDIN_EXIT_CRYPTSETUP", "2")
+    backend, volume = new_volume("luks2", tmp_path)
+    with pytest.raises(host.HostError, match=r"cryptsetup open .*exit 2"):
+        backend.open_mapping(volume, volume.created)
+    assert host.Resource("dm", volume.state["dm_name"]) in volume.created.resources
+    volume.created.release()  # nothing mapped: closing is a no-op, not an error
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("luks1:sector-size=4096", "luks1: sector-size needs LUKS2"),
+        ("luks1:integrity=hmac-sha256", "luks1: integrity needs LUKS2"),
+        ("luks2:sector-size=3000", "sector-size must be 512, 1024, 2048 or 4096"),
+        ("luks2:key-size=big", "key-size must be a whole number"),
+        ("luks2:no-workqueue=maybe", "no-workqueue must be 1 or 0"),
+        ("luks2:pbkdf=argon2id", "has no parameter 'pbkdf'"),
+        ("dm-plain:key-size=1000", "dm-plain: key-size must be a multiple of 8"),
+        ("tcrypt:image=/x", "tcrypt: give password-file"),
+        ("tcrypt:password-file=/p", "give exactly one of image=FILE or device="),
+        ("tcrypt:image=/x,password-file=/p,veracrypt-pim=high", "veracrypt-pim must be a whole number"),
+        ("bitlk:image=/x", "bitlk: give exactly one of password-file"),
+    ],
+)
+def test_bad_parameters_name_the_rule(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_backend_list(spec)
+
+
+def test_auto_includes_dm_crypt_family_but_not_aliases_or_existing_volumes() -> None:
+    names = [str(s) for s in parse_backend_list("auto")]
+    assert {"luks2", "luks1", "dm-plain"} <= set(names)
+    assert not {"luks", "tcrypt", "bitlk", "plain"} & set(names)
+
+
+def test_problems_name_missing_device_mapper_cryptsetup_and_root(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    has_dm = "device-mapper" in Path("/proc/misc").read_text()
+    reasons = dmcrypt.device_mapper_problems()
+    no_dm = "cryptsetup: kernel has no device-mapper (device-mapper not in /proc/misc)"
+    assert (no_dm in reasons) is not has_dm
+    monkeypatch.setattr(host, "is_root", lambda: False)
+    monkeypatch.setattr(host, "missing_tools", lambda *names: [n for n in names if n != "mkfs.ext4"])
+    reasons = dmcrypt.device_mapper_problems()
+    assert "cryptsetup: needs root (device-mapper, losetup, mount)" in reasons
+    assert "cryptsetup: not installed (Debian package cryptsetup-bin)" in reasons
+
+
+def test_problems_name_missing_dm_crypt_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_read_text = Path.read_text
+
+    def fake_read_text(self: Path, *args: object, **kwargs: object) -> str:
+        if str(self) == "/proc/misc":
+            return "236 device-mapper\n"
+        if str(self) == "/proc/modules":
+            return "loop 32768 0 - Live 0x0\n"
+        return real_read_text(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    def fake_run(argv: list[str], **kwargs: object) -> str:
+        if argv[:2] == ["dmsetup", "targets"]:
+            return "striped v1.6.0\nlinear v1.4.0\n"
+        raise host.HostError(f"{argv[0]}: exit 1: not found")
+
+    monkeypatch.setattr(Path, "read_text", fake_read_text)
+    monkeypatch.setattr(host, "run", fake_run)
+    monkeypatch.setattr(host, "missing_tools", lambda *names: [])
+    monkeypatch.setattr(host, "is_root", lambda: True)
+    assert dmcrypt.device_mapper_problems() == [
+        "cryptsetup: kernel has no dm-crypt target (crypt not in dmsetup targets, no dm_crypt module)"
+    ]
+
+
+def test_directory_target_is_refused() -> None:
+    backend = make_backend(BackendSpec("luks2"))
+    reasons = backend.problems(Target("directory", Path("/var/tmp"), 1 << 20))
+    assert "luks2: needs a block device (--encperf-target=container or partition)" in reasons
+
+
+def test_tcrypt_device_needs_the_allowed_partition(tmp_path: Path) -> None:
+    password = tmp_path / "pw"
+    password.write_text("x")
+    backend = make_backend(BackendSpec.parse(f"tcrypt:device=/dev/sdz9,password-file={password}"))
+    reasons = backend.problems(Target("container", tmp_path, 1 << 20))
+    assert any("--encperf-allow-destroy=/dev/sdz9" in r for r in reasons)
+    allowed = Target("partition", tmp_path, 1 << 20, device=Path("/dev/sdz9"))
+    assert not any("allow-destroy" in r for r in backend.problems(allowed))
+
+
+def test_cleanup_dm_records_resource_and_is_a_no_op_when_absent() -> None:
+    cleanup = host.Cleanup()
+    cleanup.dm("encperf-test-never-mapped")
+    assert cleanup.resources == [host.Resource("dm", "encperf-test-never-mapped")]
+    cleanup.release()
+    assert len(cleanup) == 0
+
+
+@pytest.mark.skipif("device-mapper" in Path("/proc/misc").read_text(), reason="host has device-mapper")
+def test_session_skips_luks2_with_the_exact_reason(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_bench="def test_w(encperf, encperf_workload):\n    encperf.run(encperf_workload)\n"
+    )
+    result = pytester.runpytest(
+        "--encperf-backends=luks2", "--encperf-size=1MiB", "-k", "SEQ1M-Q1T1", "-rs", "-p", "no:cacheprovider"
+    )
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("skipped", 0) >= 1 and "passed" not in outcomes and "failed" not in outcomes
+    result.stdout.fnmatch_lines(
+        ["*cryptsetup: kernel has no device-mapper (device-mapper not in /proc/misc)*"]
+    )

@@ -1,0 +1,351 @@
+"""Real dm-crypt volumes: LUKS2, LUKS1, plain dm-crypt, TrueCrypt/VeraCrypt and BitLocker images.
+
+They need device-mapper with dm_crypt. Where the host kernel has none (this project's CI),
+``test_uml_lane.py`` runs this file inside a user-mode Linux kernel; elsewhere each test
+skips with the backend's own problems() reason.
+"""
+
+from __future__ import annotations
+
+import configparser
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_encperf import host
+from pytest_encperf.backends import BackendSpec, make_backend
+from pytest_encperf.backends.dmcrypt import CryptsetupBackend, device_mapper_problems, status
+from pytest_encperf.runner import open_volume
+from pytest_encperf.targets import Target, container_size
+from pytest_encperf.workloads import MiB
+
+pytestmark = [pytest.mark.integration, pytest.mark.dmcrypt]
+
+TESTDATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "testdata" / "cryptsetup"
+TESTDATA = Path(os.environ.get("ENCPERF_CRYPTSETUP_TESTDATA", TESTDATA))
+MARKER = b"ENCPERF-PLAINTEXT-MARKER-5d1e42"
+TC_PASSWORD = "aaaaaaaaaaaa"
+PIM_PASSWORD = "cccccccccccccccccccc"
+
+
+def our_mappings() -> list[str]:
+    mapper = Path("/dev/mapper")
+    return sorted(p.name for p in mapper.glob(f"encperf-{os.getpid()}-*")) if mapper.is_dir() else []
+
+
+@pytest.fixture(autouse=True)
+def needs_dm_crypt() -> None:
+    reasons = device_mapper_problems()
+    if reasons:
+        pytest.skip("; ".join(reasons))
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    """A directory on a disk (not tmpfs), checked for leftovers of ours when the test ends."""
+    base = Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
+    path = Path(tempfile.mkdtemp(prefix="encperf-dm-", dir=base))
+    yield path
+    assert host.mounts_under(path) == [], "mount left behind"
+    assert host.loops_backed_by(path) == [], "loop device left behind"
+    assert our_mappings() == [], "dm mapping left behind"
+
+    shutil.rmtree(path)
+
+
+@pytest.fixture
+def target(scratch: Path) -> Target:
+    return Target("container", scratch, container_size(16 * MiB))
+
+
+def extract(archive: str, member: str, into: Path) -> Path:
+    """One member of a shared test archive (GNU tar keeps the BitLocker images sparse)."""
+    subprocess.run(["tar", "-xJf", str(TESTDATA / archive), "-C", str(into), member], check=True)
+    return into / member
+
+
+def write_secret(directory: Path, name: str, text: str) -> Path:
+    path = directory / name
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "luks2",
+        "luks1",
+        "dm-plain",
+        "luks2:cipher=aes-xts-plain64,key-size=256,sector-size=4096,no-workqueue=1",
+        "luks1:cipher=serpent-xts-plain64,hash=sha256,same-cpu-crypt=1,submit-from-crypt-cpus=1",
+    ],
+)
+def test_create_mount_write_remount_read_destroy(spec: str, target: Target, scratch: Path) -> None:
+    backend = make_backend(BackendSpec.parse(spec))
+    workdir = scratch / "volume"
+    mounted = open_volume(backend, target, workdir)
+    volume = mounted.volume
+    try:
+        name = volume.state["dm_name"]
+        assert (Path("/dev/mapper") / name).exists()
+        info = mounted.description
+        assert info["cipher"] == backend.spec.param_dict.get("cipher", "aes-xts-plain64")
+        if "sector-size=4096" in spec:
+            assert info["sector_size"] == "4096"
+        if "no-workqueue=1" in spec:
+            assert "no_read_workqueue" in info["flags"] and "no_write_workqueue" in info["flags"]
+        if "same-cpu-crypt=1" in spec:
+            assert "same_cpu_crypt" in info["flags"]
+        payload = MARKER * 8192
+        (mounted.data_dir / "marker").write_bytes(payload)
+        with (mounted.data_dir / "marker").open("rb+") as handle:
+            os.fsync(handle.fileno())
+        backend.unmount(volume)
+        assert not (Path("/dev/mapper") / name).exists(), "unmount must close the mapping"
+        assert MARKER not in (workdir / "container.img").read_bytes(), "plaintext on the disk"
+        data_dir = backend.mount(volume)
+        assert (data_dir / "marker").read_bytes() == payload
+    finally:
+        backend.destroy(volume)
+    assert not (workdir / "container.img").exists()
+    backend.destroy(volume)  # idempotent
+
+
+@pytest.mark.parametrize("step", ["format", "open", "mkfs", "mount"])
+def test_failure_at_each_step_leaves_nothing(
+    step: str, target: Target, scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_encperf.backends import dmcrypt, ext4
+
+    backend = make_backend(BackendSpec("luks2"))
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise host.HostError(f"injected failure at {step}")
+
+    if step == "format":
+        monkeypatch.setattr(dmcrypt.LuksBackend, "format", broken)
+    elif step == "open":
+        real_run = host.run
+
+        def run(argv: list[str], **kwargs: object) -> str:
+            out = real_run(argv, **kwargs)  # type: ignore[arg-type]
+            if argv[:2] == ["cryptsetup", "open"]:
+                raise host.HostError("injected failure at open (after the mapping exists)")
+            return out
+
+        monkeypatch.setattr(host, "run", run)
+    elif step == "mkfs":
+        monkeypatch.setattr(dmcrypt, "make_ext4", broken)
+    else:
+        monkeypatch.setattr(ext4.host, "mount", broken)
+    with pytest.raises(Exception, match="injected failure"):
+        open_volume(backend, target, scratch / "volume")
+    # the scratch fixture asserts no mount, loop device or mapping remains
+
+
+@pytest.mark.parametrize(
+    ("image", "password", "params"),
+    [
+        # hash= spares cryptsetup trying every KDF (VeraCrypt's are slow by design)
+        ("vc_1-sha512-xts-aes", TC_PASSWORD, ",hash=sha512"),
+        ("vc_1-sha512-xts-aes-twofish-serpent", TC_PASSWORD, ",hash=sha512"),
+        ("tc_5-sha512-xts-aes", TC_PASSWORD, ",veracrypt=0,hash=sha512"),
+        ("vcpim_1_1234-sha256-xts-aes", PIM_PASSWORD, ",veracrypt-pim=1234,hash=sha256"),
+        ("vc_1-sha512-xts-aes-hidden", "bbbbbbbbbbbb", ",hidden=1,hash=sha512"),
+    ],
+)
+def test_tcrypt_opens_shared_truecrypt_and_veracrypt_images(
+    image: str, password: str, params: str, scratch: Path
+) -> None:
+    """The images are too small for ext4 (a few hundred KiB): open, read, close."""
+    path = extract("tcrypt-images.tar.xz", f"tcrypt-images/{image}", scratch)
+    secret = write_secret(scratch, "password", password + "\n")
+    backend = make_backend(BackendSpec.parse(f"tcrypt:image={path},password-file={secret}{params}"))
+    assert isinstance(backend, CryptsetupBackend)
+    assert backend.problems(Target("container", scratch, 1)) == []
+    volume_dir = scratch / "volume"
+    volume_dir.mkdir()
+    from pytest_encperf.backends import Volume
+
+    volume = Volume(backend, Target("container", scratch, 1), volume_dir)
+    try:
+        volume.state["device"] = backend.prepare_device(volume)
+        mapped = backend.open_mapping(volume, volume.mounted)
+        info = status(volume.state["dm_name"])
+        assert info["type"] == "TCRYPT"
+        expected_cipher = image.split("-xts-")[-1].removesuffix("-hidden").split("-")
+        assert all(part in info["cipher"] for part in expected_cipher), info["cipher"]
+        assert len(mapped.read_bytes()) > 0
+    finally:
+        backend.destroy(volume)
+    assert not any(volume_dir.iterdir())
+
+
+def test_tcrypt_wrong_password_fails_and_leaves_nothing(scratch: Path) -> None:
+    path = extract("tcrypt-images.tar.xz", "tcrypt-images/tc_5-sha512-xts-aes", scratch)
+    secret = write_secret(scratch, "password", "wrong password")
+    spec = f"tcrypt:image={path},password-file={secret},hash=sha512,veracrypt=0"  # quick to reject
+    backend = make_backend(BackendSpec.parse(spec))
+    with pytest.raises(Exception, match="cryptsetup open"):
+        open_volume(backend, Target("container", scratch, 1), scratch / "volume")
+
+
+def bitlk_config(scratch: Path) -> configparser.ConfigParser:
+    conf = configparser.ConfigParser()
+    conf.optionxform = str  # type: ignore[assignment,method-assign]
+    conf.read(extract("bitlk-images.tar.xz", "bitlk-images/images.conf", scratch))
+    return conf
+
+
+@pytest.mark.parametrize("secret_kind", ["password-file", "recovery-key-file"])
+def test_bitlk_opens_shared_image_with_the_right_content(secret_kind: str, scratch: Path) -> None:
+    conf = bitlk_config(scratch)["bitlk-aes-xts-128"]
+    path = extract("bitlk-images.tar.xz", "bitlk-images/bitlk-aes-xts-128.img", scratch)
+    secret = write_secret(scratch, "secret", conf["PW"] if secret_kind == "password-file" else conf["RP"])
+    backend = make_backend(BackendSpec.parse(f"bitlk:image={path},{secret_kind}={secret}"))
+    assert isinstance(backend, CryptsetupBackend)
+    from pytest_encperf.backends import Volume
+
+    volume_dir = scratch / "volume"
+    volume_dir.mkdir()
+    volume = Volume(backend, Target("container", scratch, 1), volume_dir)
+    try:
+        volume.state["device"] = backend.prepare_device(volume)
+        mapped = backend.open_mapping(volume, volume.mounted)
+        assert status(volume.state["dm_name"])["type"] == "BITLK"
+        digest = hashlib.sha256()
+        with mapped.open("rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+        assert digest.hexdigest() == conf["SHA256SUM"]  # cryptsetup's own test checks the same
+    finally:
+        backend.destroy(volume)
+
+
+def test_bitlk_full_volume_life_cycle(scratch: Path) -> None:
+    conf = bitlk_config(scratch)["bitlk-aes-xts-128"]
+    path = extract("bitlk-images.tar.xz", "bitlk-images/bitlk-aes-xts-128.img", scratch)
+    secret = write_secret(scratch, "secret", conf["PW"])
+    original = hashlib.sha256(path.read_bytes()).hexdigest()
+    backend = make_backend(BackendSpec.parse(f"bitlk:image={path},password-file={secret}"))
+    mounted = open_volume(backend, Target("container", scratch, 1), scratch / "volume")
+    try:
+        (mounted.data_dir / "marker").write_bytes(MARKER * 1024)
+        assert mounted.description["cipher"].startswith("aes-xts-plain64")
+        backend.unmount(mounted.volume)
+        assert MARKER not in (scratch / "volume" / "container.img").read_bytes()
+        assert (backend.mount(mounted.volume) / "marker").read_bytes() == MARKER * 1024
+    finally:
+        backend.destroy(mounted.volume)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == original, "the user's image was modified"
+
+
+@pytest.mark.parametrize("spec", ["veracrypt:tool=native", "veracrypt:tool=native,hash=SHA-256,pim=2"])
+def test_native_veracrypt_volume_life_cycle_and_tcrypt_dump(spec: str, target: Target, scratch: Path) -> None:
+    """Our VeraCrypt-format writer, opened by cryptsetup's tcrypt code and checked by tcryptDump."""
+    from pytest_encperf.backends.vcformat import DATA_OFFSET, SECTOR
+
+    backend = make_backend(BackendSpec.parse(spec))
+    workdir = scratch / "volume"
+    mounted = open_volume(backend, target, workdir)
+    volume = mounted.volume
+    try:
+        assert mounted.description["type"] == "TCRYPT"
+        assert mounted.description["cipher"] == "aes-xts-plain64"
+        (mounted.data_dir / "marker").write_bytes(MARKER * 1024)
+        password = volume.state["password_file"].read_bytes()
+        pim = str(backend.spec.param_dict.get("pim", "1"))
+        hash_name = "sha256" if "SHA-256" in spec else "sha512"
+        dump = host.run(
+            ["cryptsetup", "tcryptDump", "--veracrypt", "--veracrypt-pim", pim, "--hash", hash_name,
+             str(volume.state["device"])],
+            input=password + b"\n",
+        )  # fmt: skip
+        fields = dict(line.split(":", 1) for line in dump.splitlines() if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        assert f"VERACRYPT header information for {volume.state['device']}" in dump, dump
+        assert fields["Version"] == "5", dump
+        assert fields["Cipher chain"] == "aes", dump
+        assert fields["Cipher mode"] == "xts-plain64", dump
+        assert fields["PBKDF2 hash"] == hash_name, dump
+        assert fields["Sector size"] == str(SECTOR), dump
+        assert int(fields["MK offset"]) == DATA_OFFSET, dump
+        assert fields["MK bits"] == "512", dump
+        backend.unmount(volume)
+        assert MARKER not in (workdir / "container.img").read_bytes()
+        assert (backend.mount(volume) / "marker").read_bytes() == MARKER * 1024
+    finally:
+        backend.destroy(volume)
+
+
+@pytest.mark.skipif(
+    not shutil.which("veracrypt"), reason="veracrypt program not installed (tool=cli untested here)"
+)
+@pytest.mark.parametrize("mode", ["kernel", "fuse"])
+def test_veracrypt_cli_volume_life_cycle(mode: str, target: Target, scratch: Path) -> None:
+    backend = make_backend(
+        BackendSpec.parse(f"veracrypt:tool=cli,mode={mode},encryption=AES-Twofish-Serpent")
+    )
+    mounted = open_volume(backend, target, scratch / "volume")
+    try:
+        (mounted.data_dir / "marker").write_bytes(MARKER * 1024)
+        if mode == "fuse":
+            assert mounted.description["loop_direct_io"] is True
+        backend.unmount(mounted.volume)
+        assert MARKER not in (scratch / "volume" / "container.img").read_bytes()
+        assert (backend.mount(mounted.volume) / "marker").read_bytes() == MARKER * 1024
+    finally:
+        backend.destroy(mounted.volume)
+
+
+def test_luks2_on_a_partition_target(scratch: Path) -> None:
+    """A loop device standing in for a partition named with --encperf-device."""
+    image = scratch / "disk.img"
+    with image.open("wb") as handle:
+        handle.truncate(96 * MiB)  # a volume for 16 MiB workloads needs 80
+    loop = host.attach_loop(image, direct_io=True)
+    try:
+        target = Target("partition", scratch, 16 * MiB, device=loop.path)
+        backend = make_backend(BackendSpec("luks2"))
+        mounted = open_volume(backend, target, scratch / "volume")
+        try:
+            assert mounted.volume.state["device"] == loop.path
+            (mounted.data_dir / "marker").write_bytes(MARKER * 1024)
+            # while open, the partition is held by our dm-crypt mapping: refused to anyone else
+            assert "partition rule 'not in use'" in " ".join(target.problems())
+        finally:
+            backend.destroy(mounted.volume)
+        assert subprocess.run(["cryptsetup", "isLuks", str(loop.path)]).returncode != 0, (
+            "LUKS header not wiped"
+        )
+        assert MARKER not in image.read_bytes()
+    finally:
+        host.detach_loop(loop.path, image)
+
+
+def test_full_session_with_dm_crypt_backends(pytester: pytest.Pytester, scratch: Path) -> None:
+    """The plugin end to end: pytest --encperf-backends=luks2,dm-plain,veracrypt."""
+    pytester.makepyfile(
+        test_bench="def test_w(encperf, encperf_workload):\n    encperf.run(encperf_workload)"
+    )
+    result = pytester.runpytest(
+        f"--encperf-dir={scratch}",
+        "--encperf-backends=luks2:no-workqueue=1,dm-plain,veracrypt",
+        "--encperf-size=2MiB",
+        "--encperf-runtime=0.05",
+        "--encperf-rounds=1",
+        "-k",
+        "SEQ1M-Q1T1",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(["*plain (baseline)*", "*luks2:no-workqueue=1*", "*dm-plain*", "*veracrypt*"])
+    assert list(scratch.glob("encperf-*")) == [], "run directory left behind"

@@ -1,0 +1,65 @@
+"""The real-kernel lane: the dm-crypt tests inside user-mode Linux (see tests/uml.py).
+
+Runs where the host kernel has no device-mapper (this project's CI); where it has one, the
+same tests run directly and this lane is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from . import uml
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[1]
+LANE_TESTS = ["tests/test_dmcrypt_integration.py"]
+# Each must have run and passed in the guest: the lane is worthless if they all skip.
+MUST_PASS = [
+    "test_create_mount_write_remount_read_destroy[luks2]",
+    "test_create_mount_write_remount_read_destroy[luks1]",
+    "test_create_mount_write_remount_read_destroy[dm-plain]",
+    "test_tcrypt_opens_shared_truecrypt_and_veracrypt_images[vc_1-sha512-xts-aes-aaaaaaaaaaaa-,hash=sha512]",
+    "test_bitlk_opens_shared_image_with_the_right_content[recovery-key-file]",
+    "test_native_veracrypt_volume_life_cycle_and_tcrypt_dump[veracrypt:tool=native]",
+    "test_luks2_on_a_partition_target",
+    "test_full_session_with_dm_crypt_backends",
+]
+
+
+def junit_outcomes(path: Path) -> dict[str, str]:
+    outcomes = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome = child.tag
+        outcomes[case.get("name", "")] = outcome
+    return outcomes
+
+
+def test_dm_crypt_tests_pass_inside_user_mode_linux(record_property: pytest.RecordProperty) -> None:
+    if uml.in_guest():
+        pytest.skip("already inside the UML guest")
+    if "device-mapper" in Path("/proc/misc").read_text():
+        pytest.skip("host kernel has device-mapper: the dm-crypt tests run directly")
+    reasons = uml.problems()
+    if reasons:
+        pytest.skip("; ".join(reasons))
+    base = Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
+    with tempfile.TemporaryDirectory(prefix="encperf-uml-", dir=base) as workdir:
+        result = uml.run_pytest(["-q", *LANE_TESTS], Path(workdir), cwd=REPO, timeout=900)
+        record_property("uml_lane_seconds", round(result.seconds, 1))
+        print(f"UML lane: {result.seconds:.1f} s wall time")
+        detail = (
+            f"\n--- guest console ---\n{result.console[-6000:]}\n--- kernel ---\n{result.kernel_log[-3000:]}"
+        )
+        assert result.exitcode == 0, f"pytest in the guest exited {result.exitcode}{detail}"
+        outcomes = junit_outcomes(result.junit)
+    not_passed = {name: outcomes.get(name, "missing") for name in MUST_PASS if outcomes.get(name) != "passed"}
+    assert not_passed == {}, f"{not_passed}{detail}"

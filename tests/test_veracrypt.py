@@ -1,0 +1,214 @@
+"""VeraCrypt: our volume format against real VeraCrypt images, and the veracrypt CLI's exact
+command lines through a recording stand-in."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pytest_encperf import host
+from pytest_encperf.backends import BackendSpec, Volume, make_backend, vcformat, veracrypt
+from pytest_encperf.targets import Target
+
+from .standin import StandIns
+
+TESTDATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "testdata" / "cryptsetup"
+TESTDATA = Path(os.environ.get("ENCPERF_CRYPTSETUP_TESTDATA", TESTDATA))
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    archive = TESTDATA / "tcrypt-images.tar.xz"
+    if not archive.exists():
+        pytest.skip(f"shared test images missing: {archive}")
+    into = tmp_path_factory.mktemp("tcrypt")
+    members = ["tcrypt-images/vc_1-sha512-xts-aes", "tcrypt-images/vcpim_1_1234-sha256-xts-aes"]
+    subprocess.run(["tar", "-xJf", str(archive), "-C", str(into), *members], check=True)
+    return into / "tcrypt-images"
+
+
+def test_iteration_rule() -> None:
+    assert vcformat.iterations("SHA-512", None) == 500_000
+    assert vcformat.iterations("SHA-512", 0) == 500_000
+    assert vcformat.iterations("SHA-256", 1234) == 15_000 + 1234 * 1000
+    assert vcformat.iterations("SHA-512", 1) == 16_000
+
+
+@pytest.mark.parametrize(
+    ("image", "password", "hash_name", "pim"),
+    [
+        ("vc_1-sha512-xts-aes", b"aaaaaaaaaaaa", "SHA-512", None),
+        ("vcpim_1_1234-sha256-xts-aes", b"cccccccccccccccccccc", "SHA-256", 1234),
+    ],
+)
+def test_our_parser_decrypts_real_veracrypt_headers(
+    images: Path, image: str, password: bytes, hash_name: str, pim: int | None
+) -> None:
+    raw = (images / image).read_bytes()
+    primary = vcformat.decrypt_header(raw[:512], password, hash_name, pim)
+    backup_at = len(raw) - vcformat.BACKUP_AREA
+    backup = vcformat.decrypt_header(raw[backup_at : backup_at + 512], password, hash_name, pim)
+    assert primary.version == 5 and primary.sector_size == 512 and primary.hidden_volume_size == 0
+    assert primary.data_offset == vcformat.DATA_OFFSET
+    assert primary.volume_size == len(raw) - vcformat.DATA_OFFSET - vcformat.BACKUP_AREA
+    assert backup.master_keys == primary.master_keys
+    with pytest.raises(vcformat.FormatError, match="no VERA magic"):
+        vcformat.decrypt_header(raw[:512], b"wrong", hash_name, pim)
+
+
+def test_written_volume_round_trips(tmp_path: Path) -> None:
+    path = tmp_path / "vol"
+    size = 1 << 20
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.ftruncate(fd, size)
+        written = vcformat.write_volume(fd, size, b"benchmark-password", "SHA-512", 1)
+    finally:
+        os.close(fd)
+    raw = path.read_bytes()
+    assert len(raw) == size
+    primary = vcformat.decrypt_header(raw[:512], b"benchmark-password", "SHA-512", 1)
+    backup = vcformat.decrypt_header(
+        raw[size - vcformat.BACKUP_AREA :][:512], b"benchmark-password", "SHA-512", 1
+    )
+    assert primary == written == backup
+    assert raw[:64] != raw[size - vcformat.BACKUP_AREA :][:64], "backup header needs its own salt"
+    assert primary.volume_size == size - 256 * 1024
+    with pytest.raises(vcformat.FormatError):
+        vcformat.decrypt_header(raw[:512], b"benchmark-password", "SHA-512", 2)  # PIM matters
+
+
+def test_native_backend_opens_with_cryptsetup_tcrypt_veracrypt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tools = StandIns(tmp_path / "bin")
+    tools.add("cryptsetup")
+    monkeypatch.setenv("PATH", tools.path_env)
+    backend = make_backend(BackendSpec.parse("veracrypt:tool=native,pim=3"))
+    workdir = tmp_path / "v"
+    (workdir / "keys").mkdir(parents=True, mode=0o700)
+    volume = Volume(backend, Target("container", tmp_path, 1 << 20), workdir)
+    volume.state["keys"] = host.PrivateDir(workdir / "keys")
+    volume.state["device"] = Path("/dev/loop98")
+    assert isinstance(backend, veracrypt.VeracryptBackend)
+    backend.open_mapping(volume, volume.created)
+    (call,) = tools.calls("cryptsetup")
+    assert call.argv == [
+        "open", "--type", "tcrypt", "--veracrypt", "--veracrypt-pim", "3", "--hash", "sha512",
+        "/dev/loop98", volume.state["dm_name"],
+    ]  # fmt: skip
+    password_file = volume.state["password_file"]
+    assert call.stdin == password_file.read_text() + "\n"
+    assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
+
+
+@pytest.fixture
+def fake_veracrypt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StandIns:
+    tools = StandIns(tmp_path / "bin")
+    tools.add("veracrypt")
+    tools.add("losetup")
+    monkeypatch.setenv("PATH", tools.path_env)
+    monkeypatch.setattr(veracrypt, "_stdin_support", {})
+    return tools
+
+
+def cli_volume(spec: str, tmp_path: Path) -> tuple[veracrypt.VeracryptBackend, Volume]:
+    backend = make_backend(BackendSpec.parse(spec))
+    assert isinstance(backend, veracrypt.VeracryptBackend)
+    workdir = tmp_path / "vol"
+    (workdir / "keys").mkdir(parents=True, mode=0o700)
+    volume = Volume(backend, Target("container", tmp_path, 64 << 20), workdir)
+    volume.state["keys"] = host.PrivateDir(workdir / "keys")
+    return backend, volume
+
+
+def test_cli_is_chosen_when_installed(fake_veracrypt: StandIns) -> None:
+    assert make_backend(BackendSpec("veracrypt")).tool == "cli"  # type: ignore[attr-defined]
+
+
+def test_cli_create_and_map_with_password_on_stdin(
+    fake_veracrypt: StandIns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STANDIN_STDOUT_VERACRYPT", "  --stdin  Read password from standard input\n")
+    backend, volume = cli_volume("veracrypt:encryption=AES-Twofish-Serpent,hash=SHA-512,pim=5", tmp_path)
+    container = backend.cli_create(volume)
+    volume.state["container"] = container
+    monkeypatch.setenv("STANDIN_STDOUT_VERACRYPT", f"1: {container} /dev/mapper/veracrypt1 - \n")
+    device = backend.cli_map(volume, volume.mounted)
+    assert device == Path("/dev/mapper/veracrypt1")
+    calls = fake_veracrypt.calls("veracrypt")
+    password = volume.state["password_file"].read_text()
+    create = next(c for c in calls if "--create" in c.argv)
+    assert create.argv == [
+        "--text", "--non-interactive", "--stdin", "--pim=5", "--keyfiles=",
+        "--create", str(container), f"--size={64 << 20}", "--volume-type=normal",
+        "--encryption=AES-Twofish-Serpent", "--hash=SHA-512", "--filesystem=none",
+        "--random-source=/dev/urandom",
+    ]  # fmt: skip
+    assert create.stdin == password + "\n"
+    mapped = next(c for c in calls if str(container) in c.argv and "--create" not in c.argv)
+    assert mapped.argv == [
+        "--text", "--non-interactive", "--stdin", "--pim=5", "--keyfiles=",
+        "--protect-hidden=no", "--filesystem=none", str(container),
+    ]  # fmt: skip
+    assert all(password not in " ".join(c.argv) for c in calls)
+    assert fake_veracrypt.calls("losetup") == []  # kernel mode: no loop device to fix
+    volume.mounted.release()  # dismounts through the CLI
+    dismount = fake_veracrypt.calls("veracrypt")[-1]
+    assert dismount.argv == ["--text", "--non-interactive", "--dismount", str(container)]
+
+
+def test_cli_fuse_mode_reattaches_loop_with_direct_io(
+    fake_veracrypt: StandIns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend, volume = cli_volume("veracrypt:mode=fuse", tmp_path)
+    volume.state["container"] = container = tmp_path / "c.img"
+    monkeypatch.setenv("STANDIN_STDOUT_VERACRYPT", f"1: {container} /dev/loop7 - \n--stdin\n")
+    assert backend.cli_map(volume, host.Cleanup()) == Path("/dev/loop7")
+    mapped = next(c for c in fake_veracrypt.calls("veracrypt") if str(container) in c.argv)
+    assert "--mount-options=nokernelcrypto" in mapped.argv
+    (losetup,) = fake_veracrypt.calls("losetup")
+    assert losetup.argv == ["--direct-io=on", "/dev/loop7"]
+
+
+def test_cli_without_stdin_support_puts_password_in_argv_and_says_so(
+    fake_veracrypt: StandIns, tmp_path: Path
+) -> None:
+    backend, volume = cli_volume("veracrypt", tmp_path)
+    args, stdin = backend.cli_password(volume)
+    assert args == [f"--password={volume.state['password_file'].read_text()}"] and stdin == b""
+    assert volume.state["password_in_argv"] is True
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        (
+            "veracrypt:tool=native,encryption=AES-Twofish-Serpent",
+            "encryption=AES-Twofish-Serpent needs the veracrypt",
+        ),
+        ("veracrypt:tool=native,mode=fuse", "mode=fuse needs the veracrypt program"),
+        ("veracrypt:tool=native,hash=Whirlpool", "hash=Whirlpool needs the veracrypt program"),
+    ],
+)
+def test_native_limits_are_skip_reasons(spec: str, problem: str, tmp_path: Path) -> None:
+    backend = make_backend(BackendSpec.parse(spec))
+    assert any(problem in p for p in backend.problems(Target("container", tmp_path, 1 << 20)))
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("veracrypt:mode=turbo", "mode must be kernel or fuse"),
+        ("veracrypt:pim=-1", "pim must be 0 or more"),
+        ("veracrypt:hash=MD5", "hash must be one of"),
+        ("veracrypt:tool=gui", "tool must be auto, cli or native"),
+    ],
+)
+def test_bad_parameters(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_backend(BackendSpec.parse(spec))
