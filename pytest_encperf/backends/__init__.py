@@ -19,12 +19,17 @@ from ..targets import Target
 REGISTRY: dict[str, str | type[BackendBase]] = {
     "plain": "plain:PlainBackend",
     "fscrypt": "fscrypt:FscryptBackend",
+    "gocryptfs": "fuse:GocryptfsBackend",
+    "encfs": "fuse:EncfsBackend",
+    "cryfs": "fuse:CryfsBackend",
+    "securefs": "fuse:SecurefsBackend",
+    "qemu-luks": "qemu:QemuLuksBackend",
+    "bitlocker": "bitlocker:BitlockerBackend",
 }
 
 # Names users will try that are planned but not built yet: a usage error says so.
 PLANNED: tuple[str, ...] = (
     "luks2", "luks", "luks1", "dm-plain", "tcrypt", "bitlk", "veracrypt",
-    "gocryptfs", "encfs", "cryfs", "securefs", "qemu-luks", "bitlocker",
 )  # fmt: skip
 
 BASELINE = "plain"
