@@ -1,0 +1,232 @@
+"""bitlocker: an existing BitLocker volume opened in userspace by dislocker (FUSE).
+
+BitLocker volumes cannot be created on Linux: the user names one (``image=`` a file, or
+``device=`` a block device) and how to unlock it (``password-file=``, ``recovery-file=`` or
+``bek-file=``). ``dislocker-fuse`` exposes the decrypted volume as ``dislocker-file``; a loop
+device (``--direct-io=on``) over that file carries the file system Windows made on it, which is
+mounted as it is: NTFS with ntfs-3g (FUSE, kept in the foreground as our child), FAT/exFAT/ext4
+with the kernel's driver. ``filesystem=ext4`` instead puts a fresh ext4 on the decrypted volume
+(destroys its content: for throw-away images only).
+
+Secrets: the user password goes to dislocker on stdin (``-u`` without a value prompts and
+reads stdin). dislocker reads a *recovery* password only from its argument (``-p VALUE``) or a
+terminal, so with ``recovery-file=`` the recovery password is visible in /proc/PID/cmdline
+while the daemon runs: documented in the README; prefer ``password-file=`` or ``bek-file=``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from .. import host
+from ..host import HostError
+from ..targets import Target
+from . import BackendBase, BackendError, BackendSpec, Volume
+from .ext4 import e2fsprogs_version, make_ext4, mount_ext4
+from .fuse import fuse_problems, package_version, start_fuse_daemon, tool_problems
+
+UNLOCK_PARAMS = ("password-file", "recovery-file", "bek-file")
+FILESYSTEMS = ("existing", "ext4")
+
+
+class BitlockerBackend(BackendBase):
+    accepted_params = {
+        "image": "path of a BitLocker volume image file",
+        "device": "path of a BitLocker block device (partition)",
+        "password-file": "file holding the user password (sent on stdin)",
+        "recovery-file": "file holding the 48-digit recovery password (dislocker takes it in argv)",
+        "bek-file": "BitLocker external key file (.BEK)",
+        "filesystem": "existing (mount what Windows made; default) or ext4 (reformat: destroys the content)",
+    }
+
+    def __init__(self, spec: BackendSpec) -> None:
+        super().__init__(spec)
+        params = spec.param_dict
+        self.filesystem = params.get("filesystem", "existing")
+        if self.filesystem not in FILESYSTEMS:
+            raise ValueError(f"bitlocker: filesystem must be one of {', '.join(FILESYSTEMS)}")
+        if "image" in params and "device" in params:
+            raise ValueError("bitlocker: give image= or device=, not both")
+        given = [key for key in UNLOCK_PARAMS if key in params]
+        if len(given) > 1:
+            raise ValueError(f"bitlocker: give one of {', '.join(UNLOCK_PARAMS)}, not {' and '.join(given)}")
+        source = params.get("image") or params.get("device")
+        self.source = Path(source) if source else None
+        self.unlock = (given[0], Path(params[given[0]])) if given else None
+
+    def problems(self, target: Target) -> list[str]:
+        found = target.problems()
+        name = self.name
+        if self.source is None:
+            found.append(
+                f"{name}: needs an existing BitLocker volume: image=PATH or device=PATH "
+                "(BitLocker volumes cannot be created on Linux)"
+            )
+        if self.unlock is None:
+            found.append(f"{name}: needs password-file=PATH, recovery-file=PATH or bek-file=PATH")
+        found += tool_problems(name, "dislocker-fuse", "dislocker")
+        found += fuse_problems(name)
+        if not host.is_root() and target.kind != "container":
+            found.append(f"{name}: needs root (losetup and mount over dislocker-file)")
+        found += [f"{name}: needs {tool} (util-linux)" for tool in host.missing_tools("losetup", "blkid")]
+        if self.filesystem == "ext4":
+            found += [f"{name}: needs {tool} (e2fsprogs)" for tool in host.missing_tools("mkfs.ext4")]
+        return found
+
+    # -- dislocker
+    def dislocker_command(self, volume: Volume) -> list[str]:
+        assert self.source is not None and self.unlock is not None
+        argv = ["dislocker-fuse", "-V", str(self.source)]
+        kind, path = self.unlock
+        if kind == "password-file":
+            argv.append("-u")  # no value: dislocker prompts and reads the password from stdin
+        elif kind == "recovery-file":
+            argv.append("-p" + volume.state["secret"].decode())  # dislocker has no other way
+        else:
+            argv += ["-f", str(path)]
+        return [*argv, "--", "-f", str(self.dislocker_dir(volume))]  # -f after --: FUSE foreground
+
+    @staticmethod
+    def dislocker_dir(volume: Volume) -> Path:
+        return volume.workdir / "dislocker"
+
+    def open_volume(self, volume: Volume) -> None:
+        """dislocker-fuse + loop device over dislocker-file, registered on ``volume.mounted``."""
+        assert self.unlock is not None
+        secret = volume.state.get("secret")
+        start_fuse_daemon(
+            volume,
+            self.dislocker_command(volume),
+            self.dislocker_dir(volume),
+            volume.workdir / "dislocker.log",
+            what="dislocker-fuse",
+            stdin_data=secret + b"\n" if self.unlock[0] == "password-file" and secret else None,
+        )
+        decrypted = self.dislocker_dir(volume) / "dislocker-file"
+        loop = host.attach_loop(decrypted, direct_io=True)
+        volume.mounted.loop(loop.path, decrypted)
+        volume.state.update(device=loop.path, loop_direct_io=loop.direct_io)
+
+    def create(self, target: Target, workdir: Path) -> Volume:
+        volume = Volume(self, target, workdir)
+        try:
+            if self.source is None or self.unlock is None:
+                raise BackendError(f"{self.spec}: " + "; ".join(self.problems(target)))
+            if not self.source.exists():
+                what = "image" if "image" in self.spec.param_dict else "device"
+                raise BackendError(f"{self.spec}: {what} {self.source} does not exist")
+            kind, path = self.unlock
+            try:
+                if kind != "bek-file":
+                    # kept in memory for remounts; forgotten at destroy
+                    volume.state["secret"] = path.read_bytes().strip()
+                    volume.created.push("forget password", lambda: volume.state.pop("secret", None))
+                elif not path.is_file():
+                    raise FileNotFoundError(2, "no such file", str(path))
+            except OSError as exc:
+                raise BackendError(f"{self.spec}: {kind} {path}: {exc.strerror}") from exc
+            self.dislocker_dir(volume).mkdir()
+            volume.created.path(self.dislocker_dir(volume))
+            volume.created.path(workdir / "dislocker.log")
+            self.open_volume(volume)
+            if self.filesystem == "ext4":
+                make_ext4(volume.state["device"])
+        except (HostError, OSError) as exc:
+            self.destroy(volume)
+            raise BackendError(f"{self.spec}: open: {exc}") from exc
+        except BaseException:
+            self.destroy(volume)
+            raise
+        return volume
+
+    def filesystem_type(self, device: Path) -> str:
+        try:
+            return host.run(["blkid", "-p", "-o", "value", "-s", "TYPE", str(device)]).strip()
+        except HostError:
+            return ""  # blkid exits 2 when it finds nothing
+
+    def mount_filesystem(self, volume: Volume) -> Path:
+        device = volume.state["device"]
+        fstype = self.filesystem_type(device)
+        volume.state["fstype"] = fstype or "none"
+        if not fstype:
+            raise HostError("no file system found inside the BitLocker volume (blkid -p found none)")
+        if fstype == "ext4":
+            return mount_ext4(volume, device)
+        mountpoint = volume.workdir / "mnt"
+        mountpoint.mkdir(exist_ok=True)
+        if fstype == "ntfs":
+            if host.missing_tools("ntfs-3g"):
+                raise HostError("the volume holds NTFS: needs ntfs-3g (Debian package ntfs-3g) to write it")
+            try:
+                start_fuse_daemon(
+                    volume,
+                    ["ntfs-3g", "-o", "no_detach", str(device), str(mountpoint)],
+                    mountpoint,
+                    volume.workdir / "ntfs-3g.log",
+                    what="ntfs-3g",
+                    timeout=60,
+                )
+            finally:
+                volume.created.path(volume.workdir / "ntfs-3g.log")
+            return mountpoint
+        known = Path("/proc/filesystems").read_text().split()
+        if fstype not in known:
+            raise HostError(
+                f"the volume holds {fstype}, which this kernel cannot mount (not in /proc/filesystems)"
+            )
+        host.mount(device, mountpoint, fstype)
+        volume.mounted.mount(mountpoint)
+        return mountpoint
+
+    def mount(self, volume: Volume) -> Path:
+        try:
+            if not volume.mounted:  # after an unmount: unlock again
+                self.open_volume(volume)
+            root = self.mount_filesystem(volume)
+            data_dir = root / "encperf-data"
+            data_dir.mkdir(exist_ok=True)
+        except (HostError, OSError) as exc:
+            self.unmount(volume)
+            raise BackendError(f"{self.spec}: mount: {exc}") from exc
+        except BaseException:
+            self.unmount(volume)
+            raise
+        volume.data_dir = data_dir
+        return data_dir
+
+    def describe(self, volume: Volume) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "encryption": "BitLocker (dislocker userspace)",
+            "dislocker": package_version("dislocker"),
+            "unlock": self.unlock[0] if self.unlock else None,
+            "filesystem": volume.state.get("fstype"),
+            "target": "image" if "image" in self.spec.param_dict else "device",
+            "loop_direct_io": volume.state.get("loop_direct_io"),
+        }
+        info.update(self.metadata(volume))
+        if info["filesystem"] == "ext4":
+            info["e2fsprogs"] = e2fsprogs_version()
+        elif info["filesystem"] == "ntfs":
+            info["ntfs-3g"] = package_version("ntfs-3g")
+        return info
+
+    def metadata(self, volume: Volume) -> dict[str, Any]:
+        """Cipher and sector size from dislocker-metadata (reads the header, no key needed)."""
+        if self.source is None or host.missing_tools("dislocker-metadata"):
+            return {}
+        try:
+            text = host.run(["dislocker-metadata", "-V", str(self.source)], timeout=30)
+        except HostError:
+            return {}
+        info: dict[str, Any] = {}
+        for line in text.splitlines():
+            if "Encryption Type:" in line and "cipher" not in info:
+                info["cipher"] = line.split("Encryption Type:", 1)[1].strip()
+            elif "Sector size:" in line and "sector_size" not in info:
+                match = re.search(r"\((\d+)\)", line)
+                if match:
+                    info["sector_size"] = int(match.group(1))
+        return info
