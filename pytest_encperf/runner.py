@@ -52,7 +52,10 @@ def open_volume(backend: BackendBase, target: Target, workdir: Path) -> MountedV
     except (BackendError, HostError, OSError) as exc:
         if volume is not None:
             backend.destroy(volume)
-        raise BackendError(f"{backend.spec}: {exc}") from exc
+        message = str(exc)
+        if not message.startswith(f"{backend.spec}:"):  # backends' own errors name it already
+            message = f"{backend.spec}: {message}"
+        raise BackendError(message) from exc
     except BaseException:
         if volume is not None:
             backend.destroy(volume)

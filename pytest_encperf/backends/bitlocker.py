@@ -148,6 +148,15 @@ class BitlockerBackend(BackendBase):
             return ""  # blkid exits 2 when it finds nothing
 
     def mount_filesystem(self, volume: Volume) -> Path:
+        try:
+            return self._mount_filesystem(volume)
+        except HostError as exc:
+            fstype = volume.state.get("fstype", "?")
+            raise HostError(
+                f"the BitLocker volume is unlocked, but its {fstype} file system cannot be mounted: {exc}"
+            ) from exc
+
+    def _mount_filesystem(self, volume: Volume) -> Path:
         device = volume.state["device"]
         fstype = self.filesystem_type(device)
         volume.state["fstype"] = fstype or "none"
