@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
+import psutil
 import pytest
 
-from pytest_encperf.backends import BackendSpec, Volume, make_backend, parse_backend_list
+from pytest_encperf.backends import BackendSpec, Volume, fuse, make_backend, parse_backend_list
 from pytest_encperf.backends.bitlocker import BitlockerBackend
 from pytest_encperf.backends.fuse import (
     CryfsBackend,
@@ -17,6 +19,7 @@ from pytest_encperf.backends.fuse import (
     SecurefsBackend,
 )
 from pytest_encperf.backends.qemu import QemuLuksBackend
+from pytest_encperf.host import HostError
 from pytest_encperf.targets import Target
 
 PASSWORD = b"not-in-argv-7f3a9c"
@@ -192,3 +195,42 @@ def test_bitlocker_without_a_volume_is_a_skip_reason(tmp_path: Path) -> None:
     problems = BitlockerBackend(BackendSpec("bitlocker")).problems(Target("directory", tmp_path, 1 << 20))
     assert any("needs an existing BitLocker volume: image=PATH or device=PATH" in p for p in problems)
     assert any("password-file=PATH, recovery-file=PATH or bek-file=PATH" in p for p in problems)
+
+
+def test_fuse_unmount_retries_then_unmounts_lazily_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[str]] = []
+
+    def busy(argv: list[str], **kwargs: object) -> str:
+        calls.append(list(argv))
+        if "-z" not in argv:
+            raise HostError(f"{argv[0]}: exit 1: Device or resource busy")
+        return ""
+
+    monkeypatch.setattr(fuse.host, "is_mounted", lambda path: True)
+    monkeypatch.setattr(fuse.host, "run", busy)
+    monkeypatch.setattr(fuse.time, "sleep", lambda seconds: None)
+    with pytest.warns(RuntimeWarning, match="still busy after 3 tries .*unmounting lazily"):
+        fuse.fuse_unmount(Path("/mnt/x"), retries=3)
+    assert [argv[1:] for argv in calls] == [["-u", "/mnt/x"]] * 3 + [["-u", "-z", "/mnt/x"]]
+
+
+def test_daemon_that_exits_before_mounting_is_reported_with_its_messages(tmp_path: Path) -> None:
+    volume = Volume(GocryptfsBackend(BackendSpec("gocryptfs")), Target("directory", tmp_path, 1), tmp_path)
+    argv = ["sh", "-c", "read secret; echo 'bad password' >&2; exit 3"]
+    with pytest.raises(HostError, match="fake exited with status 3 before mounting: bad password"):
+        fuse.start_fuse_daemon(volume, argv, tmp_path / "m", tmp_path / "log", what="fake", stdin_data=b"x\n")
+    assert len(volume.mounted) == 0
+
+
+def test_daemon_that_never_mounts_is_stopped_after_the_timeout(tmp_path: Path) -> None:
+    volume = Volume(GocryptfsBackend(BackendSpec("gocryptfs")), Target("directory", tmp_path, 1), tmp_path)
+    (tmp_path / "m").mkdir()
+    argv = ["sh", "-c", "echo waiting; exec sleep 60"]
+    with pytest.raises(HostError, match=r"fake did not mount .*/m within 0.3 s: waiting"):
+        fuse.start_fuse_daemon(volume, argv, tmp_path / "m", tmp_path / "log", what="fake", timeout=0.3)
+    assert len(volume.mounted) == 0
+    assert not [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if p.info["cmdline"] == ["sleep", "60"] and p.ppid() == os.getpid()
+    ]

@@ -159,6 +159,7 @@ def start_fuse_daemon(
             detail = read_log_tail(log) or "no message"
             raise HostError(f"{what} exited with status {code} before mounting: {detail}")
         if time.monotonic() > deadline:
+            host.stop_process(proc)  # never mounted: nothing to unmount, don't wait for it to exit
             volume.mounted.release()
             detail = read_log_tail(log) or "no message"
             raise HostError(f"{what} did not mount {mountpoint} within {timeout:g} s: {detail}")
@@ -268,7 +269,8 @@ class FuseBackend(BackendBase):
                 stdin_data=stdin_data,
                 env=self.daemon_env(volume),
             )
-            volume.state["initialised"] = True
+            if self.secret_via == "file":  # read at start-up: don't leave it on disk while mounted
+                (volume.workdir / "private" / "password").unlink(missing_ok=True)
             data_dir = mountpoint / "data"
             data_dir.mkdir(exist_ok=True)
         except (HostError, OSError) as exc:

@@ -159,6 +159,7 @@ class QemuLuksBackend(BackendBase):
             what="qemu-storage-daemon",
             exits_on_unmount=False,  # it keeps running without exports: SIGTERM it
         )
+        self.keyfile(volume).unlink()  # read when the daemon started: don't leave it on disk
         loop = host.attach_loop(export, direct_io=True)
         volume.mounted.loop(loop.path, export)
         volume.state.update(device=loop.path, loop_direct_io=loop.direct_io)
