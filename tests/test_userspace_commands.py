@@ -104,6 +104,7 @@ def test_securefs_uses_a_key_file(tmp_path: Path) -> None:
     create = backend.init_command(volume, tmp_path / "private" / "password")
     assert create[create.index("--format") + 1] == "2"
     assert "--keyfile" in create and "--pass" not in create
+    assert create[create.index("--pbkdf") + 1] == "pkcs5-pbkdf2-hmac-sha256"  # fast: the key is random
     assert "--keyfile" in backend.mount_command(volume)
 
 
