@@ -132,6 +132,8 @@ def test_fuse_volume_round_trip_without_leaks(spec: str, kind: str, base: Path) 
         assert host.is_mounted(backend.mountpoint(volume))
         digest = write_marker_file(mounted.data_dir)
         assert read_digest(mounted.data_dir) == digest
+        for log in (base / "vol").glob("*.log"):
+            assert volume.state["password"] not in log.read_bytes(), f"password in {log.name}"
         backend.unmount(volume)
         assert not host.is_mounted(backend.mountpoint(volume))
         assert not any(psutil.pid_exists(pid) for pid in pids), "daemon still running after unmount"

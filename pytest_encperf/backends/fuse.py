@@ -100,9 +100,12 @@ def fuse_unmount(mountpoint: Path, *, retries: int = 10) -> None:
         host.run([binary, "-u", "-z", str(mountpoint)], timeout=30)
 
 
-def read_log_tail(log: Path) -> str:
+def read_log_tail(log: Path, start: int = 0) -> str:
+    """What the daemon wrote to ``log`` since offset ``start`` (its last lines)."""
     try:
-        text = log.read_text(errors="replace").strip()
+        with log.open("rb") as handle:
+            handle.seek(start)
+            text = handle.read().decode(errors="replace").strip()
     except OSError:
         return ""
     return text[-LOG_TAIL:]
@@ -128,6 +131,7 @@ def start_fuse_daemon(
     quotes the daemon's messages.
     """
     args = [os.fspath(a) for a in argv]
+    log_start = log.stat().st_size if log.exists() else 0  # quote only this start's messages
     log_handle = open(log, "ab")  # noqa: SIM115 - handed to the child, closed right after
     try:
         proc = subprocess.Popen(
@@ -157,12 +161,12 @@ def start_fuse_daemon(
         code = proc.poll()
         if code is not None:
             volume.mounted.release()
-            detail = read_log_tail(log) or "no message"
+            detail = read_log_tail(log, log_start) or "no message"
             raise HostError(f"{what} exited with status {code} before mounting: {detail}")
         if time.monotonic() > deadline:
             host.stop_process(proc)  # never mounted: nothing to unmount, don't wait for it to exit
             volume.mounted.release()
-            detail = read_log_tail(log) or "no message"
+            detail = read_log_tail(log, log_start) or "no message"
             raise HostError(f"{what} did not mount {mountpoint} within {timeout:g} s: {detail}")
         time.sleep(0.05)
     volume.mounted.push(
