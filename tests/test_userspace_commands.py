@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from pytest_encperf.backends import BackendSpec, Volume, fuse, make_backend, parse_backend_list
-from pytest_encperf.backends.bitlocker import BitlockerBackend
+from pytest_encperf.backends.bitlocker import BitlockerBackend, protected_regions
 from pytest_encperf.backends.fuse import (
     CryfsBackend,
     EncfsBackend,
@@ -235,3 +235,28 @@ def test_daemon_that_never_mounts_is_stopped_after_the_timeout(tmp_path: Path) -
         for p in psutil.process_iter(["cmdline"])
         if p.info["cmdline"] == ["sleep", "60"] and p.ppid() == os.getpid()
     ]
+
+
+DISLOCKER_METADATA = """
+[INFO]   Sector size: 0x0200 (512) bytes
+[INFO]   First metadata header offset:  0x0000000002195000
+[INFO]   Second metadata header offset: 0x0000000002c1d000
+[INFO]   Third metadata header offset:  0x000000000373a000
+[INFO]   Number of boot sectors backuped: 16 sectors (0x10)
+[INFO]   First metadata header offset:  0x2195000
+[INFO]   Second metadata header offset: 0x2c1d000
+[INFO]   Third metadata header offset:  0x373a000
+[INFO]   Boot sectors backup address:   0x21a5000
+"""
+
+
+def test_bitlocker_protected_regions_are_what_dislocker_refuses_to_write() -> None:
+    # measured on cryptsetup's bitlk-aes-xts-128 image: EIO exactly over these ranges
+    assert protected_regions(DISLOCKER_METADATA) == [
+        (0x2195000, 0x21A5000),
+        (0x21A5000, 0x21A7000),
+        (0x2C1D000, 0x2C2D000),
+        (0x373A000, 0x374A000),
+    ]
+    with pytest.raises(HostError, match="cannot find the three BitLocker metadata offsets"):
+        protected_regions("[INFO] Sector size: 0x0200 (512) bytes")

@@ -241,6 +241,25 @@ def test_qemu_luks_round_trip_without_leaks(base: Path) -> None:
     assert not (base / "vol" / "luks.img").exists()
 
 
+def test_qemu_luks_falls_back_to_qemu_img(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_encperf.backends import qemu
+
+    backend = make_backend(BackendSpec("qemu-luks"))
+    target = target_for("container", base)
+    skip_unless_usable(backend, target)
+    if host.missing_tools("qemu-img"):
+        pytest.skip("needs qemu-img (Debian package qemu-utils)")
+    real_which = shutil.which
+    monkeypatch.setattr(qemu.shutil, "which", lambda name: None if name == "cryptsetup" else real_which(name))
+    mounted = open_volume(backend, target, base / "vol")
+    try:
+        assert mounted.description["formatted_by"] == "qemu-img"
+        digest = write_marker_file(mounted.data_dir)
+        assert read_digest(mounted.data_dir) == digest
+    finally:
+        backend.destroy(mounted.volume)
+
+
 # ---------------------------------------------------------------- bitlocker
 
 
@@ -285,6 +304,14 @@ def test_bitlocker_reformatted_round_trip_without_leaks(bitlk_image: tuple[Path,
         assert all("anaconda" not in c for c in cmdlines), "password in argv"
         assert_daemons_are_our_children(volume)
         digest = write_marker_file(mounted.data_dir)
+        # fill the file system: ext4 must keep off BitLocker's metadata (dislocker: EIO there)
+        free = shutil.disk_usage(mounted.data_dir).free - 2 * MiB
+        with (mounted.data_dir / "fill").open("wb") as handle:
+            chunk = os.urandom(MiB)
+            for _ in range(free // MiB):
+                handle.write(chunk)
+            os.fsync(handle.fileno())
+        assert free > 60 * MiB
         backend.unmount(volume)
         assert host.mounts_under(base) == [] and host.loops_backed_by(base) == []
         assert leaks_in_files([image]) == []

@@ -24,10 +24,34 @@ from .. import host
 from ..host import HostError
 from ..targets import Target
 from . import BackendBase, BackendError, BackendSpec, Volume
-from .ext4 import e2fsprogs_version, make_ext4, mount_ext4
+from .ext4 import MKFS_OPTIONS, e2fsprogs_version, mount_ext4
 from .fuse import fuse_problems, package_version, start_fuse_daemon, tool_problems
 
 UNLOCK_PARAMS = ("password-file", "recovery-file", "bek-file")
+EXT4_BLOCK = 4096
+METADATA_BLOCK = 64 * 1024  # what dislocker protects at each FVE metadata header offset
+_HEX = r"(0x[0-9a-fA-F]+)"
+
+
+def protected_regions(metadata: str) -> list[tuple[int, int]]:
+    """[start, end) byte ranges of the decrypted volume that dislocker refuses to write.
+
+    From ``dislocker-metadata``: the three FVE metadata blocks and the boot-sector backup.
+    Raises HostError when the output does not name them (never guess with someone's volume).
+    """
+    offsets = {int(m, 16) for m in re.findall(r"metadata header offset:\s+" + _HEX, metadata)}
+    if len(offsets) != 3:
+        raise HostError("cannot find the three BitLocker metadata offsets in dislocker-metadata's output")
+    regions = [(offset, offset + METADATA_BLOCK) for offset in sorted(offsets)]
+    backup = re.search(r"Boot sectors backup address:\s+" + _HEX, metadata)
+    count = re.search(r"Number of boot sectors backuped:\s+(\d+)", metadata)
+    sector = re.search(r"Sector size: \S+ \((\d+)\)", metadata)
+    if backup and count and sector:
+        start = int(backup.group(1), 16)
+        regions.append((start, start + int(count.group(1)) * int(sector.group(1))))
+    return sorted(regions)
+
+
 FILESYSTEMS = ("existing", "ext4")
 
 
@@ -73,6 +97,7 @@ class BitlockerBackend(BackendBase):
         found += [f"{name}: needs {tool} (util-linux)" for tool in host.missing_tools("losetup", "blkid")]
         if self.filesystem == "ext4":
             found += [f"{name}: needs {tool} (e2fsprogs)" for tool in host.missing_tools("mkfs.ext4")]
+            found += tool_problems(name, "dislocker-metadata", "dislocker")
         return found
 
     # -- dislocker
@@ -132,7 +157,7 @@ class BitlockerBackend(BackendBase):
             volume.created.path(workdir / "dislocker.log")
             self.open_volume(volume)
             if self.filesystem == "ext4":
-                make_ext4(volume.state["device"])
+                self.make_ext4_around_metadata(volume)
         except (HostError, OSError) as exc:
             self.destroy(volume)
             raise BackendError(f"{self.spec}: open: {exc}") from exc
@@ -140,6 +165,42 @@ class BitlockerBackend(BackendBase):
             self.destroy(volume)
             raise
         return volume
+
+    def metadata_text(self) -> str:
+        """``dislocker-metadata`` output: the volume's header, readable without the key."""
+        assert self.source is not None
+        return host.run(["dislocker-metadata", "-V", str(self.source)], timeout=30)
+
+    def make_ext4_around_metadata(self, volume: Volume) -> None:
+        """ext4 that never writes where BitLocker keeps its metadata.
+
+        dislocker answers EIO to writes over the three FVE metadata blocks and the backup of
+        the boot sectors (Windows' NTFS keeps those clusters allocated); ext4 gets them as bad
+        blocks, or it would fail as soon as it allocates there.
+        """
+        regions = protected_regions(self.metadata_text())
+        blocks = sorted(
+            {n for start, end in regions for n in range(start // EXT4_BLOCK, (end - 1) // EXT4_BLOCK + 1)}
+        )
+        volume.state["protected_regions"] = [f"{start:#x}+{end - start}" for start, end in regions]
+        badblocks = volume.workdir / "bitlocker-metadata.blocks"
+        badblocks.write_text("".join(f"{n}\n" for n in blocks))
+        volume.created.path(badblocks)
+        device = volume.state["device"]
+        host.run(
+            [
+                "mkfs.ext4",
+                *MKFS_OPTIONS,
+                "-L",
+                "encperf",
+                "-b",
+                str(EXT4_BLOCK),
+                "-l",
+                str(badblocks),
+                str(device),
+            ],
+            timeout=300,
+        )
 
     def filesystem_type(self, device: Path) -> str:
         try:
@@ -215,6 +276,8 @@ class BitlockerBackend(BackendBase):
             "target": "image" if "image" in self.spec.param_dict else "device",
             "loop_direct_io": volume.state.get("loop_direct_io"),
         }
+        if "protected_regions" in volume.state:
+            info["ext4_bad_blocks_over"] = ",".join(volume.state["protected_regions"])
         info.update(self.metadata(volume))
         if info["filesystem"] == "ext4":
             info["e2fsprogs"] = e2fsprogs_version()
@@ -227,7 +290,7 @@ class BitlockerBackend(BackendBase):
         if self.source is None or host.missing_tools("dislocker-metadata"):
             return {}
         try:
-            text = host.run(["dislocker-metadata", "-V", str(self.source)], timeout=30)
+            text = self.metadata_text()
         except HostError:
             return {}
         info: dict[str, Any] = {}

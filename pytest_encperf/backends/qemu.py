@@ -207,6 +207,7 @@ class QemuLuksBackend(BackendBase):
             "encryption": "LUKS1 (qemu userspace)",
             "cipher": self.cipher,
             "key_bits": self.key_size,
+            "sector_size": 512,  # LUKS1 encrypts 512-byte sectors
             "hash": self.hash,
             "pbkdf_iterations": PBKDF_ITERATIONS
             if volume.state.get("formatted_by") == "cryptsetup"
