@@ -75,7 +75,10 @@ def open_volume(backend: BackendBase, target: Target, workdir: Path) -> MountedV
     except (BackendError, HostError, OSError) as exc:
         if volume is not None:
             backend.destroy(volume)
-        raise BackendError(f"{backend.spec}: {exc}") from exc
+        message = str(exc)
+        if not message.startswith(f"{backend.spec}:"):  # backends' own errors name it already
+            message = f"{backend.spec}: {message}"
+        raise BackendError(message) from exc
     except BaseException:  # Ctrl-C / SIGTERM: a second one must not cut the teardown in half
         if volume is not None:
             with signals_deferred():

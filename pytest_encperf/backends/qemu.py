@@ -1,0 +1,224 @@
+"""qemu-luks: a LUKS1 container file decrypted in userspace by qemu-storage-daemon.
+
+No device-mapper: the LUKS1 header is written by ``cryptsetup luksFormat`` on a plain file
+(header only, no mapping), or by ``qemu-img create -f luks`` when cryptsetup is missing or
+fails. ``qemu-storage-daemon`` opens it with the passphrase from a 0600 file
+(``--object secret,file=``) and exports the decrypted payload as a regular file through FUSE;
+ext4 goes on a loop device (``--direct-io=on``) over that file. The host file is opened with
+``cache.direct=on`` so qemu bypasses the host's page cache, like the plain container's loop.
+
+The export stays open while mounted only: unmount releases ext4's mount, the loop device, the
+export and the daemon, in that order; a later mount opens the file again with the passphrase.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import host
+from ..host import HostError
+from ..targets import Target
+from ..workloads import MiB
+from . import BackendBase, BackendError, BackendSpec, Volume
+from .ext4 import e2fsprogs_version, make_ext4, mount_ext4
+from .fuse import fuse_problems, start_fuse_daemon, tool_problems
+
+LUKS1_HEADER = 2 * MiB  # payload offset of a LUKS1 header with a 512-bit key (4096 sectors)
+PBKDF_ITERATIONS = 1000  # LUKS1's minimum: fast unlock, benchmark-only
+QEMU_IMG_ATTEMPTS = 3  # qemu-img's iteration-time calibration fails now and then
+CIPHER = re.compile(
+    r"^(?P<alg>[a-z0-9]+)-(?P<mode>[a-z0-9]+)-(?P<ivgen>[a-z0-9]+)(?::(?P<ivhash>[a-z0-9]+))?$"
+)
+
+
+class QemuLuksBackend(BackendBase):
+    accepted_params = {
+        "cipher": "LUKS1 cipher spec (default aes-xts-plain64; e.g. aes-cbc-essiv:sha256)",
+        "key-size": "master key bits (default 512 = AES-256 in XTS mode)",
+        "hash": "LUKS1 header hash (default sha256)",
+    }
+
+    def __init__(self, spec: BackendSpec) -> None:
+        super().__init__(spec)
+        params = spec.param_dict
+        self.cipher = params.get("cipher", "aes-xts-plain64")
+        self.hash = params.get("hash", "sha256")
+        if not CIPHER.match(self.cipher):
+            raise ValueError(f"qemu-luks: cipher must look like aes-xts-plain64, not {self.cipher!r}")
+        text = params.get("key-size", "512")
+        if not text.isdigit() or int(text) % 8 or not 128 <= int(text) <= 512:
+            raise ValueError(f"qemu-luks: key-size must be 128, 256, 384 or 512 bits, not {text!r}")
+        self.key_size = int(text)
+
+    def problems(self, target: Target) -> list[str]:
+        found = target.problems()
+        name = self.name
+        found += tool_problems(name, "qemu-storage-daemon", "qemu-system-common")
+        if not shutil.which("cryptsetup") and not shutil.which("qemu-img"):
+            found.append(f"{name}: needs cryptsetup (Debian package cryptsetup-bin) or qemu-img (qemu-utils)")
+        found += fuse_problems(name)
+        if not host.is_root() and target.kind != "container":  # the container's check says it already
+            found.append(f"{name}: needs root (losetup and mount of ext4 over the FUSE export)")
+        found += [f"{name}: needs {tool} (e2fsprogs)" for tool in host.missing_tools("mkfs.ext4")]
+        found += [f"{name}: needs {tool} (util-linux)" for tool in host.missing_tools("losetup")]
+        return found
+
+    # -- files of a volume
+    @staticmethod
+    def image(volume: Volume) -> Path:
+        return volume.workdir / "luks.img"
+
+    @staticmethod
+    def export(volume: Volume) -> Path:
+        return volume.workdir / "export.raw"
+
+    @staticmethod
+    def keyfile(volume: Volume) -> Path:
+        return volume.workdir / "private" / "passphrase"
+
+    def write_keyfile(self, volume: Volume) -> Path:
+        path = self.keyfile(volume)
+        path.unlink(missing_ok=True)
+        return host.PrivateDir(path.parent).write_secret(path.name, volume.state["password"])
+
+    def luks_format_command(self, image: Path, keyfile: Path) -> list[str]:
+        return [
+            "cryptsetup", "luksFormat", "--type", "luks1", "--batch-mode",
+            "--pbkdf-force-iterations", str(PBKDF_ITERATIONS),
+            "--cipher", self.cipher, "--key-size", str(self.key_size), "--hash", self.hash,
+            "--key-file", str(keyfile), str(image),
+        ]  # fmt: skip
+
+    def qemu_img_command(self, image: Path, keyfile: Path, payload: int) -> list[str]:
+        match = CIPHER.match(self.cipher)
+        assert match is not None  # checked in __init__
+        bits = self.key_size // 2 if match["mode"] == "xts" else self.key_size
+        options = [
+            "key-secret=sec0",
+            f"cipher-alg={match['alg']}-{bits}",
+            f"cipher-mode={match['mode']}",
+            f"ivgen-alg={match['ivgen']}",
+            f"hash-alg={self.hash}",
+            "iter-time=10",
+        ]
+        if match["ivhash"]:
+            options.append(f"ivgen-hash-alg={match['ivhash']}")
+        return [
+            "qemu-img", "create", "-q", "-f", "luks",
+            "--object", f"secret,id=sec0,file={keyfile},format=raw",
+            "-o", ",".join(options), str(image), str(payload),
+        ]  # fmt: skip
+
+    def daemon_command(self, volume: Volume) -> list[str]:
+        return [
+            "qemu-storage-daemon",
+            "--object", f"secret,id=sec0,file={self.keyfile(volume)},format=raw",
+            "--blockdev", f"driver=file,node-name=file0,filename={self.image(volume)},cache.direct=on",
+            "--blockdev", "driver=luks,node-name=luks0,file=file0,key-secret=sec0",
+            "--export", f"type=fuse,id=exp0,node-name=luks0,mountpoint={self.export(volume)},writable=on",
+        ]  # fmt: skip
+
+    def format_image(self, volume: Volume, keyfile: Path) -> None:
+        image = self.image(volume)
+        errors: list[str] = []
+        if shutil.which("cryptsetup"):
+            with open(image, "wb") as handle:
+                handle.truncate(volume.target.size + LUKS1_HEADER)
+            try:
+                host.run(self.luks_format_command(image, keyfile), timeout=300)
+                volume.state["formatted_by"] = "cryptsetup"
+                return
+            except HostError as exc:
+                errors.append(str(exc))
+        for attempt in range(QEMU_IMG_ATTEMPTS):
+            image.unlink(missing_ok=True)
+            try:
+                host.run(self.qemu_img_command(image, keyfile, volume.target.size), timeout=300)
+                volume.state["formatted_by"] = "qemu-img"
+                return
+            except HostError as exc:
+                errors.append(str(exc))
+                time.sleep(0.2 * (attempt + 1))
+        raise HostError("could not write a LUKS1 header: " + " | ".join(errors))
+
+    def open_export(self, volume: Volume) -> None:
+        """Daemon + FUSE export + loop device, registered on ``volume.mounted``."""
+        export = self.export(volume)
+        export.touch(mode=0o600)  # a FUSE export's mount point is a regular file
+        self.write_keyfile(volume)
+        start_fuse_daemon(
+            volume,
+            self.daemon_command(volume),
+            export,
+            volume.workdir / "qemu-storage-daemon.log",
+            what="qemu-storage-daemon",
+            exits_on_unmount=False,  # it keeps running without exports: SIGTERM it
+        )
+        self.keyfile(volume).unlink()  # read when the daemon started: don't leave it on disk
+        loop = host.attach_loop(export, direct_io=True)
+        volume.mounted.loop(loop.path, export)
+        volume.state.update(device=loop.path, loop_direct_io=loop.direct_io)
+
+    def create(self, target: Target, workdir: Path) -> Volume:
+        volume = Volume(self, target, workdir)
+        volume.state["password"] = secrets.token_urlsafe(24).encode()
+        volume.created.push("forget passphrase", lambda: volume.state.pop("password", None))
+        try:
+            private = workdir / "private"
+            private.mkdir(mode=0o700)
+            volume.created.path(private)
+            volume.created.path(workdir / "qemu-storage-daemon.log")
+            volume.created.path(self.export(volume))
+            volume.created.path(self.image(volume))
+            self.format_image(volume, self.write_keyfile(volume))
+            self.open_export(volume)
+            make_ext4(volume.state["device"])
+        except (HostError, OSError) as exc:
+            self.destroy(volume)
+            raise BackendError(f"{self.spec}: create: {exc}") from exc
+        except BaseException:
+            self.destroy(volume)
+            raise
+        return volume
+
+    def mount(self, volume: Volume) -> Path:
+        try:
+            if not volume.mounted:  # after an unmount: open the LUKS file again
+                self.open_export(volume)
+            root = mount_ext4(volume, volume.state["device"])
+            data_dir = root / "data"
+            data_dir.mkdir(exist_ok=True)
+        except (HostError, OSError) as exc:
+            self.unmount(volume)
+            raise BackendError(f"{self.spec}: mount: {exc}") from exc
+        except BaseException:
+            self.unmount(volume)
+            raise
+        volume.data_dir = data_dir
+        return data_dir
+
+    def describe(self, volume: Volume) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "encryption": "LUKS1 (qemu userspace)",
+            "cipher": self.cipher,
+            "key_bits": self.key_size,
+            "sector_size": 512,  # LUKS1 encrypts 512-byte sectors
+            "hash": self.hash,
+            "pbkdf_iterations": PBKDF_ITERATIONS
+            if volume.state.get("formatted_by") == "cryptsetup"
+            else "iter-time 10 ms",
+            "formatted_by": volume.state.get("formatted_by"),
+            "qemu": host.tool_version(["qemu-storage-daemon", "--version"]),
+            "filesystem": "ext4",
+            "e2fsprogs": e2fsprogs_version(),
+            "target": volume.target.kind,
+            "loop_direct_io": volume.state.get("loop_direct_io"),
+        }
+        if not volume.state.get("loop_direct_io"):
+            info["note"] = "the FUSE export refused O_DIRECT: the loop device goes through the page cache"
+        return info

@@ -1,0 +1,262 @@
+"""Command lines and checks of the userspace backends (no root, nothing mounted)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pytest_encperf.backends import BackendSpec, Volume, fuse, make_backend, parse_backend_list
+from pytest_encperf.backends.bitlocker import BitlockerBackend, protected_regions
+from pytest_encperf.backends.fuse import (
+    CryfsBackend,
+    EncfsBackend,
+    FuseBackend,
+    GocryptfsBackend,
+    SecurefsBackend,
+)
+from pytest_encperf.backends.qemu import QemuLuksBackend
+from pytest_encperf.host import HostError
+from pytest_encperf.targets import Target
+
+PASSWORD = b"not-in-argv-7f3a9c"
+
+
+def volume_for(backend: FuseBackend | QemuLuksBackend | BitlockerBackend, tmp_path: Path) -> Volume:
+    volume = Volume(backend, Target("directory", tmp_path, 64 << 20), tmp_path)
+    volume.state.update(root=str(tmp_path), password=PASSWORD, secret=PASSWORD)
+    (tmp_path / "private").mkdir(mode=0o700)
+    return volume
+
+
+def argv_text(argv: list[str]) -> str:
+    return " ".join(argv)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "gocryptfs",
+        "gocryptfs:aessiv=1,plaintextnames=1,scryptn=12",
+        "encfs:mode=paranoia",
+        "cryfs",
+        "securefs",
+    ],
+)
+def test_fuse_mount_commands_keep_the_password_out_of_argv(spec: str, tmp_path: Path) -> None:
+    backend = make_backend(BackendSpec.parse(spec))
+    assert isinstance(backend, FuseBackend)
+    volume = volume_for(backend, tmp_path)
+    argv = backend.mount_command(volume)
+    assert PASSWORD.decode() not in argv_text(argv)
+    assert argv[0] == backend.binary
+    assert str(backend.mountpoint(volume).resolve()) in argv[-1]
+    # foreground, so the daemon stays our child and we know when it has exited
+    assert {"-fg", "-f"} & set(argv) or argv[:2] == ["securefs", "mount"]
+    if backend.secret_via == "file":
+        secret = tmp_path / "private" / "password"
+        assert secret.read_bytes() == PASSWORD
+        assert secret.stat().st_mode & 0o777 == 0o600
+
+
+def test_gocryptfs_init_command_carries_the_parameters(tmp_path: Path) -> None:
+    backend = GocryptfsBackend(BackendSpec.parse("gocryptfs:aessiv=1,plaintextnames=1,scryptn=12"))
+    volume = volume_for(backend, tmp_path)
+    argv = backend.init_command(volume, tmp_path / "private" / "password")
+    assert argv[:2] == ["gocryptfs", "-init"]
+    assert argv[argv.index("-scryptn") + 1] == "12"
+    assert "-aessiv" in argv and "-plaintextnames" in argv
+    assert "-passfile" in argv and PASSWORD.decode() not in argv_text(argv)
+    default = GocryptfsBackend(BackendSpec("gocryptfs")).init_command(volume, tmp_path / "p")
+    assert default[default.index("-scryptn") + 1] == "10"
+    assert "-aessiv" not in default
+
+
+def test_encfs_creates_with_its_mode_only_once(tmp_path: Path) -> None:
+    backend = EncfsBackend(BackendSpec.parse("encfs:mode=paranoia"))
+    volume = volume_for(backend, tmp_path)
+    backend.store(volume).mkdir()
+    assert "--paranoia" in backend.mount_command(volume)
+    assert "--stdinpass" in backend.mount_command(volume)
+    (backend.store(volume) / ".encfs6.xml").write_text("<boost_serialization/>")
+    assert "--paranoia" not in backend.mount_command(volume)
+
+
+def test_cryfs_keeps_its_state_in_the_volume(tmp_path: Path) -> None:
+    backend = CryfsBackend(BackendSpec.parse("cryfs:cipher=aes-256-gcm,blocksize=32768"))
+    volume = volume_for(backend, tmp_path)
+    backend.store(volume).mkdir()
+    argv = backend.mount_command(volume)
+    assert argv[argv.index("--cipher") + 1] == "aes-256-gcm"
+    assert argv[argv.index("--blocksize") + 1] == "32768"
+    env = backend.daemon_env(volume)
+    assert env["XDG_DATA_HOME"].startswith(str(tmp_path)) and env["HOME"].startswith(str(tmp_path))
+    assert env["CRYFS_FRONTEND"] == "noninteractive"
+    assert env["CRYFS_NO_UPDATE_CHECK"] == "true"
+
+
+def test_securefs_uses_a_key_file(tmp_path: Path) -> None:
+    backend = SecurefsBackend(BackendSpec.parse("securefs:format=2"))
+    volume = volume_for(backend, tmp_path)
+    create = backend.init_command(volume, tmp_path / "private" / "password")
+    assert create[create.index("--format") + 1] == "2"
+    assert "--keyfile" in create and "--pass" not in create
+    assert create[create.index("--pbkdf") + 1] == "pkcs5-pbkdf2-hmac-sha256"  # fast: the key is random
+    assert "--keyfile" in backend.mount_command(volume)
+
+
+def test_qemu_commands_pass_the_secret_by_file(tmp_path: Path) -> None:
+    backend = QemuLuksBackend(BackendSpec("qemu-luks"))
+    volume = volume_for(backend, tmp_path)
+    keyfile = tmp_path / "private" / "passphrase"
+    for argv in (
+        backend.luks_format_command(tmp_path / "luks.img", keyfile),
+        backend.qemu_img_command(tmp_path / "luks.img", keyfile, 64 << 20),
+        backend.daemon_command(volume),
+    ):
+        assert PASSWORD.decode() not in argv_text(argv)
+        assert str(keyfile) in argv_text(argv)
+    luks = backend.luks_format_command(tmp_path / "luks.img", keyfile)
+    assert luks[luks.index("--type") + 1] == "luks1"
+    assert luks[luks.index("--pbkdf-force-iterations") + 1] == "1000"
+    assert "cipher-alg=aes-256,cipher-mode=xts" in argv_text(
+        backend.qemu_img_command(tmp_path / "luks.img", keyfile, 1)
+    )
+    assert "type=fuse" in argv_text(backend.daemon_command(volume))
+
+
+def test_bitlocker_password_goes_to_stdin_not_argv(tmp_path: Path) -> None:
+    backend = BitlockerBackend(
+        BackendSpec.parse(f"bitlocker:image={tmp_path}/x.img,password-file={tmp_path}/pw")
+    )
+    volume = volume_for(backend, tmp_path)
+    argv = backend.dislocker_command(volume)
+    assert PASSWORD.decode() not in argv_text(argv)
+    assert "-u" in argv
+    # FUSE's foreground flag after "--": before it, dislocker reads -f as a BEK file
+    assert argv[argv.index("--") + 1] == "-f"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("gocryptfs:aessiv=2", "aessiv must be 0 or 1"),
+        ("gocryptfs:scryptn=3", "scryptn must be an integer from 10 to 28"),
+        ("encfs:mode=fast", "mode must be one of standard, paranoia"),
+        ("cryfs:blocksize=abc", "blocksize must be an integer"),
+        ("securefs:format=9", "format must be an integer from 1 to 4"),
+        ("securefs:cipher=x", "has no parameter 'cipher'"),
+        ("qemu-luks:key-size=100", "key-size must be"),
+        ("qemu-luks:cipher=aes", "cipher must look like aes-xts-plain64"),
+        ("bitlocker:image=/a,device=/b", "image= or device=, not both"),
+        ("bitlocker:filesystem=ntfs", "filesystem must be one of existing, ext4"),
+    ],
+)
+def test_bad_parameters_are_usage_errors(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_backend_list(spec)
+
+
+def test_all_userspace_backends_are_registered() -> None:
+    specs = parse_backend_list("gocryptfs,encfs,cryfs,securefs,qemu-luks,bitlocker:image=/x,password-file=/p")
+    assert [s.name for s in specs] == ["gocryptfs", "encfs", "cryfs", "securefs", "qemu-luks", "bitlocker"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "binary", "package"),
+    [
+        ("gocryptfs", "gocryptfs", "gocryptfs"),
+        ("encfs", "encfs", "encfs"),
+        ("cryfs", "cryfs", "cryfs"),
+        ("securefs", "securefs", "securefs"),
+        ("qemu-luks", "qemu-storage-daemon", "qemu-system-common"),
+        ("bitlocker:image=/x,password-file=/p", "dislocker-fuse", "dislocker"),
+    ],
+)
+def test_problems_name_binary_and_package(
+    spec: str, binary: str, package: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_which = shutil.which
+    monkeypatch.setattr(
+        shutil,
+        "which",
+        lambda name: None if name in (binary, "fusermount", "fusermount3") else real_which(name),
+    )
+    backend = make_backend(BackendSpec.parse(spec))
+    problems = backend.problems(Target("directory", tmp_path, 1 << 20))
+    name = spec.split(":")[0]
+    assert f"{name}: needs {binary} (Debian package {package})" in problems
+    assert f"{name}: needs fusermount3 or fusermount (Debian package fuse3)" in problems
+
+
+def test_bitlocker_without_a_volume_is_a_skip_reason(tmp_path: Path) -> None:
+    problems = BitlockerBackend(BackendSpec("bitlocker")).problems(Target("directory", tmp_path, 1 << 20))
+    assert any("needs an existing BitLocker volume: image=PATH or device=PATH" in p for p in problems)
+    assert any("password-file=PATH, recovery-file=PATH or bek-file=PATH" in p for p in problems)
+
+
+def test_fuse_unmount_retries_then_unmounts_lazily_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[str]] = []
+
+    def busy(argv: list[str], **kwargs: object) -> str:
+        calls.append(list(argv))
+        if "-z" not in argv:
+            raise HostError(f"{argv[0]}: exit 1: Device or resource busy")
+        return ""
+
+    monkeypatch.setattr(fuse.host, "is_mounted", lambda path: True)
+    monkeypatch.setattr(fuse.host, "run", busy)
+    monkeypatch.setattr(fuse.time, "sleep", lambda seconds: None)
+    with pytest.warns(RuntimeWarning, match="still busy after 3 tries .*unmounting lazily"):
+        fuse.fuse_unmount(Path("/mnt/x"), retries=3)
+    assert [argv[1:] for argv in calls] == [["-u", "/mnt/x"]] * 3 + [["-u", "-z", "/mnt/x"]]
+
+
+def test_daemon_that_exits_before_mounting_is_reported_with_its_messages(tmp_path: Path) -> None:
+    volume = Volume(GocryptfsBackend(BackendSpec("gocryptfs")), Target("directory", tmp_path, 1), tmp_path)
+    argv = ["sh", "-c", "read secret; echo 'bad password' >&2; exit 3"]
+    with pytest.raises(HostError, match="fake exited with status 3 before mounting: bad password"):
+        fuse.start_fuse_daemon(volume, argv, tmp_path / "m", tmp_path / "log", what="fake", stdin_data=b"x\n")
+    assert len(volume.mounted) == 0
+
+
+def test_daemon_that_never_mounts_is_stopped_after_the_timeout(tmp_path: Path) -> None:
+    volume = Volume(GocryptfsBackend(BackendSpec("gocryptfs")), Target("directory", tmp_path, 1), tmp_path)
+    (tmp_path / "m").mkdir()
+    argv = ["sh", "-c", "echo waiting; exec sleep 60"]
+    with pytest.raises(HostError, match=r"fake did not mount .*/m within 0.3 s: waiting"):
+        fuse.start_fuse_daemon(volume, argv, tmp_path / "m", tmp_path / "log", what="fake", timeout=0.3)
+    assert len(volume.mounted) == 0
+    assert not [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if p.info["cmdline"] == ["sleep", "60"] and p.ppid() == os.getpid()
+    ]
+
+
+DISLOCKER_METADATA = """
+[INFO]   Sector size: 0x0200 (512) bytes
+[INFO]   First metadata header offset:  0x0000000002195000
+[INFO]   Second metadata header offset: 0x0000000002c1d000
+[INFO]   Third metadata header offset:  0x000000000373a000
+[INFO]   Number of boot sectors backuped: 16 sectors (0x10)
+[INFO]   First metadata header offset:  0x2195000
+[INFO]   Second metadata header offset: 0x2c1d000
+[INFO]   Third metadata header offset:  0x373a000
+[INFO]   Boot sectors backup address:   0x21a5000
+"""
+
+
+def test_bitlocker_protected_regions_are_what_dislocker_refuses_to_write() -> None:
+    # measured on cryptsetup's bitlk-aes-xts-128 image: EIO exactly over these ranges
+    assert protected_regions(DISLOCKER_METADATA) == [
+        (0x2195000, 0x21A5000),
+        (0x21A5000, 0x21A7000),
+        (0x2C1D000, 0x2C2D000),
+        (0x373A000, 0x374A000),
+    ]
+    with pytest.raises(HostError, match="cannot find the three BitLocker metadata offsets"):
+        protected_regions("[INFO] Sector size: 0x0200 (512) bytes")
