@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import host
 from .backends import BackendBase, BackendError, Volume
 from .engines import Engine
+from .engines.observe import Observe
 from .host import HostError
-from .model import Result
+from .model import Measurement, Result
 from .targets import Target
 from .workloads import Workload
 
@@ -36,6 +39,24 @@ class MountedVolume:
     @property
     def spec(self) -> str:
         return str(self.backend.spec)
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """Block devices whose counters tell what reached the storage: the volume's own device
+        ("device" in the backend's state, e.g. its loop device) or the one holding its data
+        directory, then the devices below it."""
+        device = self.volume.state.get("device")
+        name = Path(device).name if device else host.block_device_of(self.data_dir)
+        return (name, *host.devices_below(name)) if name else ()
+
+    @property
+    def daemon_pids(self) -> tuple[int, ...]:
+        """The backend's own processes (FUSE daemons), from what its cleanups registered."""
+        resources = [*self.volume.created.resources, *self.volume.mounted.resources]
+        return tuple(int(r.ident) for r in resources if r.kind == "process" and r.ident.isdigit())
+
+    def observe(self) -> Observe:
+        return Observe(devices=self.devices, daemon_pids=self.daemon_pids)
 
 
 def open_volume(backend: BackendBase, target: Target, workdir: Path) -> MountedVolume:
@@ -84,6 +105,9 @@ class Runner:
     runtime: float
     rounds: int
     record: Callable[[Result], None]
+    warmup: int = 1  # pairs of rounds measured first and discarded (file layout, caches, clocks)
+    steady_cv: float | None = None  # keep adding rounds until both sides' CV is below this ...
+    steady_budget: float = 60.0  # ... or this many seconds have been spent on the extra rounds
 
     def run(self, workload: Workload) -> Result:
         """Measure ``workload`` on the volume, alternating rounds with the baseline (A B A B)
@@ -91,15 +115,50 @@ class Runner:
         volume_file = self.engine.prepare(self.volume.data_dir, self.size)
         baseline_file = self.engine.prepare(self.baseline.data_dir, self.size)
         direct, o_direct = io_mode_policy(self.engine, volume_file, baseline_file)
+        if workload.kind == "files":
+            direct = False  # small unaligned files: buffered by nature
+        volume_observe, baseline_observe = self.volume.observe(), self.baseline.observe()
         result = Result(
             backend=self.volume.spec,
             workload=workload,
             description={**self.volume.description, "o_direct": o_direct},
+            warmup_rounds=self.warmup,
         )
-        for _ in range(self.rounds):
-            result.baseline_rounds.append(
-                self.engine.run(workload, baseline_file, runtime=self.runtime, direct=direct)
+
+        def pair() -> tuple[Measurement, Measurement]:
+            base = self.engine.run(
+                workload, baseline_file, runtime=self.runtime, direct=direct, observe=baseline_observe
             )
-            result.rounds.append(self.engine.run(workload, volume_file, runtime=self.runtime, direct=direct))
+            vol = self.engine.run(
+                workload, volume_file, runtime=self.runtime, direct=direct, observe=volume_observe
+            )
+            return base, vol
+
+        for _ in range(self.warmup):
+            pair()
+        for _ in range(self.rounds):
+            base, vol = pair()
+            result.baseline_rounds.append(base)
+            result.rounds.append(vol)
+        result.stop_reason = f"{self.rounds} rounds"
+        if self.steady_cv is not None:
+            result.stop_reason = self._steady_state(result, pair)
         self.record(result)
         return result
+
+    def _steady_state(self, result: Result, pair: Callable[[], tuple[Measurement, Measurement]]) -> str:
+        """Add rounds until the coefficient of variation of both sides is below the target."""
+        assert self.steady_cv is not None
+        deadline = time.monotonic() + self.steady_budget
+
+        def steady() -> bool:
+            cvs = (result.cv(), result.cv(baseline=True))
+            return all(cv is not None and cv < self.steady_cv for cv in cvs)  # type: ignore[operator]
+
+        while not steady():
+            if time.monotonic() >= deadline:
+                return f"{len(result.rounds)} rounds, CV target not reached in {self.steady_budget:g} s"
+            base, vol = pair()
+            result.baseline_rounds.append(base)
+            result.rounds.append(vol)
+        return f"{len(result.rounds)} rounds, CV < {self.steady_cv:.0%}"

@@ -20,20 +20,24 @@ import pytest
 
 from . import host
 from .backends import BASELINE, BackendSpec, make_backend
+from .ceiling import CipherCeiling, measure_ceiling
 from .engines import Engine, select_engine
 from .model import Result
 from .report import detail_table, summary_table
 from .runner import MountedVolume, Runner, Unavailable, close_volume, open_volume, slug
 from .settings import Settings
 from .targets import Target, container_size
-from .workloads import Workload, profile_workloads
+from .workloads import PROFILES, Workload, profile_workloads
 
 
 class EncperfSession:
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
         self.settings = settings
-        self.engine: Engine = select_engine(settings.engine)
+        try:
+            self.engine: Engine = select_engine(settings.engine)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--encperf-engine: {exc}") from None
         size = container_size(settings.size) if settings.target == "container" else settings.size
         self.target = Target(settings.target, settings.dir, size)
         self.results: list[Result] = []
@@ -43,6 +47,7 @@ class EncperfSession:
         self._run_dir: Path | None = None
         self._counter = itertools.count(1)
         self._previous_sigterm: signal.Handlers | None = None
+        self._ceiling: CipherCeiling | None = None
 
     # ------------------------------------------------------------- selection
 
@@ -110,7 +115,17 @@ class EncperfSession:
             runtime=self.settings.runtime,
             rounds=self.settings.rounds,
             record=self.results.append,
+            warmup=self.settings.warmup,
+            steady_cv=self.settings.steady_cv,
+            steady_budget=self.settings.steady_budget,
         )
+
+    @property
+    def ceiling(self) -> CipherCeiling:
+        """The CPU's AES-256-XTS speed and the kernel's driver, measured once per session."""
+        if self._ceiling is None:
+            self._ceiling = measure_ceiling()
+        return self._ceiling
 
     # ------------------------------------------------------------- hooks
 
@@ -146,19 +161,51 @@ class EncperfSession:
             f"alternating with the baseline"
         )
         skipped = {k: v for k, v in self.skipped.items() if k != BASELINE}
-        table = summary_table(self.results, skipped, shown, self.workloads)
-        if table:
-            tr.write_line(table)
+        steady = (
+            f"; then steady state until CV < {s.steady_cv:.0%} (at most {s.steady_budget:g} s)"
+            if s.steady_cv
+            else ""
+        )
+        tr.write_line(f"each workload: {s.warmup} warm-up round(s) per side discarded{steady}")
+        shown_names: set[str] = set()
+        for name in s.profile:
+            profile = PROFILES[name]
+            table = summary_table(
+                self.results,
+                skipped,
+                shown,
+                list(profile.workloads),
+                value=profile.value,
+                mean_column=profile.mean_column,
+            )
+            if table:
+                tr.write_line(f"{profile.title} [{name}]: {profile.value} of the rounds, change vs plain")
+                tr.write_line(table)
+            shown_names.update(w.name for w in profile.workloads)
+        others = [r.workload for r in self.results if r.workload.name not in shown_names]
+        if others:
+            table = summary_table(self.results, skipped, shown, others)
+            if table:
+                tr.write_line("other workloads: median of the rounds, change vs plain")
+                tr.write_line(table)
         if BASELINE in self.skipped:
             tr.write_line(f"baseline unavailable: {BASELINE}: {self.skipped[BASELINE]}", yellow=True)
-        details = detail_table(self.results)
+        if not self.results:
+            return
+        ceiling = self.ceiling
+        details = detail_table(self.results, ceiling.mb_per_s)
         if details:
             tr.write_line("")
             tr.write_line(details)
             tr.write_line(
-                "vs plain: median of per-round ratios (positive = faster than plain). "
-                "CPU s/GiB: system-wide busy CPU seconds per GiB moved."
+                "vs plain: median of per-round ratios (positive = faster than plain); never computed "
+                "between different I/O modes. CV: coefficient of variation of the rounds. "
+                "CPU s/GiB: system-wide busy CPU seconds per GiB moved; daemon: the backend's own "
+                "processes. eff.: throughput / min(plain, cipher ceiling). device/logical: bytes "
+                "the volume's block device read (r) or wrote (w) per byte the workload moved; "
+                "CACHED = a read round mostly served by the page cache."
             )
+            tr.write_line(f"cipher ceiling: {ceiling.describe()}")
 
 
 def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:

@@ -74,7 +74,7 @@ def run_directory(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
         ("--encperf-rounds=-2", "bad rounds '-2': expected a whole number >= 1"),
         ("--encperf-runtime=soon", "bad duration 'soon'"),
         ("--encperf-target=cloud", "expected one of container, directory"),
-        ("--encperf-engine=dd", "expected one of native, auto"),
+        ("--encperf-engine=dd", "expected one of fio, native, auto"),
         ("--encperf-profile=atto9", "expected a comma list of cdm"),
         ("--encperf-dir=/nonexistent/encperf", "does not exist"),
     ],
