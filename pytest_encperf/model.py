@@ -34,16 +34,24 @@ class Measurement:
     # first, then the devices below it (the disk under a loop device's backing file).
     physical: tuple[tuple[str, int, int], ...] = ()
     logical_read_bytes: int | None = None  # what the workload read (for the cache check)
+    logical_write_bytes: int | None = None  # what the workload wrote
     engine_cpu_seconds: float | None = None  # the engine's own process(es), user + system
     daemon_cpu_seconds: float | None = None  # the backend's daemons (FUSE ...), by pid
 
     @property
     def cached(self) -> bool | None:
-        """True when a read round's physical reads are far below what it read: the page cache
-        (not the storage) served it. None when unknown (no device, or nothing read)."""
-        if self.physical_read_bytes is None or not self.logical_read_bytes:
-            return None
-        return self.physical_read_bytes < CACHED_FRACTION * self.logical_read_bytes
+        """True when the page cache, not the storage, served the round: its reads (or, for a
+        round that only wrote, its writes) reached the device far less than the workload moved
+        them. None when unknown (no device of its own, or nothing moved)."""
+        if self.logical_read_bytes:
+            if self.physical_read_bytes is None:
+                return None
+            return self.physical_read_bytes < CACHED_FRACTION * self.logical_read_bytes
+        if self.logical_write_bytes:
+            if self.physical_write_bytes is None:
+                return None
+            return self.physical_write_bytes < CACHED_FRACTION * self.logical_write_bytes
+        return None
 
     @property
     def mb_per_s(self) -> float:

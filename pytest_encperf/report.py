@@ -144,7 +144,7 @@ def summary_table(
 def _physical(rounds: list[Measurement], is_read: bool) -> str:
     """Device bytes per logical byte over the rounds (``r 1.00`` = every byte read came from
     the device), plus how many rounds were served by the page cache."""
-    logical = sum((m.logical_read_bytes or 0) if is_read else m.bytes for m in rounds)
+    logical = sum((m.logical_read_bytes if is_read else m.logical_write_bytes) or 0 for m in rounds)
     attr = "physical_read_bytes" if is_read else "physical_write_bytes"
     physical = [getattr(m, attr) for m in rounds]
     if not logical or any(p is None for p in physical):

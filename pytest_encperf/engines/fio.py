@@ -22,7 +22,7 @@ from typing import Any
 from .. import host
 from ..model import Measurement
 from ..workloads import Workload
-from .native import NativeEngine, probe_io_mode
+from .native import FLUSH_BYTES, NativeEngine, probe_io_mode
 from .observe import Observe, Observer
 
 # fio reports these clat percentiles by default; keys are formatted "%f"
@@ -65,6 +65,8 @@ def fio_args(workload: Workload, path: Path, *, size: int, runtime: float, direc
     ]
     if not workload.is_read:
         args.append("--end_fsync=1")  # written means on the device
+        if not direct:  # bound the dirty data, as the native engine does
+            args.append(f"--fdatasync={max(1, FLUSH_BYTES // workload.block_size)}")
     if jobs > 1 and not workload.is_random:
         # each thread streams its own stripe, like one sequential stream split across threads
         stripe = max(workload.block_size, size // jobs // workload.block_size * workload.block_size)
@@ -129,6 +131,9 @@ def parse_fio_json(report: dict[str, Any] | str, direction: str) -> dict[str, An
         "seconds": seconds,
         "engine_cpu_seconds": engine_cpu,
         "logical_read_bytes": sum(int(job["read"]["io_bytes"]) for job in jobs) if "read" in sections else 0,
+        "logical_write_bytes": (
+            sum(int(job["write"]["io_bytes"]) for job in jobs) if "write" in sections else 0
+        ),
         **latencies,
     }
 

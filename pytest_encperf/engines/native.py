@@ -236,6 +236,7 @@ class NativeEngine:
             lat_p999_us=percentile(merged, 0.999) / 1e3,
             io_mode=mode,
             logical_read_bytes=ios * block if workload.is_read else 0,
+            logical_write_bytes=0 if workload.is_read else ios * block,
             **observed,
         )
 
@@ -306,5 +307,6 @@ class NativeEngine:
             lat_p999_us=percentile(merged, 0.999) / 1e3,
             io_mode="buffered",
             logical_read_bytes=read,
+            logical_write_bytes=written,
             **observed,
         )
