@@ -46,6 +46,8 @@ def fio_args(workload: Workload, path: Path, *, size: int, runtime: float, direc
     if workload.extent is not None:
         size = min(size, workload.extent)
     jobs = workload.numjobs if direct else workload.numjobs * workload.iodepth
+    if jobs > 1 and not workload.is_random:
+        jobs = max(1, min(jobs, size // workload.block_size))  # every stripe at least one block
     args = [
         "fio",
         "--output-format=json",
@@ -69,7 +71,7 @@ def fio_args(workload: Workload, path: Path, *, size: int, runtime: float, direc
             args.append(f"--fdatasync={max(1, FLUSH_BYTES // workload.block_size)}")
     if jobs > 1 and not workload.is_random:
         # each thread streams its own stripe, like one sequential stream split across threads
-        stripe = max(workload.block_size, size // jobs // workload.block_size * workload.block_size)
+        stripe = size // jobs // workload.block_size * workload.block_size
         args += [f"--size={stripe}", f"--offset_increment={stripe}"]
     else:
         args.append(f"--size={size}")
