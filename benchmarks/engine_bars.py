@@ -48,7 +48,8 @@ def engines(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
             n, f = statistics.median(values["native"]), statistics.median(values["fio"])
             print(
                 f"{workload.name:22} {metric:8} native {n:10.1f}  fio {f:10.1f}  native/fio {n / f:6.1%}"
-                f"   rounds native {[round(v) for v in values['native']]} fio {[round(v) for v in values['fio']]}"
+                f"   rounds native {[round(v) for v in values['native']]}"
+                f" fio {[round(v) for v in values['fio']]}"
             )
     finally:
         close_volume(plain)

@@ -12,6 +12,7 @@ from .workloads import GiB, Workload
 
 BASELINE_LABEL = "plain (baseline)"
 DIRECTIONS = ("read", "write", "mixed")
+TRANSPOSE_AFTER = 6  # more workload labels than this: labels become rows
 
 
 def _format_value(value: float) -> str:
@@ -137,6 +138,12 @@ def summary_table(
             rows.append([backend, "not measured", *([""] * (width - 1))])
     if not rows or not columns:
         return ""
+    if len(columns) > TRANSPOSE_AFTER:
+        # a sweep (ATTO, the grid): one row per workload label reads better than 15 columns
+        grid = [headers, *(row + [""] * (len(headers) - len(row)) for row in rows)]
+        headers, *rows = (list(line) for line in zip(*grid, strict=True))
+        headers[0] = "workload"
+        return tabulate(rows, headers=headers, tablefmt="simple_grid", disable_numparse=True)
     widths = [None, *([60] * width)] if skipped else None
     return tabulate(rows, headers=headers, tablefmt="simple_grid", maxcolwidths=widths, disable_numparse=True)
 
