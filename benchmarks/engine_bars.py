@@ -30,10 +30,13 @@ from pytest_encperf.workloads import CDM
 def engines(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
     plain = open_volume(make_backend(BackendSpec("plain")), target, run_dir / "plain")
     try:
-        native, fio = NativeEngine(), FioEngine()
+        native, fio = NativeEngine(use_aio=args.aio == "on"), FioEngine()
         path = native.prepare(plain.data_dir, args.size)
         direct, mode = io_mode_policy(native, path, path)
-        print(f"plain container, {args.size >> 20} MiB file, O_DIRECT: {mode}, fio {fio.version()}")
+        print(
+            f"plain container, {args.size >> 20} MiB file, O_DIRECT: {mode}, fio {fio.version()}, "
+            f"native with Linux AIO: {args.aio}"
+        )
         observe = plain.observe()
         picks = [w for w in CDM if w.label in ("SEQ1M Q8T1", "RND4K Q32T1")]
         for workload in picks:
@@ -95,6 +98,7 @@ def main() -> None:
     parser.add_argument("--runtime", type=float, default=3.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--engine", default="auto")
+    parser.add_argument("--aio", choices=("on", "off"), default="on", help="native engine's direct rounds")
     args = parser.parse_args()
     target = Target("container", Path(args.dir), container_size(args.size))
     with tempfile.TemporaryDirectory(prefix="encperf-bars-", dir=args.dir) as tmp:

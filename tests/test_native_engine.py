@@ -168,3 +168,28 @@ def test_small_files_cycle_creates_reads_and_deletes_everything(engine: NativeEn
     assert m.logical_write_bytes == m.logical_read_bytes == passes * per_pass
     assert m.bytes == 2 * passes * per_pass and m.io_mode == "buffered"
     assert list((tmp_path / native.SMALLFILES_DIR).iterdir()) == []
+
+
+@pytest.mark.skipif(not native.aio.available(), reason="Linux AIO system calls unknown on this machine")
+@pytest.mark.parametrize("workload", [CDM[0], CDM[1], CDM[4], CDM[5]], ids=str)
+def test_direct_rounds_go_through_linux_aio_with_the_queue_depth_in_flight(
+    engine: NativeEngine, test_file: Path, workload: Workload, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if probe_io_mode(test_file) != "direct":
+        pytest.skip(f"O_DIRECT is not really direct on {test_file.parent}")
+    depths: list[int] = []
+    real = native.aio.run_queue
+
+    def spy(fd, buffers, *args, **kwargs):
+        depths.append(len(buffers))
+        return real(fd, buffers, *args, **kwargs)
+
+    monkeypatch.setattr(native.aio, "run_queue", spy)
+    m = engine.run(workload, test_file, runtime=0.05, direct=True)
+    assert depths == [workload.iodepth] * workload.numjobs
+    assert m.io_mode == "direct" and m.ios > 0 and m.bytes == m.ios * workload.block_size
+    assert 0 < m.lat_p50_us <= m.lat_p99_us
+    if not workload.is_read:  # what AIO wrote is really in the file
+        assert len(set(test_file.read_bytes()[: workload.block_size])) > 200
+    dd = Workload("DD", "write", 4 * KiB, amount=MiB)
+    assert engine.run(dd, test_file, runtime=10, direct=True).ios == MiB // (4 * KiB)

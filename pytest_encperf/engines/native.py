@@ -11,6 +11,7 @@ cache cannot inflate the numbers.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import itertools
 import math
@@ -25,7 +26,7 @@ from pathlib import Path
 from .. import __version__, host
 from ..model import Measurement
 from ..workloads import SMALL_FILE_SIZES, MiB, Workload
-from . import TEST_FILE_NAME
+from . import TEST_FILE_NAME, aio
 from .observe import Observe, Observer, busy_cpu_seconds
 
 __all__ = ["NativeEngine", "busy_cpu_seconds", "percentile", "probe_io_mode"]
@@ -80,8 +81,9 @@ class NativeEngine:
 
     name = "native"
 
-    def __init__(self, *, drop_cache: bool = True) -> None:
+    def __init__(self, *, drop_cache: bool = True, use_aio: bool = True) -> None:
         self.drop_cache = drop_cache
+        self.use_aio = use_aio  # direct rounds through Linux AIO (io_submit), where available
 
     def version(self) -> str:
         return __version__
@@ -153,11 +155,45 @@ class NativeEngine:
         )
 
         fd = os.open(path, flags)
-        threads_count = workload.iodepth * workload.numjobs
+        # Direct rounds: one thread per job, each keeping iodepth I/Os in flight with Linux AIO.
+        # Otherwise one thread per I/O in flight (buffered AIO would block in io_submit).
+        use_aio = truly_direct and self.use_aio and aio.available()
+        threads_count = workload.numjobs if use_aio else workload.iodepth * workload.numjobs
         latencies: list[array] = [array("Q") for _ in range(threads_count)]
         go = threading.Event()
         deadline = [0.0]
         errors: list[BaseException] = []
+
+        def next_offset() -> int | None:
+            n = next(cursor)
+            if limit is not None and n >= limit:
+                return None
+            return order[n % blocks] * block
+
+        def aio_worker(index: int) -> None:
+            buffers = [mmap.mmap(-1, max(block, PAGE)) for _ in range(workload.iodepth)]
+            anchors = [ctypes.c_char.from_buffer(buf) for buf in buffers]
+            try:
+                if not workload.is_read:
+                    for buf in buffers:
+                        buf[:block] = os.urandom(block)
+                go.wait()
+                aio.run_queue(
+                    fd,
+                    [ctypes.addressof(anchor) for anchor in anchors],
+                    block,
+                    workload.is_read,
+                    next_offset,
+                    time.perf_counter_ns,
+                    lambda: deadline[0] if limit is None else 2**63,
+                    latencies[index],
+                )
+            except BaseException as exc:
+                errors.append(exc)
+            finally:
+                del anchors[:]
+                for buf in buffers:
+                    buf.close()
 
         def worker(index: int) -> None:
             buf = mmap.mmap(-1, max(block, PAGE))
@@ -195,7 +231,8 @@ class NativeEngine:
                 view.release()
                 buf.close()
 
-        threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads_count)]
+        target = aio_worker if use_aio else worker
+        threads = [threading.Thread(target=target, args=(i,), daemon=True) for i in range(threads_count)]
         try:
             if not truly_direct and self.drop_cache:
                 host.drop_page_cache(path)
