@@ -118,6 +118,7 @@ def test_buffered_rounds_use_one_psync_thread_per_io_in_flight(tmp_path: Path) -
     assert option(args, "ioengine") == "psync" and option(args, "direct") == "0"
     assert option(args, "iodepth") == "1" and option(args, "numjobs") == "32"
     assert option(args, "end_fsync") == "1" and option(args, "fdatasync") == str(16 * MiB // (4 * KiB))
+    assert option(args, "size") == str(2 * MiB) and option(args, "offset_increment") == str(2 * MiB)
     seq = Workload("SEQ", "read", MiB, iodepth=4)
     args = fio_args(seq, tmp_path / "f", size=64 * MiB, runtime=1.0, direct=False)
     assert option(args, "size") == str(16 * MiB) and option(args, "offset_increment") == str(16 * MiB)

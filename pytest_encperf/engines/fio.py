@@ -3,8 +3,8 @@
 fio is the reference tool for storage benchmarks; its JSON gives throughput (``bw_bytes``),
 IOPS, completion-latency percentiles (``clat_ns``) and the job's user/system CPU. Direct
 rounds use libaio, so ``iodepth`` I/Os really are in flight. Buffered rounds use psync with
-one thread per outstanding I/O (``iodepth x numjobs`` threads, sequential workloads in
-disjoint stripes), the way the native engine reaches a queue depth without async I/O: a
+one thread per outstanding I/O (``iodepth x numjobs`` threads, each in its own stripe of
+the file), the way the native engine reaches a queue depth without async I/O: a
 buffered libaio submit blocks, so iodepth would mean nothing there.
 
 The test file, the O_DIRECT probe and the small-files cycle are shared with the native engine,
@@ -46,7 +46,7 @@ def fio_args(workload: Workload, path: Path, *, size: int, runtime: float, direc
     if workload.extent is not None:
         size = min(size, workload.extent)
     jobs = workload.numjobs if direct else workload.numjobs * workload.iodepth
-    if jobs > 1 and not workload.is_random:
+    if jobs > 1 and not direct:
         jobs = max(1, min(jobs, size // workload.block_size))  # every stripe at least one block
     args = [
         "fio",
@@ -69,8 +69,9 @@ def fio_args(workload: Workload, path: Path, *, size: int, runtime: float, direc
         args.append("--end_fsync=1")  # written means on the device
         if not direct:  # bound the dirty data, as the native engine does
             args.append(f"--fdatasync={max(1, FLUSH_BYTES // workload.block_size)}")
-    if jobs > 1 and not workload.is_random:
-        # each thread streams its own stripe, like one sequential stream split across threads
+    if jobs > 1 and not direct:
+        # each thread works on its own stripe, so that the threads together touch every block
+        # once per pass (as one queue would), instead of re-reading each other's cached pages
         stripe = size // jobs // workload.block_size * workload.block_size
         args += [f"--size={stripe}", f"--offset_increment={stripe}"]
     else:
