@@ -107,7 +107,8 @@ def securefs_mount(base_dir: Path) -> Iterator[tuple[Path, subprocess.Popen[byte
             ["securefs", "mount", "--keyfile", str(keyfile), str(cipher), str(mountpoint)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        cleanup.process(proc, stop=lambda: host.run(["fusermount", "-u", mountpoint]))
+        fusermount = shutil.which("fusermount3") or "fusermount"
+        cleanup.process(proc, stop=lambda: host.run([fusermount, "-u", mountpoint]))
         deadline = time.monotonic() + 20
         while not host.is_mounted(mountpoint):
             if proc.poll() is not None or time.monotonic() > deadline:
