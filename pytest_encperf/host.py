@@ -378,6 +378,38 @@ def detach_loop(device: Path, backing_file: Path | None = None, *, timeout: floa
             raise HostError(f"{device} still attached to {attached} after {timeout:g} s")
 
 
+def block_device_of(path: Path) -> str | None:
+    """Kernel name ("vda1", "loop3") of the block device holding ``path``'s file system, or
+    None when it has none (tmpfs, overlay)."""
+    try:
+        dev = os.stat(path).st_dev
+        link = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+        return link.resolve().name if link.exists() else None
+    except OSError:
+        return None
+
+
+def devices_below(device_name: str) -> list[str]:
+    """Device names under a block device, nearest first: for a loop device, the device holding
+    its backing file (and so on); for a stacked device (dm), its slaves."""
+    below: list[str] = []
+    current = device_name
+    for _ in range(8):  # bounded: stacks are shallow
+        sys_dir = Path("/sys/block") / current
+        nxt: str | None = None
+        try:
+            backing = (sys_dir / "loop" / "backing_file").read_text().strip()
+            nxt = block_device_of(Path(backing))
+        except OSError:
+            slaves = sorted(p.name for p in (sys_dir / "slaves").glob("*")) if sys_dir.exists() else []
+            nxt = slaves[0] if slaves else None
+        if nxt is None or nxt in below or nxt == device_name:
+            break
+        below.append(nxt)
+        current = nxt
+    return below
+
+
 def loops_backed_by(directory: Path) -> list[Path]:
     """Loop devices whose backing file lies under ``directory`` (for leftover checks)."""
     found = []

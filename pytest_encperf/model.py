@@ -8,6 +8,9 @@ from typing import Any
 
 from .workloads import GiB, Workload
 
+# A read round whose device reads are below this fraction of its logical reads came from memory.
+CACHED_FRACTION = 0.5
+
 
 @dataclass(frozen=True)
 class Measurement:
@@ -23,8 +26,32 @@ class Measurement:
     lat_p999_us: float
     cpu_seconds: float  # system-wide busy CPU time during the round (psutil)
     io_mode: str  # "direct", "buffered" or "direct-requested-but-buffered"
+    # Bytes read/written on the volume's own block device during the round (psutil per-disk
+    # counters); None when the volume has no device of its own (directory target).
     physical_read_bytes: int | None = None
     physical_write_bytes: int | None = None
+    # (device name, bytes read, bytes written) for every observed device: the volume's device
+    # first, then the devices below it (the disk under a loop device's backing file).
+    physical: tuple[tuple[str, int, int], ...] = ()
+    logical_read_bytes: int | None = None  # what the workload read (for the cache check)
+    logical_write_bytes: int | None = None  # what the workload wrote
+    engine_cpu_seconds: float | None = None  # the engine's own process(es), user + system
+    daemon_cpu_seconds: float | None = None  # the backend's daemons (FUSE ...), by pid
+
+    @property
+    def cached(self) -> bool | None:
+        """True when the page cache, not the storage, served the round: its reads (or, for a
+        round that only wrote, its writes) reached the device far less than the workload moved
+        them. None when unknown (no device of its own, or nothing moved)."""
+        if self.logical_read_bytes:
+            if self.physical_read_bytes is None:
+                return None
+            return self.physical_read_bytes < CACHED_FRACTION * self.logical_read_bytes
+        if self.logical_write_bytes:
+            if self.physical_write_bytes is None:
+                return None
+            return self.physical_write_bytes < CACHED_FRACTION * self.logical_write_bytes
+        return None
 
     @property
     def mb_per_s(self) -> float:
@@ -46,14 +73,19 @@ class Measurement:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data.update(mb_per_s=self.mb_per_s, iops=self.iops, cpu_s_per_gib=self.cpu_s_per_gib)
+        data.update(
+            mb_per_s=self.mb_per_s, iops=self.iops, cpu_s_per_gib=self.cpu_s_per_gib, cached=self.cached
+        )
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Measurement:
         """Inverse of to_dict; derived values (MB/s, IOPS, CPU/GiB) are recomputed, unknown keys ignored."""
         names = {f.name for f in fields(cls)}
-        return cls(**{key: value for key, value in data.items() if key in names})
+        values = {key: value for key, value in data.items() if key in names}
+        if "physical" in values:  # JSON turned the tuples into lists
+            values["physical"] = tuple(tuple(device) for device in values["physical"])
+        return cls(**values)
 
 
 @dataclass
@@ -66,9 +98,46 @@ class Result:
     baseline_rounds: list[Measurement] = field(default_factory=list)
     description: dict[str, Any] = field(default_factory=dict)
 
-    def median(self, metric: str, baseline: bool = False) -> float:
+    warmup_rounds: int = 0  # measured and discarded before the counted rounds (per side)
+    stop_reason: str = ""  # how the number of rounds was decided (fixed, steady state, budget)
+
+    def _values(self, metric: str, baseline: bool) -> list[float]:
         rounds = self.baseline_rounds if baseline else self.rounds
-        return statistics.median(getattr(m, metric) for m in rounds)
+        return [getattr(m, metric) for m in rounds]
+
+    def median(self, metric: str, baseline: bool = False) -> float:
+        return statistics.median(self._values(metric, baseline))
+
+    def best(self, metric: str, baseline: bool = False) -> float:
+        """Highest value over the rounds (what CrystalDiskMark reports)."""
+        return max(self._values(metric, baseline))
+
+    def cv(self, metric: str | None = None, baseline: bool = False) -> float | None:
+        """Coefficient of variation over the rounds (stdev / mean), None with fewer than 2."""
+        values = self._values(metric or self.primary_metric, baseline)
+        return coefficient_of_variation(values)
+
+    @property
+    def cached_rounds(self) -> tuple[int, int]:
+        """How many rounds (volume, baseline) the page cache served."""
+        return sum(bool(m.cached) for m in self.rounds), sum(bool(m.cached) for m in self.baseline_rounds)
+
+    @property
+    def comparable(self) -> bool:
+        """Both sides ran in the same I/O mode; otherwise no ratio is computed."""
+        vol, base = self.io_modes
+        return not self.baseline_rounds or vol == base
+
+    def efficiency(self, cipher_ceiling_mb_s: float | None) -> float | None:
+        """Throughput / min(plain throughput, cipher ceiling): how much of what is physically
+        possible (the disk, or the CPU's AES-XTS) this backend delivers."""
+        if not self.rounds or not self.baseline_rounds:
+            return None
+        limits = [self.median("mb_per_s", baseline=True)]
+        if cipher_ceiling_mb_s:
+            limits.append(cipher_ceiling_mb_s)
+        limit = min(limits)
+        return self.median("mb_per_s") / limit if limit > 0 else None
 
     @property
     def primary_metric(self) -> str:
@@ -77,6 +146,8 @@ class Result:
     def ratio(self, metric: str | None = None) -> float | None:
         """Median of the per-round ratios volume/baseline (paired rounds cancel machine drift)."""
         metric = metric or self.primary_metric
+        if not self.comparable:
+            return None
         pairs = [
             getattr(v, metric) / getattr(b, metric)
             for v, b in zip(self.rounds, self.baseline_rounds, strict=False)
@@ -103,6 +174,8 @@ class Result:
             "rounds": [m.to_dict() for m in self.rounds],
             "baseline_rounds": [m.to_dict() for m in self.baseline_rounds],
             "description": self.description,
+            "warmup_rounds": self.warmup_rounds,
+            "stop_reason": self.stop_reason,
         }
 
     @classmethod
@@ -114,4 +187,13 @@ class Result:
             rounds=[Measurement.from_dict(m) for m in data["rounds"]],
             baseline_rounds=[Measurement.from_dict(m) for m in data.get("baseline_rounds", [])],
             description=dict(data.get("description", {})),
+            warmup_rounds=int(data.get("warmup_rounds", 0)),
+            stop_reason=str(data.get("stop_reason", "")),
         )
+
+
+def coefficient_of_variation(values: list[float]) -> float | None:
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    return statistics.stdev(values) / mean if mean else None

@@ -9,9 +9,11 @@ from tabulate import tabulate
 
 from .compare import ALPHA, FAIL, INFO, MIN_ROUNDS, PASS, Check, Verdict
 from .model import Measurement, Result
-from .workloads import Workload
+from .workloads import GiB, Workload
 
 BASELINE_LABEL = "plain (baseline)"
+DIRECTIONS = ("read", "write", "mixed")
+TRANSPOSE_AFTER = 6  # more workload labels than this: labels become rows
 
 
 def _format_value(value: float) -> str:
@@ -28,12 +30,16 @@ def _format_change(percent: float | None) -> str:
     return "n/a" if percent is None else f"{percent:+.1f}%"
 
 
-def _columns(workloads: Iterable[Workload]) -> list[tuple[str, str]]:
-    """(label, unit) per CrystalDiskMark row, in first-seen order."""
-    seen: dict[str, str] = {}
+def _columns(workloads: Iterable[Workload]) -> list[tuple[str, str, list[str]]]:
+    """(label, unit, directions) per workload label, in first-seen order."""
+    units: dict[str, str] = {}
+    directions: dict[str, list[str]] = {}
     for workload in workloads:
-        seen.setdefault(workload.label, "IOPS" if workload.reports_iops else "MB/s")
-    return list(seen.items())
+        units.setdefault(workload.label, workload.unit)
+        seen = directions.setdefault(workload.label, [])
+        if workload.direction not in seen:
+            seen.append(workload.direction)
+    return [(label, unit, sorted(directions[label], key=DIRECTIONS.index)) for label, unit in units.items()]
 
 
 def _baseline_rounds(results: list[Result]) -> dict[str, list[Measurement]]:
@@ -48,66 +54,121 @@ def _metric(workload: Workload) -> str:
     return "iops" if workload.reports_iops else "mb_per_s"
 
 
+def _pick(values: list[float], value: str) -> float:
+    return max(values) if value == "best" else statistics.median(values)
+
+
+def _change_cell(result: Result) -> str:
+    if not result.comparable:
+        vol, base = result.io_modes
+        return f"modes differ ({vol} vs {base})"
+    text = _format_change(result.change_percent)
+    if any(result.cached_rounds):
+        text += " cached!"
+    return text
+
+
 def summary_table(
-    results: list[Result], skipped: dict[str, str], backends: list[str], selected: list[Workload]
+    results: list[Result],
+    skipped: dict[str, str],
+    backends: list[str],
+    selected: list[Workload],
+    *,
+    value: str = "median",
+    mean_column: bool = False,
 ) -> str:
-    """One row per backend, a column per CrystalDiskMark row with read / write values and,
-    under them, the change against the plain baseline measured in the same rounds.
+    """One row per backend, a column per workload label with its directions' values
+    (read / write) and, under them, the change against the plain baseline measured in the same
+    rounds. ``value`` is ``median`` or ``best`` (what CrystalDiskMark shows). ``mean_column``
+    adds the mean change over all the table's cells (the iozone-style grid's summary).
 
     Every selected backend gets a row: measured, skipped (with the reason) or not measured.
     """
-    columns = _columns([*selected, *(r.workload for r in results)])
-    by_key = {(r.backend, r.workload.label, r.workload.direction): r for r in results}
-    workloads = {w.name: w for w in [*selected, *(r.workload for r in results)]}
-    base = _baseline_rounds(results)
-    headers = ["backend", *(f"{label}\n{unit} read / write" for label, unit in columns)]
+    names = {w.name for w in selected}
+    mine = [r for r in results if r.workload.name in names]
+    columns = _columns(selected)
+    by_key = {(r.backend, r.workload.label, r.workload.direction): r for r in mine}
+    workloads = {w.name: w for w in selected}
+    base = _baseline_rounds(mine)
+    headers = ["backend", *(f"{label}\n{unit} {' / '.join(dirs)}" for label, unit, dirs in columns)]
+    if mean_column:
+        headers.append("mean vs plain\nover all cells")
 
     rows: list[list[str]] = []
-    if results:
+    if mine:
         row = [BASELINE_LABEL]
-        for label, _ in columns:
+        for label, _, directions in columns:
             cells = []
-            for direction in ("read", "write"):
+            for direction in directions:
                 name = f"{label.replace(' ', '-')}-{direction}"
                 if base.get(name):
                     metric = _metric(workloads[name])
-                    cells.append(_format_value(statistics.median(getattr(m, metric) for m in base[name])))
+                    cells.append(_format_value(_pick([getattr(m, metric) for m in base[name]], value)))
                 else:
                     cells.append("-")
             row.append(" / ".join(cells))
+        if mean_column:
+            row.append("")
         rows.append(row)
+    width = len(columns) + (1 if mean_column else 0)
     for backend in backends:
         if backend in skipped:
-            rows.append([backend, f"skipped: {skipped[backend]}", *([""] * (len(columns) - 1))])
+            rows.append([backend, f"skipped: {skipped[backend]}", *([""] * (width - 1))])
             continue
-        values, changes = [], []
-        for label, _ in columns:
+        values, changes, all_changes = [], [], []
+        for label, _, directions in columns:
             value_cells, change_cells = [], []
-            for direction in ("read", "write"):
+            for direction in directions:
                 result = by_key.get((backend, label, direction))
                 if result is None or not result.rounds:
                     value_cells.append("-")
-                    change_cells.append("")
                     continue
-                value_cells.append(_format_value(result.median(result.primary_metric)))
-                change_cells.append(_format_change(result.change_percent))
+                metric = result.primary_metric
+                value_cells.append(_format_value(_pick([getattr(m, metric) for m in result.rounds], value)))
+                change_cells.append(_change_cell(result))
+                if result.change_percent is not None:
+                    all_changes.append(result.change_percent)
             values.append(" / ".join(value_cells))
-            changes.append(" / ".join(c for c in change_cells if c))
+            changes.append(" / ".join(change_cells))
         if any(v.strip("-/ ") for v in values):
-            rows.append([backend, *(f"{v}\n{c}" for v, c in zip(values, changes, strict=True))])
+            row = [backend, *(f"{v}\n{c}" for v, c in zip(values, changes, strict=True))]
+            if mean_column:
+                row.append(_format_change(statistics.fmean(all_changes)) if all_changes else "n/a")
+            rows.append(row)
         else:
-            rows.append([backend, "not measured", *([""] * (len(columns) - 1))])
+            rows.append([backend, "not measured", *([""] * (width - 1))])
     if not rows or not columns:
         return ""
-    widths = [None, *([60] * len(columns))] if skipped else None
+    if len(columns) > TRANSPOSE_AFTER:
+        # a sweep (ATTO, the grid): one row per workload label reads better than 15 columns
+        grid = [headers, *(row + [""] * (len(headers) - len(row)) for row in rows)]
+        headers, *rows = (list(line) for line in zip(*grid, strict=True))
+        headers[0] = "workload"
+        return tabulate(rows, headers=headers, tablefmt="simple_grid", disable_numparse=True)
+    widths = [None, *([60] * width)] if skipped else None
     return tabulate(rows, headers=headers, tablefmt="simple_grid", maxcolwidths=widths, disable_numparse=True)
 
 
-def detail_table(results: list[Result]) -> str:
-    """Every backend x workload: throughput, IOPS, latency, CPU cost, I/O mode, change vs plain."""
+def _physical(rounds: list[Measurement], is_read: bool) -> str:
+    """Device bytes per logical byte over the rounds (``r 1.00`` = every byte read came from
+    the device), plus how many rounds were served by the page cache."""
+    logical = sum((m.logical_read_bytes if is_read else m.logical_write_bytes) or 0 for m in rounds)
+    attr = "physical_read_bytes" if is_read else "physical_write_bytes"
+    physical = [getattr(m, attr) for m in rounds]
+    if not logical or any(p is None for p in physical):
+        return "-"
+    text = f"{'r' if is_read else 'w'} {sum(physical) / logical:.2f}"
+    cached = sum(bool(m.cached) for m in rounds)
+    return text + (f" CACHED {cached}/{len(rounds)}" if cached else "")
+
+
+def detail_table(results: list[Result], cipher_ceiling_mb_s: float | None = None) -> str:
+    """Every backend x workload: throughput (median, best, CV), latency, CPU cost, change vs
+    plain, efficiency, I/O mode and what reached the device."""
     headers = [
-        "backend", "workload", "MB/s", "IOPS", "p50 µs", "p99 µs", "p99.9 µs",
-        "CPU s/GiB", "plain MB/s", "plain CPU", "vs plain", "I/O", "rounds",
+        "backend", "workload", "MB/s", "best", "IOPS", "p50 µs", "p99 µs", "CV %",
+        "CPU s/GiB", "daemon", "plain MB/s", "plain CPU", "vs plain", "eff.", "I/O", "device/logical",
+        "rounds",
     ]  # fmt: skip
     rows = []
     notes: dict[str, str] = {}
@@ -116,24 +177,41 @@ def detail_table(results: list[Result]) -> str:
             continue
         mode, base_mode = result.io_modes
         if base_mode != mode:
-            mode = f"{mode}, plain {base_mode}"
+            mode = f"{mode}, plain {base_mode} (NOT COMPARED)"
         o_direct = result.description.get("o_direct")
         if o_direct and o_direct != "direct" and "buffered" in mode:
             mode += "*"
             notes[result.backend] = o_direct
+        cv = result.cv()
+        daemon = [m.daemon_cpu_seconds for m in result.rounds]
+        daemon_text = "-"
+        if all(d is not None for d in daemon):
+            moved = sum(m.bytes for m in result.rounds) / GiB
+            daemon_text = _format_value(sum(daemon) / moved) if moved else "-"  # type: ignore[arg-type]
+        encrypted = result.description.get("encryption", "none") != "none"
+        efficiency = result.efficiency(cipher_ceiling_mb_s) if encrypted else None
+        is_read = result.workload.is_read or result.workload.kind == "files"
+        physical = _physical(result.rounds, is_read)
+        base_physical = _physical(result.baseline_rounds, is_read)
+        if "CACHED" in base_physical:
+            physical += f" (plain {base_physical})"
         rows.append([
             result.backend,
             result.workload.name,
             _format_value(result.median("mb_per_s")),
+            _format_value(result.best("mb_per_s")),
             _format_value(result.median("iops")),
             _format_value(result.median("lat_p50_us")),
             _format_value(result.median("lat_p99_us")),
-            _format_value(result.median("lat_p999_us")),
+            "-" if cv is None else f"{cv * 100:.1f}",
             _format_value(result.median("cpu_s_per_gib")),
+            daemon_text,
             _format_value(result.median("mb_per_s", baseline=True)) if result.baseline_rounds else "-",
             _format_value(result.median("cpu_s_per_gib", baseline=True)) if result.baseline_rounds else "-",
             _format_change(result.change_percent),
+            "-" if efficiency is None else f"{efficiency:.0%}",
             mode,
+            physical,
             str(len(result.rounds)),
         ])  # fmt: skip
     if not rows:

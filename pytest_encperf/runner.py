@@ -7,13 +7,16 @@ import hashlib
 import os
 import random
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import host
 from .backends import BackendBase, BackendError, Volume
 from .engines import Engine
+from .engines.observe import Observe
 from .host import HostError, signals_deferred
 from .model import Measurement, Result
 from .targets import Target
@@ -59,6 +62,24 @@ class MountedVolume:
     @property
     def spec(self) -> str:
         return str(self.backend.spec)
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """Block devices whose counters tell what reached the storage: the volume's own device
+        ("device" in the backend's state, e.g. its loop device) or the one holding its data
+        directory, then the devices below it."""
+        device = self.volume.state.get("device")
+        name = Path(device).name if device else host.block_device_of(self.data_dir)
+        return (name, *host.devices_below(name)) if name else ()
+
+    @property
+    def daemon_pids(self) -> tuple[int, ...]:
+        """The backend's own processes (FUSE daemons), from what its cleanups registered."""
+        resources = [*self.volume.created.resources, *self.volume.mounted.resources]
+        return tuple(int(r.ident) for r in resources if r.kind == "process" and r.ident.isdigit())
+
+    def observe(self) -> Observe:
+        return Observe(devices=self.devices, daemon_pids=self.daemon_pids)
 
 
 def open_volume(backend: BackendBase, target: Target, workdir: Path) -> MountedVolume:
@@ -152,6 +173,9 @@ class Runner:
     verify: bool = False  # --encperf-verify: checksums across a remount after write workloads
     # Partition target: baseline rounds measured on the partition before this volume existed
     measured_baseline: dict[str, list[Measurement]] = field(default_factory=dict)
+    warmup: int = 1  # pairs of rounds measured first and discarded (file layout, caches, clocks)
+    steady_cv: float | None = None  # keep adding rounds until both sides' CV is below this ...
+    steady_budget: float = 60.0  # ... or this many seconds have been spent on the extra rounds
 
     def run(self, workload: Workload) -> Result:
         """Measure ``workload`` on the volume, alternating rounds with the baseline (A B A B)
@@ -159,26 +183,43 @@ class Runner:
         if self.baseline is None:
             return self._run_against_measured_baseline(workload)
         baseline: MountedVolume = self.baseline
-        side = self.volume
+        side = self.volume  # which volume a storage error came from
         try:
             volume_file = self.engine.prepare(self.volume.data_dir, self.size)
             side = baseline
             baseline_file = self.engine.prepare(baseline.data_dir, self.size)
             direct, o_direct = io_mode_policy(self.engine, volume_file, baseline_file)
+            if workload.kind == "files":
+                direct = False  # small unaligned files: buffered by nature
+            volume_observe, baseline_observe = self.volume.observe(), baseline.observe()
             result = Result(
                 backend=self.volume.spec,
                 workload=workload,
                 description={**self.volume.description, "o_direct": o_direct},
+                warmup_rounds=self.warmup,
             )
-            for _ in range(self.rounds):
+
+            def pair() -> tuple[Measurement, Measurement]:
+                nonlocal side
                 side = baseline
-                result.baseline_rounds.append(
-                    self.engine.run(workload, baseline_file, runtime=self.runtime, direct=direct)
+                base = self.engine.run(
+                    workload, baseline_file, runtime=self.runtime, direct=direct, observe=baseline_observe
                 )
                 side = self.volume
-                result.rounds.append(
-                    self.engine.run(workload, volume_file, runtime=self.runtime, direct=direct)
+                vol = self.engine.run(
+                    workload, volume_file, runtime=self.runtime, direct=direct, observe=volume_observe
                 )
+                return base, vol
+
+            for _ in range(self.warmup):
+                pair()
+            for _ in range(self.rounds):
+                base, vol = pair()
+                result.baseline_rounds.append(base)
+                result.rounds.append(vol)
+            result.stop_reason = f"{self.rounds} rounds"
+            if self.steady_cv is not None:
+                result.stop_reason = self._steady_state(result, pair)
         except OSError as exc:
             problem = _STORAGE_ERRORS.get(exc.errno or 0)
             if problem is None:
@@ -197,27 +238,62 @@ class Runner:
         before the volume was created (and more are added after it is removed)."""
         volume_file = self.engine.prepare(self.volume.data_dir, self.size)
         o_direct = self.engine.io_mode(volume_file)
+        direct = o_direct == "direct" and workload.kind != "files"
+        observe = self.volume.observe()
         result = Result(
             backend=self.volume.spec,
             workload=workload,
             description={**self.volume.description, "o_direct": o_direct, "baseline": "before/after"},
+            warmup_rounds=self.warmup,
         )
         result.baseline_rounds.extend(self.measured_baseline.get(workload.name, []))
+        for _ in range(self.warmup):
+            self.engine.run(workload, volume_file, runtime=self.runtime, direct=direct, observe=observe)
         for _ in range(self.rounds):
             result.rounds.append(
-                self.engine.run(workload, volume_file, runtime=self.runtime, direct=o_direct == "direct")
+                self.engine.run(workload, volume_file, runtime=self.runtime, direct=direct, observe=observe)
             )
+        result.stop_reason = f"{self.rounds} rounds"
         self.record(result)
         return result
 
+    def _steady_state(self, result: Result, pair: Callable[[], tuple[Measurement, Measurement]]) -> str:
+        """Add rounds until the coefficient of variation of both sides is below the target."""
+        assert self.steady_cv is not None
+        deadline = time.monotonic() + self.steady_budget
+
+        def steady() -> bool:
+            cvs = (result.cv(), result.cv(baseline=True))
+            return all(cv is not None and cv < self.steady_cv for cv in cvs)  # type: ignore[operator]
+
+        while not steady():
+            if time.monotonic() >= deadline:
+                return f"{len(result.rounds)} rounds, CV target not reached in {self.steady_budget:g} s"
+            base, vol = pair()
+            result.baseline_rounds.append(base)
+            result.rounds.append(vol)
+        return f"{len(result.rounds)} rounds, CV < {self.steady_cv:.0%}"
+
 
 def measure_all(
-    engine: Engine, mounted: MountedVolume, workloads: list[Workload], size: int, runtime: float, rounds: int
+    engine: Engine,
+    mounted: MountedVolume,
+    workloads: list[Workload],
+    size: int,
+    runtime: float,
+    rounds: int,
+    warmup: int = 0,
 ) -> dict[str, list[Measurement]]:
     """Every workload's rounds on one volume (the partition target's baseline)."""
     path = engine.prepare(mounted.data_dir, size)
-    direct = engine.io_mode(path) == "direct"
-    return {
-        workload.name: [engine.run(workload, path, runtime=runtime, direct=direct) for _ in range(rounds)]
-        for workload in workloads
-    }
+    o_direct = engine.io_mode(path)
+    observe = mounted.observe()
+    measured = {}
+    for workload in workloads:
+        direct = o_direct == "direct" and workload.kind != "files"
+        for _ in range(warmup):
+            engine.run(workload, path, runtime=runtime, direct=direct, observe=observe)
+        measured[workload.name] = [
+            engine.run(workload, path, runtime=runtime, direct=direct, observe=observe) for _ in range(rounds)
+        ]
+    return measured

@@ -21,6 +21,7 @@ import pytest
 
 from . import host, journal, machine, storage
 from .backends import BASELINE, BackendSpec, make_backend
+from .ceiling import CipherCeiling, measure_ceiling
 from .compare import EXIT_REGRESSION, Verdict, compare_runs, overhead_checks
 from .engines import Engine, select_engine
 from .model import Measurement, Result
@@ -28,7 +29,7 @@ from .report import check_table, detail_table, markdown_report, summary_table, v
 from .runner import MountedVolume, Runner, Unavailable, close_volume, measure_all, open_volume, slug
 from .settings import Settings
 from .targets import Target, container_size
-from .workloads import MiB, Workload, profile_workloads
+from .workloads import PROFILES, MiB, Workload, profile_workloads
 
 # Fixtures that create volumes: a session collecting none of them needs no room on the target.
 VOLUME_FIXTURES = ("encperf_volume", "encperf_baseline", "encperf")
@@ -38,7 +39,10 @@ class EncperfSession:
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
         self.settings = settings
-        self.engine: Engine = select_engine(settings.engine)
+        try:
+            self.engine: Engine = select_engine(settings.engine)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--encperf-engine: {exc}") from None
         size = container_size(settings.size) if settings.target == "container" else settings.size
         self.target = Target(
             settings.target, settings.dir, size, device=settings.device, force=settings.force
@@ -59,6 +63,7 @@ class EncperfSession:
         self._run_cleanup: host.Cleanup | None = None
         # partition target: baseline rounds measured before each encrypted volume, by spec
         self._measured_baseline: dict[str, dict[str, list[Measurement]]] = {}
+        self._ceiling: CipherCeiling | None = None
 
     # ------------------------------------------------------------- selection
 
@@ -107,7 +112,7 @@ class EncperfSession:
         mounted = self.open(BASELINE)
         try:
             s = self.settings
-            return measure_all(self.engine, mounted, self.workloads, s.size, s.runtime, s.rounds)
+            return measure_all(self.engine, mounted, self.workloads, s.size, s.runtime, s.rounds, s.warmup)
         finally:
             self.close(mounted)
 
@@ -186,7 +191,17 @@ class EncperfSession:
             rounds=self.settings.rounds,
             record=record,
             verify=self.settings.verify,
+            warmup=self.settings.warmup,
+            steady_cv=self.settings.steady_cv,
+            steady_budget=self.settings.steady_budget,
         )
+
+    def ceiling(self) -> CipherCeiling:
+        """The CPU's AES-256-XTS speed and the kernel's driver, measured once per session (a
+        method: pytest reads plugin properties while collecting fixtures)."""
+        if self._ceiling is None:
+            self._ceiling = measure_ceiling()
+        return self._ceiling
 
     # ------------------------------------------------------------- hooks
 
@@ -344,19 +359,51 @@ class EncperfSession:
             )
         )
         skipped = {k: v for k, v in self.skipped.items() if k != BASELINE}
-        table = summary_table(self.results, skipped, shown, self.workloads)
-        if table:
-            tr.write_line(table)
+        steady = (
+            f"; then steady state until CV < {s.steady_cv:.0%} (at most {s.steady_budget:g} s)"
+            if s.steady_cv
+            else ""
+        )
+        tr.write_line(f"each workload: {s.warmup} warm-up round(s) per side discarded{steady}")
+        shown_names: set[str] = set()
+        for name in s.profile:
+            profile = PROFILES[name]
+            table = summary_table(
+                self.results,
+                skipped,
+                shown,
+                list(profile.workloads),
+                value=profile.value,
+                mean_column=profile.mean_column,
+            )
+            if table:
+                tr.write_line(f"{profile.title} [{name}]: {profile.value} of the rounds, change vs plain")
+                tr.write_line(table)
+            shown_names.update(w.name for w in profile.workloads)
+        others = [r.workload for r in self.results if r.workload.name not in shown_names]
+        if others:
+            table = summary_table(self.results, skipped, shown, others)
+            if table:
+                tr.write_line("other workloads: median of the rounds, change vs plain")
+                tr.write_line(table)
         if BASELINE in self.skipped:
             tr.write_line(f"baseline unavailable: {BASELINE}: {self.skipped[BASELINE]}", yellow=True)
-        details = detail_table(self.results)
+        if not self.results:
+            return
+        ceiling = self.ceiling()
+        details = detail_table(self.results, ceiling.mb_per_s)
         if details:
             tr.write_line("")
             tr.write_line(details)
             tr.write_line(
-                "vs plain: median of per-round ratios (positive = faster than plain). "
-                "CPU s/GiB: system-wide busy CPU seconds per GiB moved."
+                "vs plain: median of per-round ratios (positive = faster than plain); never computed "
+                "between different I/O modes. CV: coefficient of variation of the rounds. "
+                "CPU s/GiB: system-wide busy CPU seconds per GiB moved; daemon: the backend's own "
+                "processes. eff.: throughput / min(plain, cipher ceiling). device/logical: bytes "
+                "the volume's block device read (r) or wrote (w) per byte the workload moved; "
+                "CACHED = a read round mostly served by the page cache."
             )
+            tr.write_line(f"cipher ceiling: {ceiling.describe()}")
 
     def _write_verdict(self, tr: pytest.TerminalReporter) -> None:
         verdict = self.verdict

@@ -71,6 +71,29 @@ def parse_rounds(text: str) -> int:
     return value
 
 
+def parse_warmup(text: str) -> int:
+    """A whole number of discarded warm-up rounds, 0 or more."""
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"bad warm-up rounds {text!r}: expected a whole number >= 0")
+    return value
+
+
+def parse_steady_cv(text: str) -> float | None:
+    """``off``, or a coefficient-of-variation target such as ``5%`` or ``0.05`` (0 < cv < 1)."""
+    value = str(text).strip().lower()
+    if value in ("off", "no", "0", "none"):
+        return None
+    match = re.match(r"^(\d+(?:\.\d+)?)\s*(%?)$", value)
+    number = float(match.group(1)) / (100 if match.group(2) else 1) if match else 0.0
+    if not 0 < number < 1:
+        raise ValueError(f"bad steady-state target {text!r}: expected off, or a CV such as 5% or 0.05")
+    return number
+
+
 def parse_choice(choices: tuple[str, ...]) -> Callable[[str], str]:
     def parse(text: str) -> str:
         value = str(text).strip()
@@ -215,7 +238,15 @@ OPTIONS: tuple[Option, ...] = (
            parse_size, "256MiB"),
     Option("runtime", "SECONDS", "duration of one measured round", parse_duration, "2s"),
     Option("rounds", "N", "measured rounds per workload, alternating with the baseline", parse_rounds, "3"),
-    Option("engine", "ENGINE", f"I/O engine: {' | '.join((*ENGINES, 'auto'))}",
+    Option("warmup", "N", "warm-up rounds per workload, measured on both sides and discarded",
+           parse_warmup, "1"),
+    Option("steady-cv", "CV",
+           "steady state: after the counted rounds, add rounds until the coefficient of variation "
+           "of both sides is below CV (a fraction such as 0.05), or off", parse_steady_cv, "off"),
+    Option("steady-budget", "SECONDS", "most time the steady-state rounds of one workload may take",
+           parse_duration, "60s"),
+    Option("engine", "ENGINE",
+           f"I/O engine: {' | '.join((*ENGINES, 'auto'))} (auto: fio when installed, else native)",
            parse_choice((*ENGINES, "auto")), "auto"),
     Option("profile", "NAMES", f"workload profiles, comma list of {', '.join(PROFILES)}",
            parse_profiles, "cdm"),
@@ -253,6 +284,9 @@ class Settings:
     size: int = 256 * MiB
     runtime: float = 2.0
     rounds: int = 3
+    warmup: int = 1
+    steady_cv: float | None = None
+    steady_budget: float = 60.0
     engine: str = "auto"
     profile: list[str] = field(default_factory=lambda: ["cdm"])
     save: str | None = None

@@ -1,7 +1,8 @@
 """Named workload profiles (data only).
 
 A workload says what to measure; engines decide how. Names follow CrystalDiskMark
-("SEQ1M Q8T1" = sequential, 1 MiB blocks, queue depth 8, 1 thread).
+("SEQ1M Q8T1" = sequential, 1 MiB blocks, queue depth 8, 1 thread). A profile is an ordered
+set of workloads that the report shows as one table (one column per workload label).
 """
 
 from __future__ import annotations
@@ -12,24 +13,40 @@ KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
 
-RW_MODES = ("read", "write", "randread", "randwrite")
+BLOCK_MODES = ("read", "write", "randread", "randwrite")
+FILES_MODE = "files"  # create, write, fsync, read back and delete many small files
+RW_MODES = (*BLOCK_MODES, FILES_MODE)
+
+# smallfiles: a repeating mix of sizes (bytes), from a sub-page file to a few pages
+SMALL_FILE_SIZES: tuple[int, ...] = (512, 4 * KiB, 1 * KiB, 16 * KiB, 2 * KiB, 64 * KiB, 8 * KiB, 32 * KiB)
 
 
 @dataclass(frozen=True)
 class Workload:
-    """One I/O pattern. ``size`` and ``runtime`` come from the run's settings when None."""
+    """One I/O pattern. Time-based unless ``amount`` is set; the file size comes from the run's
+    settings (``extent`` limits the part of the file used, for the matrix grid)."""
 
-    label: str  # CrystalDiskMark column, e.g. "SEQ1M Q8T1"
+    label: str  # the report column, e.g. "SEQ1M Q8T1"
     rw: str  # one of RW_MODES
-    block_size: int
+    block_size: int  # bytes per I/O; for FILES_MODE the largest file size
     iodepth: int = 1
     numjobs: int = 1
+    amount: int | None = None  # move exactly this many bytes once (dd); None = time based
+    extent: int | None = None  # use only the first ``extent`` bytes of the file (iozone file size)
+    files: int = 0  # FILES_MODE: files per pass
 
     def __post_init__(self) -> None:
         if self.rw not in RW_MODES:
             raise ValueError(f"rw must be one of {', '.join(RW_MODES)}, got {self.rw!r}")
         if self.block_size <= 0 or self.iodepth <= 0 or self.numjobs <= 0:
             raise ValueError("block_size, iodepth and numjobs must be positive")
+        if self.rw == FILES_MODE and self.files <= 0:
+            raise ValueError("a files workload needs files > 0")
+
+    @property
+    def kind(self) -> str:
+        """``block`` (I/O on one preallocated file) or ``files`` (file create/delete cycle)."""
+        return "files" if self.rw == FILES_MODE else "block"
 
     @property
     def is_read(self) -> bool:
@@ -41,6 +58,9 @@ class Workload:
 
     @property
     def direction(self) -> str:
+        """``read``, ``write`` or, for the file cycle, ``mixed``."""
+        if self.kind == "files":
+            return "mixed"
         return "read" if self.is_read else "write"
 
     @property
@@ -50,11 +70,29 @@ class Workload:
 
     @property
     def reports_iops(self) -> bool:
-        """Small random I/O is judged by IOPS, like CrystalDiskMark's 4K rows."""
-        return self.is_random and self.block_size <= 64 * KiB
+        """Small random I/O is judged by IOPS (CrystalDiskMark's 4K rows); the file cycle by
+        files per second (its "ios" are files)."""
+        return self.kind == "files" or (self.is_random and self.block_size <= 64 * KiB)
+
+    @property
+    def unit(self) -> str:
+        if self.kind == "files":
+            return "files/s"
+        return "IOPS" if self.reports_iops else "MB/s"
 
     def __str__(self) -> str:
         return self.name
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A named set of workloads, shown as one table."""
+
+    name: str
+    title: str
+    workloads: tuple[Workload, ...]
+    value: str = "median"  # what the table's value cell shows: "best" (CrystalDiskMark) or "median"
+    mean_column: bool = False  # add the mean change over all cells (iozone-style grid)
 
 
 def _pair(label: str, random: bool, block_size: int, iodepth: int, numjobs: int = 1) -> list[Workload]:
@@ -65,6 +103,13 @@ def _pair(label: str, random: bool, block_size: int, iodepth: int, numjobs: int 
     ]
 
 
+def _size_label(size: int) -> str:
+    for unit, factor in (("M", MiB), ("K", KiB)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor}{unit}"
+    return f"{size}B"
+
+
 # CrystalDiskMark 8 default set (its "Default" profile), read then write per row.
 CDM: tuple[Workload, ...] = (
     *_pair("SEQ1M Q8T1", False, MiB, 8),
@@ -73,8 +118,58 @@ CDM: tuple[Workload, ...] = (
     *_pair("RND4K Q1T1", True, 4 * KiB, 1),
 )
 
-PROFILES: dict[str, tuple[Workload, ...]] = {
-    "cdm": CDM,
+# CrystalDiskMark 8 "NVMe SSD" profile.
+CDM_NVME: tuple[Workload, ...] = (
+    *_pair("SEQ1M Q8T1", False, MiB, 8),
+    *_pair("SEQ128K Q32T1", False, 128 * KiB, 32),
+    *_pair("RND4K Q32T16", True, 4 * KiB, 32, 16),
+    *_pair("RND4K Q1T1", True, 4 * KiB, 1),
+)
+
+# CrystalDiskMark 5.x/6.x columns, as in most published encryption comparisons:
+# "Seq Q32T1" is 128 KiB blocks at queue depth 32, "Seq" 1 MiB blocks at depth 1.
+CDM_LEGACY: tuple[Workload, ...] = (
+    *_pair("Seq Q32T1", False, 128 * KiB, 32),
+    *_pair("4K Q32T1", True, 4 * KiB, 32),
+    *_pair("Seq", False, MiB, 1),
+    *_pair("4K", True, 4 * KiB, 1),
+)
+
+# `dd if=/dev/zero of=f bs=4k count=... conv=fdatasync`: one pass of 4 KiB sequential writes
+# over a fixed amount (64 MiB, or the whole file when it is smaller).
+DD: tuple[Workload, ...] = (Workload("DD 4K", "write", 4 * KiB, amount=64 * MiB),)
+
+# ATTO Disk Benchmark: sequential transfer sizes from 512 B to 8 MiB, queue depth 4.
+ATTO_SIZES: tuple[int, ...] = tuple(512 * 2**i for i in range(15))  # 512 B .. 8 MiB
+ATTO: tuple[Workload, ...] = tuple(
+    w for size in ATTO_SIZES for w in _pair(f"ATTO {_size_label(size)}", False, size, 4)
+)
+
+SMALLFILES: tuple[Workload, ...] = (
+    Workload("SMALLFILES 0.5K-64K", FILES_MODE, max(SMALL_FILE_SIZES), files=256),
+)
+
+# iozone-style grid (bounded): file size x record size, sequential write and read.
+MATRIX_FILE_SIZES: tuple[int, ...] = (4 * MiB, 64 * MiB)
+MATRIX_RECORD_SIZES: tuple[int, ...] = (4 * KiB, 64 * KiB, 1 * MiB)
+MATRIX: tuple[Workload, ...] = tuple(
+    Workload(f"F{_size_label(file_size)} R{_size_label(record)}", rw, record, extent=file_size)
+    for file_size in MATRIX_FILE_SIZES
+    for record in MATRIX_RECORD_SIZES
+    for rw in ("read", "write")
+)
+
+PROFILES: dict[str, Profile] = {
+    profile.name: profile
+    for profile in (
+        Profile("cdm", "CrystalDiskMark 8 (default)", CDM, value="best"),
+        Profile("cdm-nvme", "CrystalDiskMark 8 (NVMe SSD)", CDM_NVME, value="best"),
+        Profile("cdm-legacy", "CrystalDiskMark 5/6 columns", CDM_LEGACY, value="best"),
+        Profile("dd", "dd bs=4k (sequential 4 KiB writes, fixed amount)", DD),
+        Profile("atto", "ATTO-style transfer-size sweep (queue depth 4)", ATTO),
+        Profile("smallfiles", "small files: create, write, fsync, read back, delete", SMALLFILES),
+        Profile("matrix", "iozone-style grid: file size F x record size R", MATRIX, mean_column=True),
+    )
 }
 
 
@@ -82,6 +177,6 @@ def profile_workloads(names: list[str]) -> list[Workload]:
     """Workloads of the named profiles, in order, without repeats."""
     seen: dict[str, Workload] = {}
     for profile in names:
-        for workload in PROFILES[profile]:
+        for workload in PROFILES[profile].workloads:
             seen.setdefault(workload.name, workload)
     return list(seen.values())

@@ -129,3 +129,67 @@ def test_file_smaller_than_a_block_is_a_clear_error(engine: NativeEngine, tmp_pa
     small.write_bytes(b"x" * 4096)
     with pytest.raises(ValueError, match="smaller than one"):
         engine.run(Workload("SEQ1M Q1T1", "read", MiB, 1), small, runtime=0.05, direct=False)
+
+
+def test_dd_moves_exactly_its_amount_once(engine: NativeEngine, test_file: Path) -> None:
+    from pytest_encperf.workloads import DD
+
+    m = engine.run(DD[0], test_file, runtime=30.0, direct=False)  # not time based: returns at once
+    assert m.bytes == SIZE and m.ios == SIZE // (4 * KiB)  # the file is smaller than its 64 MiB
+    assert m.seconds < 30 and m.logical_write_bytes == SIZE and m.logical_read_bytes == 0
+    half = Workload("DD 4K", "write", 4 * KiB, amount=SIZE // 2)
+    assert engine.run(half, test_file, runtime=30.0, direct=False).bytes == SIZE // 2
+
+
+def test_extent_limits_offsets_to_the_start_of_the_file(
+    engine: NativeEngine, test_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[int] = []
+    real = os.preadv
+
+    def spy(fd: int, buffers: list, offset: int) -> int:
+        seen.append(offset)
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(native.os, "preadv", spy)
+    workload = Workload("F1M R64K", "randread", 64 * KiB, extent=MiB)
+    engine.run(workload, test_file, runtime=0.05, direct=False)
+    assert seen and max(seen) < MiB and len(set(seen)) == MiB // (64 * KiB)
+
+
+def test_small_files_cycle_creates_reads_and_deletes_everything(engine: NativeEngine, tmp_path: Path) -> None:
+    from pytest_encperf.workloads import SMALL_FILE_SIZES, SMALLFILES
+
+    workload = SMALLFILES[0]
+    m = engine.run(workload, tmp_path / "unused.dat", runtime=0.01, direct=False)
+    passes = m.ios // workload.files
+    assert passes >= 1 and m.ios == passes * workload.files
+    per_pass = sum(SMALL_FILE_SIZES[i % len(SMALL_FILE_SIZES)] for i in range(workload.files))
+    assert m.logical_write_bytes == m.logical_read_bytes == passes * per_pass
+    assert m.bytes == 2 * passes * per_pass and m.io_mode == "buffered"
+    assert list((tmp_path / native.SMALLFILES_DIR).iterdir()) == []
+
+
+@pytest.mark.skipif(not native.aio.available(), reason="Linux AIO system calls unknown on this machine")
+@pytest.mark.parametrize("workload", [CDM[0], CDM[1], CDM[4], CDM[5]], ids=str)
+def test_direct_rounds_go_through_linux_aio_with_the_queue_depth_in_flight(
+    engine: NativeEngine, test_file: Path, workload: Workload, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if probe_io_mode(test_file) != "direct":
+        pytest.skip(f"O_DIRECT is not really direct on {test_file.parent}")
+    depths: list[int] = []
+    real = native.aio.run_queue
+
+    def spy(fd, buffers, *args, **kwargs):
+        depths.append(len(buffers))
+        return real(fd, buffers, *args, **kwargs)
+
+    monkeypatch.setattr(native.aio, "run_queue", spy)
+    m = engine.run(workload, test_file, runtime=0.05, direct=True)
+    assert depths == [workload.iodepth] * workload.numjobs
+    assert m.io_mode == "direct" and m.ios > 0 and m.bytes == m.ios * workload.block_size
+    assert 0 < m.lat_p50_us <= m.lat_p99_us
+    if not workload.is_read:  # what AIO wrote is really in the file
+        assert len(set(test_file.read_bytes()[: workload.block_size])) > 200
+    dd = Workload("DD", "write", 4 * KiB, amount=MiB)
+    assert engine.run(dd, test_file, runtime=10, direct=True).ios == MiB // (4 * KiB)

@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-QUICK = ["--encperf-size=1MiB", "--encperf-runtime=0.02", "--encperf-rounds=2", "-p", "no:cacheprovider"]
+# plugin behaviour, not engines: the in-process engine, no warm-up (fio's start-up per round
+# would make these runs ten times longer; tests/test_profiles_integration.py runs fio)
+QUICK = [
+    "--encperf-size=1MiB", "--encperf-runtime=0.02", "--encperf-rounds=2", "--encperf-warmup=0",
+    "--encperf-engine=native", "-p", "no:cacheprovider",
+]  # fmt: skip
 
 BENCHMARK = """
 def test_workload(encperf, encperf_workload):
@@ -73,8 +78,11 @@ def run_directory(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
         ("--encperf-rounds=-2", "bad rounds '-2': expected a whole number >= 1"),
         ("--encperf-runtime=soon", "bad duration 'soon'"),
         ("--encperf-target=cloud", "expected one of container, partition, directory"),
-        ("--encperf-engine=dd", "expected one of native, auto"),
-        ("--encperf-profile=atto9", "expected a comma list of cdm"),
+        ("--encperf-engine=dd", "expected one of fio, native, auto"),
+        ("--encperf-warmup=x", "bad warm-up rounds 'x': expected a whole number >= 0"),
+        ("--encperf-steady-cv=200%", "expected off, or a CV such as 5% or 0.05"),
+        ("--encperf-steady-budget=0", "bad duration '0': must be more than zero"),
+        ("--encperf-profile=atto9", "expected a comma list of cdm, cdm-nvme, cdm-legacy, dd, atto"),
         ("--encperf-dir=/nonexistent/encperf", "does not exist"),
     ],
 )
@@ -88,7 +96,10 @@ def test_bad_option_is_a_usage_error_with_accepted_forms(
 
 
 def test_ini_and_environment_twins(bench: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    bench.makeini("[pytest]\nencperf_rounds = 4\nencperf_backends = nosuch\n")
+    bench.makeini(
+        "[pytest]\nencperf_rounds = 4\nencperf_backends = nosuch\n"
+        "encperf_warmup = 0\nencperf_engine = native\nencperf_steady_cv = off\n"
+    )
     monkeypatch.setenv("ENCPERF_BACKENDS", "plain")  # environment beats ini
     result = bench.runpytest(
         "--encperf-target=directory",
@@ -97,7 +108,7 @@ def test_ini_and_environment_twins(bench: pytest.Pytester, monkeypatch: pytest.M
         "--encperf-runtime=0.02",
     )
     result.assert_outcomes(passed=8)
-    result.stdout.fnmatch_lines(["*4 rounds x 0.02 s*"])
+    result.stdout.fnmatch_lines(["*engine: native*4 rounds x 0.02 s*", "*0 warm-up round(s)*"])
 
 
 def test_options_are_documented_in_help(pytester: pytest.Pytester) -> None:

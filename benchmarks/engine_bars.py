@@ -1,0 +1,109 @@
+"""The issue's performance bars, measured side by side (a script, not a timed test).
+
+    python benchmarks/engine_bars.py engines [--size 256MiB --runtime 3 --repeats 3]
+    python benchmarks/engine_bars.py overhead [--engine auto --repeats 3]
+
+``engines``: on one plain container, native vs fio alternating (native, fio, native, fio ...)
+for SEQ1M Q8T1 read/write (MB/s) and RND4K Q32T1 read/write (IOPS); prints native/fio.
+``overhead``: the plain-vs-fscrypt sequential overheads, repeated, to see how far they spread.
+Needs root (loop devices); everything made is torn down at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+from pytest_encperf.backends import BackendSpec, make_backend
+from pytest_encperf.engines import select_engine
+from pytest_encperf.engines.fio import FioEngine
+from pytest_encperf.engines.native import NativeEngine
+from pytest_encperf.model import Result
+from pytest_encperf.runner import Runner, close_volume, io_mode_policy, open_volume
+from pytest_encperf.settings import parse_size
+from pytest_encperf.targets import Target, container_size
+from pytest_encperf.workloads import CDM
+
+
+def engines(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
+    plain = open_volume(make_backend(BackendSpec("plain")), target, run_dir / "plain")
+    try:
+        native, fio = NativeEngine(use_aio=args.aio == "on"), FioEngine()
+        path = native.prepare(plain.data_dir, args.size)
+        direct, mode = io_mode_policy(native, path, path)
+        print(
+            f"plain container, {args.size >> 20} MiB file, O_DIRECT: {mode}, fio {fio.version()}, "
+            f"native with Linux AIO: {args.aio}"
+        )
+        observe = plain.observe()
+        picks = [w for w in CDM if w.label in ("SEQ1M Q8T1", "RND4K Q32T1")]
+        for workload in picks:
+            values: dict[str, list[float]] = {"native": [], "fio": []}
+            metric = "iops" if workload.reports_iops else "mb_per_s"
+            for engine in (native, fio):  # warm-up, discarded
+                engine.run(workload, path, runtime=1, direct=direct, observe=observe)
+            for _ in range(args.repeats):
+                for engine in (native, fio):
+                    m = engine.run(workload, path, runtime=args.runtime, direct=direct, observe=observe)
+                    values[engine.name].append(getattr(m, metric))
+            n, f = statistics.median(values["native"]), statistics.median(values["fio"])
+            print(
+                f"{workload.name:22} {metric:8} native {n:10.1f}  fio {f:10.1f}  native/fio {n / f:6.1%}"
+                f"   rounds native {[round(v) for v in values['native']]}"
+                f" fio {[round(v) for v in values['fio']]}"
+            )
+    finally:
+        close_volume(plain)
+
+
+def overhead(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
+    engine = select_engine(args.engine)
+    plain = open_volume(make_backend(BackendSpec("plain")), target, run_dir / "plain")
+    try:
+        fscrypt = open_volume(make_backend(BackendSpec("fscrypt")), target, run_dir / "fscrypt")
+        try:
+            sequential = [w for w in CDM if not w.is_random]
+            table: dict[str, list[float]] = {w.name: [] for w in sequential}
+            for repeat in range(args.repeats):
+                results: list[Result] = []
+                runner = Runner(engine, fscrypt, plain, args.size, args.runtime, 3, results.append)
+                for workload in sequential:
+                    runner.run(workload)
+                for result in results:
+                    table[result.workload.name].append(result.change_percent or 0.0)
+                print(
+                    f"repeat {repeat + 1}: "
+                    + ", ".join(f"{r.workload.name} {r.change_percent:+.1f}%" for r in results)
+                )
+            print(f"engine {engine.name}: spread of the overhead (max - min) in percentage points")
+            for name, changes in table.items():
+                print(
+                    f"  {name:20} {[round(c, 1) for c in changes]} spread {max(changes) - min(changes):.1f}"
+                )
+        finally:
+            close_volume(fscrypt)
+    finally:
+        close_volume(plain)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("what", choices=("engines", "overhead"))
+    parser.add_argument("--dir", default="/var/tmp")
+    parser.add_argument("--size", type=parse_size, default=parse_size("256MiB"))
+    parser.add_argument("--runtime", type=float, default=3.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--engine", default="auto")
+    parser.add_argument("--aio", choices=("on", "off"), default="on", help="native engine's direct rounds")
+    args = parser.parse_args()
+    target = Target("container", Path(args.dir), container_size(args.size))
+    with tempfile.TemporaryDirectory(prefix="encperf-bars-", dir=args.dir) as tmp:
+        (engines if args.what == "engines" else overhead)(args, target, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()

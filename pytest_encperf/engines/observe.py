@@ -1,0 +1,90 @@
+"""What an engine watches around a round: device counters and CPU time (psutil only).
+
+The runner hands the engine an :class:`Observe` built from the volume as plain data (device
+names, daemon pids), so an engine never needs to know which backend made the volume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+
+@dataclass(frozen=True)
+class Observe:
+    """Plain data from the runner: what to watch during a round."""
+
+    devices: tuple[str, ...] = ()  # block device names ("loop3", "vda"); the volume's own first
+    daemon_pids: tuple[int, ...] = ()  # the backend's daemons (FUSE ...), whose CPU time counts
+
+
+def busy_cpu_seconds() -> float:
+    """System-wide CPU time spent working (all cores), from psutil."""
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+
+
+def own_cpu_seconds() -> float:
+    """This process (all threads) plus the children it has waited for (fio)."""
+    t = psutil.Process().cpu_times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def _process_cpu(pid: int) -> float | None:
+    with contextlib.suppress(psutil.Error):
+        t = psutil.Process(pid).cpu_times()
+        return t.user + t.system + t.children_user + t.children_system
+    return None
+
+
+def _disk_counters(devices: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    if not devices:
+        return {}
+    counters = psutil.disk_io_counters(perdisk=True, nowrap=True) or {}
+    return {name: (c.read_bytes, c.write_bytes) for name, c in counters.items() if name in devices}
+
+
+class Observer:
+    """``start()`` before the timed part of a round, ``stop()`` after it: the deltas, as
+    Measurement fields."""
+
+    def __init__(self, observe: Observe) -> None:
+        self.observe = observe
+        self._disks: dict[str, tuple[int, int]] = {}
+        self._busy = self._own = 0.0
+        self._daemons: dict[int, float | None] = {}
+
+    def start(self) -> None:
+        self._disks = _disk_counters(self.observe.devices)
+        self._daemons = {pid: _process_cpu(pid) for pid in self.observe.daemon_pids}
+        self._own = own_cpu_seconds()
+        self._busy = busy_cpu_seconds()
+
+    def stop(self) -> dict[str, Any]:
+        busy = busy_cpu_seconds() - self._busy
+        own = own_cpu_seconds() - self._own
+        after = _disk_counters(self.observe.devices)
+        physical = tuple(
+            (name, after[name][0] - self._disks[name][0], after[name][1] - self._disks[name][1])
+            for name in self.observe.devices
+            if name in after and name in self._disks
+        )
+        daemon: float | None = None
+        if self._daemons:
+            daemon = 0.0
+            for pid, before in self._daemons.items():
+                now = _process_cpu(pid)
+                if before is not None and now is not None:
+                    daemon += now - before
+        first = physical[0] if physical and physical[0][0] == self.observe.devices[0] else None
+        return {
+            "cpu_seconds": busy,
+            "engine_cpu_seconds": own,
+            "daemon_cpu_seconds": daemon,
+            "physical": physical,
+            "physical_read_bytes": first[1] if first else None,
+            "physical_write_bytes": first[2] if first else None,
+        }

@@ -1,0 +1,139 @@
+"""Honesty checks on real volumes (root): device counters, the cache flag, what O_DIRECT
+really gives (fscrypt, a FUSE file system), the CPU time of a backend's daemon."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_encperf import host
+from pytest_encperf.backends import BackendSpec, make_backend
+from pytest_encperf.engines.native import NativeEngine, probe_io_mode
+from pytest_encperf.engines.observe import Observe, Observer
+from pytest_encperf.runner import MountedVolume, close_volume, open_volume
+from pytest_encperf.targets import Target, container_size
+from pytest_encperf.workloads import MiB, Workload
+
+pytestmark = pytest.mark.integration
+
+SEQ_READ = Workload("SEQ1M Q1T1", "read", MiB)
+
+
+@pytest.fixture
+def base_dir(tmp_path: Path) -> Iterator[Path]:
+    base = Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
+    path = Path(host.run(["mktemp", "-d", f"{base}/encperf-test-XXXXXX"]).strip())
+    yield path
+    assert host.mounts_under(path) == [], "mount left behind"
+    assert host.loops_backed_by(path) == [], "loop device left behind"
+    shutil.rmtree(path)
+
+
+def open_container(name: str, base_dir: Path) -> MountedVolume:
+    target = Target("container", base_dir, container_size(8 * MiB))
+    return open_volume(make_backend(BackendSpec(name)), target, base_dir / name)
+
+
+@pytest.fixture
+def plain(base_dir: Path) -> Iterator[MountedVolume]:
+    mounted = open_container("plain", base_dir)
+    yield mounted
+    close_volume(mounted)
+
+
+def test_devices_are_the_loop_device_and_the_disk_below(plain: MountedVolume) -> None:
+    loop = Path(plain.volume.state["device"]).name
+    assert plain.devices[0] == loop and loop.startswith("loop")
+    assert plain.devices[1:] == (host.block_device_of(plain.volume.workdir),)
+    assert plain.daemon_pids == ()
+
+
+def test_cache_detector_flags_a_cached_read_round_and_not_a_dropped_one(plain: MountedVolume) -> None:
+    engine = NativeEngine()
+    path = engine.prepare(plain.data_dir, 8 * MiB)
+    observe = plain.observe()
+    dropped = engine.run(SEQ_READ, path, runtime=0.2, direct=False, observe=observe)
+    assert dropped.physical_read_bytes is not None and dropped.logical_read_bytes == dropped.bytes
+    assert dropped.physical_read_bytes >= 0.9 * dropped.bytes
+    assert dropped.cached is False
+    path.read_bytes()  # now the whole file is in the page cache
+    cached = NativeEngine(drop_cache=False).run(SEQ_READ, path, runtime=0.2, direct=False, observe=observe)
+    assert cached.physical_read_bytes is not None and cached.physical_read_bytes < 0.1 * cached.bytes
+    assert cached.cached is True
+    # the devices below the loop device are observed too
+    assert [name for name, _, _ in cached.physical] == list(plain.devices)
+
+
+def test_direct_rounds_reach_the_device(plain: MountedVolume) -> None:
+    engine = NativeEngine()
+    path = engine.prepare(plain.data_dir, 8 * MiB)
+    assert probe_io_mode(path) == "direct"
+    m = engine.run(SEQ_READ, path, runtime=0.1, direct=True, observe=plain.observe())
+    assert m.io_mode == "direct" and m.cached is False
+
+
+def test_o_direct_on_fscrypt_here_is_direct_requested_but_buffered(base_dir: Path) -> None:
+    mounted = open_container("fscrypt", base_dir)
+    try:
+        path = NativeEngine().prepare(mounted.data_dir, MiB)
+        assert probe_io_mode(path) == "direct-requested-but-buffered"
+    finally:
+        close_volume(mounted)
+
+
+@pytest.fixture
+def securefs_mount(base_dir: Path) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
+    """A securefs FUSE mount (it refuses O_DIRECT), its daemon in the foreground."""
+    if shutil.which("securefs") is None or not Path("/dev/fuse").exists():
+        pytest.skip("needs securefs (apt-get install securefs) and /dev/fuse for a FUSE file system")
+    cleanup = host.Cleanup()
+    secrets = host.PrivateDir(base_dir / "keys")
+    secrets.path.mkdir(mode=0o700)
+    cleanup.push("remove keys", secrets.remove)
+    try:
+        keyfile = secrets.write_secret("key", os.urandom(32))
+        cipher, mountpoint = base_dir / "cipher", base_dir / "mnt"
+        cipher.mkdir()
+        mountpoint.mkdir()
+        host.run(["securefs", "create", "--keyfile", keyfile, "--pbkdf", "pkcs5-pbkdf2-hmac-sha256",
+                  "-r", "1", cipher])  # fmt: skip
+        proc = subprocess.Popen(
+            ["securefs", "mount", "--keyfile", str(keyfile), str(cipher), str(mountpoint)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        fusermount = shutil.which("fusermount3") or "fusermount"
+        cleanup.process(proc, stop=lambda: host.run([fusermount, "-u", mountpoint]))
+        deadline = time.monotonic() + 20
+        while not host.is_mounted(mountpoint):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"securefs did not mount (exit {proc.poll()})")
+            time.sleep(0.05)
+        yield mountpoint, proc
+    finally:
+        cleanup.release()
+
+
+def test_fuse_file_system_refusing_o_direct_is_buffered(
+    securefs_mount: tuple[Path, subprocess.Popen[bytes]],
+) -> None:
+    mountpoint, _ = securefs_mount
+    path = NativeEngine().prepare(mountpoint, MiB)
+    assert probe_io_mode(path) == "buffered"
+
+
+def test_cpu_time_of_the_daemon_is_counted_by_pid(
+    securefs_mount: tuple[Path, subprocess.Popen[bytes]],
+) -> None:
+    mountpoint, proc = securefs_mount
+    observer = Observer(Observe(daemon_pids=(proc.pid,)))
+    observer.start()
+    NativeEngine().prepare(mountpoint, 16 * MiB)  # every byte is encrypted by the daemon
+    observed = observer.stop()
+    assert observed["daemon_cpu_seconds"] is not None and observed["daemon_cpu_seconds"] > 0
+    assert Observer(Observe()).stop()["daemon_cpu_seconds"] is None

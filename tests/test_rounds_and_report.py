@@ -1,0 +1,214 @@
+"""Rounds (warm-up, steady state), the honesty fields and how the report shows them."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pytest_encperf.backends import BackendSpec, Volume
+from pytest_encperf.backends.plain import PlainBackend
+from pytest_encperf.ceiling import kernel_xts_driver
+from pytest_encperf.model import Measurement, Result
+from pytest_encperf.report import detail_table, summary_table
+from pytest_encperf.runner import MountedVolume, Runner
+from pytest_encperf.settings import parse_steady_cv, parse_warmup
+from pytest_encperf.targets import Target
+from pytest_encperf.workloads import ATTO, CDM, MATRIX, PROFILES, SMALLFILES, MiB, Workload
+
+SEQ_READ = CDM[0]
+
+
+def measurement(mb_per_s: float = 100.0, *, mode: str = "direct", **fields) -> Measurement:
+    base = dict(
+        engine="fake", engine_version="1", bytes=int(mb_per_s * 1e6), seconds=1.0, ios=int(mb_per_s),
+        lat_p50_us=1.0, lat_p99_us=2.0, lat_p999_us=3.0, cpu_seconds=0.1, io_mode=mode,
+    )  # fmt: skip
+    base.update(fields)
+    return Measurement(**base)
+
+
+class FakeEngine:
+    """Returns the next value of ``values`` (MB/s) on every run; counts runs per file."""
+
+    name = "fake"
+
+    def __init__(self, values: list[float]) -> None:
+        self.values = itertools.cycle(values)
+        self.runs: list[tuple[str, Path]] = []
+
+    def version(self) -> str:
+        return "1"
+
+    def prepare(self, directory: Path, size: int) -> Path:
+        return directory / "f"
+
+    def io_mode(self, path: Path) -> str:
+        return "direct"
+
+    def run(self, workload, path, *, runtime, direct, observe=None) -> Measurement:
+        self.runs.append((workload.name, path))
+        return measurement(next(self.values))
+
+
+def mounted(tmp_path: Path, name: str) -> MountedVolume:
+    backend = PlainBackend(BackendSpec("plain"))
+    volume = Volume(backend, Target("directory", tmp_path, MiB), tmp_path / name)
+    return MountedVolume(backend, volume, tmp_path / name)
+
+
+def runner(tmp_path: Path, engine: FakeEngine, **kwargs) -> Runner:
+    results: list[Result] = []
+    return Runner(
+        engine, mounted(tmp_path, "vol"), mounted(tmp_path, "base"), MiB, 0.01,
+        kwargs.pop("rounds", 2), results.append, **kwargs,
+    )  # fmt: skip
+
+
+def test_warmup_rounds_are_run_on_both_sides_and_discarded(tmp_path: Path) -> None:
+    engine = FakeEngine([1.0, 1.0, 100.0, 200.0, 100.0, 200.0])  # the warm-up pair is 1 MB/s, then 100 / 200
+    result = runner(tmp_path, engine, warmup=1).run(SEQ_READ)
+    assert len(engine.runs) == 6  # (1 warm-up + 2 counted) x 2 sides, alternating
+    assert [p.parent.name for _, p in engine.runs] == ["base", "vol"] * 3
+    assert [m.mb_per_s for m in result.baseline_rounds] == [100.0, 100.0]
+    assert [m.mb_per_s for m in result.rounds] == [200.0, 200.0]
+    assert result.warmup_rounds == 1 and result.stop_reason == "2 rounds"
+
+
+def test_steady_state_adds_rounds_until_the_cv_is_low(tmp_path: Path) -> None:
+    # noisy at first (50, 150), then steady at 100
+    engine = FakeEngine([50, 50, 150, 150, *([100] * 40)])
+    result = runner(tmp_path, engine, warmup=0, steady_cv=0.2, steady_budget=30).run(SEQ_READ)
+    assert result.cv() is not None and result.cv() < 0.2 and result.cv(baseline=True) < 0.2
+    assert len(result.rounds) > 2 and "CV < 20%" in result.stop_reason
+
+
+def test_steady_state_stops_at_the_budget(tmp_path: Path) -> None:
+    engine = FakeEngine([50, 50, 150, 150])  # never steady
+    result = runner(tmp_path, engine, warmup=0, steady_cv=0.01, steady_budget=0.05).run(SEQ_READ)
+    assert "CV target not reached" in result.stop_reason
+
+
+def test_median_best_and_cv() -> None:
+    result = Result("x", SEQ_READ, rounds=[measurement(v) for v in (90, 100, 130)])
+    assert result.median("mb_per_s") == 100 and result.best("mb_per_s") == 130
+    assert result.cv() == pytest.approx(0.1952, abs=1e-3)
+    assert Result("x", SEQ_READ, rounds=[measurement()]).cv() is None
+
+
+def test_cached_flag_reads_and_writes() -> None:
+    read = measurement(logical_read_bytes=100 * MiB, physical_read_bytes=10 * MiB)
+    assert read.cached is True
+    assert replace(read, physical_read_bytes=100 * MiB).cached is False
+    assert replace(read, physical_read_bytes=None).cached is None  # no device: unknown
+    write = measurement(logical_read_bytes=0, logical_write_bytes=100 * MiB, physical_write_bytes=MiB)
+    assert write.cached is True
+    assert measurement().cached is None
+
+
+def test_modes_that_differ_are_never_compared() -> None:
+    result = Result(
+        "fscrypt", SEQ_READ, rounds=[measurement(50, mode="direct")],
+        baseline_rounds=[measurement(100, mode="buffered")],
+    )  # fmt: skip
+    assert not result.comparable and result.ratio() is None and result.change_percent is None
+    table = summary_table([result], {}, ["fscrypt"], list(CDM))
+    assert "modes differ (direct vs buffered)" in table
+    assert "NOT COMPARED" in detail_table([result])
+
+
+def test_summary_flags_cached_rounds_and_detail_shows_device_bytes() -> None:
+    cached = measurement(logical_read_bytes=100_000_000, physical_read_bytes=0)
+    honest = measurement(logical_read_bytes=100_000_000, physical_read_bytes=100_000_000)
+    result = Result("fscrypt", SEQ_READ, rounds=[honest], baseline_rounds=[cached])
+    assert "cached!" in summary_table([result], {}, ["fscrypt"], list(CDM))
+    detail = detail_table([result])
+    assert "r 1.00 (plain r 0.00 CACHED 1/1)" in detail
+
+
+def test_cdm_shows_the_best_round_and_efficiency_uses_the_ceiling() -> None:
+    result = Result(
+        "fscrypt", SEQ_READ, rounds=[measurement(v) for v in (80, 120)],
+        baseline_rounds=[measurement(200), measurement(200)],
+        description={"encryption": "fscrypt"},
+    )  # fmt: skip
+    assert "120.0" in summary_table([result], {}, ["fscrypt"], list(CDM), value="best")
+    assert "100.0" in summary_table([result], {}, ["fscrypt"], list(CDM), value="median")
+    assert result.efficiency(None) == pytest.approx(0.5)  # 100 / plain 200
+    assert result.efficiency(125.0) == pytest.approx(0.8)  # 100 / cipher 125
+    assert " 80%" in detail_table([result], 125.0)
+
+
+def test_non_cdm_columns_a_mean_column_and_a_transposed_sweep() -> None:
+    smallfiles = SMALLFILES[0]
+    result = Result("fscrypt", smallfiles, rounds=[measurement(10)], baseline_rounds=[measurement(20)])
+    table = summary_table([result], {}, ["fscrypt"], [smallfiles])
+    assert "files/s mixed" in table and "-50.0%" in table
+    grid = [
+        Result(
+            "fscrypt", w, rounds=[measurement(50 if w.is_read else 75)], baseline_rounds=[measurement(100)]
+        )
+        for w in MATRIX
+    ]
+    table = summary_table(grid, {}, ["fscrypt"], list(MATRIX), mean_column=True)
+    assert "mean vs plain" in table and "-37.5%" in table
+    assert "not measured" in summary_table([], {}, ["fscrypt"], list(ATTO))
+    rows = [Result("fscrypt", w, rounds=[measurement()], baseline_rounds=[measurement()]) for w in ATTO]
+    lines = summary_table(rows, {}, ["fscrypt"], list(ATTO)).splitlines()
+    assert "workload" in lines[1] and "fscrypt" in lines[1]  # transposed: backends are columns
+    assert any("ATTO 8M" in line for line in lines)
+
+
+def test_catalogue() -> None:
+    assert list(PROFILES) == ["cdm", "cdm-nvme", "cdm-legacy", "dd", "atto", "smallfiles", "matrix"]
+    sizes = sorted({w.block_size for w in ATTO})
+    assert sizes[0] == 512 and sizes[-1] == 8 * MiB and len(sizes) == 15
+    assert {w.iodepth for w in ATTO} == {4}
+    nvme = {w.label: w for w in PROFILES["cdm-nvme"].workloads}
+    assert nvme["RND4K Q32T16"].numjobs == 16 and nvme["SEQ128K Q32T1"].iodepth == 32
+    assert {w.label for w in PROFILES["cdm-legacy"].workloads} == {"Seq Q32T1", "4K Q32T1", "Seq", "4K"}
+    (dd,) = PROFILES["dd"].workloads
+    assert dd.amount and dd.block_size == 4096 and dd.rw == "write"
+    assert len(MATRIX) == 12 and len({w.name for w in MATRIX}) == 12
+    assert SMALLFILES[0].kind == "files" and SMALLFILES[0].direction == "mixed"
+    with pytest.raises(ValueError, match="files > 0"):
+        Workload("x", "files", 4096)
+
+
+def test_new_options_parse() -> None:
+    assert parse_warmup("0") == 0 and parse_steady_cv("off") is None
+    assert parse_steady_cv("5%") == pytest.approx(0.05) and parse_steady_cv("0.1") == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="expected a whole number >= 0"):
+        parse_warmup("-1")
+    with pytest.raises(ValueError, match="expected off, or a CV"):
+        parse_steady_cv("150%")
+
+
+def test_kernel_xts_driver_picks_the_highest_priority(tmp_path: Path) -> None:
+    crypto = tmp_path / "crypto"
+    crypto.write_text(
+        "name         : xts(aes)\ndriver       : xts(ecb(aes-generic))\npriority     : 100\n\n"
+        "name         : xts(aes)\ndriver       : xts-aes-aesni\npriority     : 401\n\n"
+        "name         : aes\ndriver       : aes-generic\npriority     : 100\n"
+    )
+    assert kernel_xts_driver(crypto) == "xts-aes-aesni"
+    assert kernel_xts_driver(tmp_path / "missing") == "none"
+
+
+def test_daemon_pids_come_from_registered_processes(tmp_path: Path) -> None:
+    volume = mounted(tmp_path, "vol")
+    assert volume.daemon_pids == ()
+    volume.volume.mounted.push("stop", lambda: None)  # "other" resources are not daemons
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    volume.volume.mounted.process(proc)
+    try:
+        assert volume.daemon_pids == (proc.pid,)
+        assert volume.observe().daemon_pids == (proc.pid,)
+    finally:
+        volume.volume.mounted.release()
+    assert proc.poll() is not None
