@@ -44,7 +44,7 @@ class Scripted:
     def io_mode(self, path):
         return "direct"
 
-    def run(self, workload, path, *, runtime, direct):
+    def run(self, workload, path, *, runtime, direct, observe=None):
         noise = [float(x) for x in os.environ.get("SCRIPTED_NOISE", "0").split(",")]
         scale = float(os.environ.get("SCRIPTED_SCALE", "1"))
         if path.name == "volume.dat":
@@ -92,6 +92,7 @@ def run(pytester: pytest.Pytester, *args: str, rounds: int = 3, **env: str) -> p
             f"--encperf-storage={pytester.path / '.encperf'}",
             "--encperf-size=1MiB",
             f"--encperf-rounds={rounds}",
+            "--encperf-warmup=0",  # the scripted noise sequence starts with the counted rounds
             "-k",
             "Q8T1",
             "-p",
