@@ -72,9 +72,16 @@ def known_directories() -> list[Path]:
 
 
 def process_start_time(pid: int) -> float | None:
-    """psutil's start time of ``pid`` (stable for the life of the process), None if gone."""
+    """psutil's start time of ``pid`` (stable for the life of the process), None if gone.
+
+    A zombie counts as gone: it has exited and holds nothing; only its parent (or an init that
+    reaps) can remove its entry.
+    """
     try:
-        return round(psutil.Process(pid).create_time(), 2)
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return round(process.create_time(), 2)
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return None
 
@@ -230,15 +237,21 @@ def _release_process(entry: dict[str, Any]) -> str:
     pid, name = int(entry["ident"]), entry.get("detail", "")
     if not is_alive(pid, entry.get("started")):
         return f"{name} (pid {pid}): not running any more"
-    process = psutil.Process(pid)
-    if name and process.name() != name and os.path.basename(process.exe() or "") != name:
-        return f"{name} (pid {pid}): pid now runs {process.name()}, left alone"
-    process.send_signal(signal.SIGTERM)
     try:
-        process.wait(timeout=10)
-    except psutil.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            # Exited; only its (dead run's) parent or init can reap it, and it holds nothing.
+            return f"{name} (pid {pid}): exited (zombie awaiting its parent)"
+        if name and process.name() != name and os.path.basename(process.exe() or "") != name:
+            return f"{name} (pid {pid}): pid now runs {process.name()}, left alone"
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except psutil.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return f"{name} (pid {pid}): exited"
     return f"stopped {name} (pid {pid})"
 
 

@@ -53,7 +53,7 @@ TABLE: dict[str, Bad] = {
     "target": Bad(
         ("--encperf-target=cloud",), "bad value 'cloud': expected one of container, partition, directory"
     ),
-    "engine": Bad(("--encperf-engine=dd",), "bad value 'dd': expected one of native, auto"),
+    "engine": Bad(("--encperf-engine=dd",), "bad value 'dd': expected one of fio, native, auto"),
     "profile": Bad(("--encperf-profile=atto9",), "bad profile 'atto9': expected a comma list of cdm"),
     "profile-empty": Bad(("--encperf-profile=,",), "bad profile ',': expected a comma list of"),
     "verify": Bad(
