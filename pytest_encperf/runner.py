@@ -159,6 +159,10 @@ def io_mode_policy(engine: Engine, volume_file: Path, baseline_file: Path) -> tu
     return on_volume == "direct" and on_baseline == "direct", on_volume
 
 
+# A warm-up round settles file layout, caches and clocks; a second is plenty for that.
+WARMUP_SECONDS = 1.0
+
+
 @dataclass
 class Runner:
     """What a benchmark test measures with: ``encperf.run(workload)``."""
@@ -176,6 +180,10 @@ class Runner:
     warmup: int = 1  # pairs of rounds measured first and discarded (file layout, caches, clocks)
     steady_cv: float | None = None  # keep adding rounds until both sides' CV is below this ...
     steady_budget: float = 60.0  # ... or this many seconds have been spent on the extra rounds
+
+    @property
+    def warmup_runtime(self) -> float:
+        return min(self.runtime, WARMUP_SECONDS)
 
     def run(self, workload: Workload) -> Result:
         """Measure ``workload`` on the volume, alternating rounds with the baseline (A B A B)
@@ -199,20 +207,20 @@ class Runner:
                 warmup_rounds=self.warmup,
             )
 
-            def pair() -> tuple[Measurement, Measurement]:
+            def pair(runtime: float = self.runtime) -> tuple[Measurement, Measurement]:
                 nonlocal side
                 side = baseline
                 base = self.engine.run(
-                    workload, baseline_file, runtime=self.runtime, direct=direct, observe=baseline_observe
+                    workload, baseline_file, runtime=runtime, direct=direct, observe=baseline_observe
                 )
                 side = self.volume
                 vol = self.engine.run(
-                    workload, volume_file, runtime=self.runtime, direct=direct, observe=volume_observe
+                    workload, volume_file, runtime=runtime, direct=direct, observe=volume_observe
                 )
                 return base, vol
 
             for _ in range(self.warmup):
-                pair()
+                pair(self.warmup_runtime)
             for _ in range(self.rounds):
                 base, vol = pair()
                 result.baseline_rounds.append(base)
@@ -248,7 +256,9 @@ class Runner:
         )
         result.baseline_rounds.extend(self.measured_baseline.get(workload.name, []))
         for _ in range(self.warmup):
-            self.engine.run(workload, volume_file, runtime=self.runtime, direct=direct, observe=observe)
+            self.engine.run(
+                workload, volume_file, runtime=self.warmup_runtime, direct=direct, observe=observe
+            )
         for _ in range(self.rounds):
             result.rounds.append(
                 self.engine.run(workload, volume_file, runtime=self.runtime, direct=direct, observe=observe)

@@ -236,7 +236,7 @@ OPTIONS: tuple[Option, ...] = (
            parse_directory, default_directory),
     Option("size", "SIZE", "size of each workload file (CrystalDiskMark's default is 1GiB)",
            parse_size, "256MiB"),
-    Option("runtime", "SECONDS", "duration of one measured round", parse_duration, "2s"),
+    Option("runtime", "SECONDS", "duration of one measured round", parse_duration, "1.5s"),
     Option("rounds", "N", "measured rounds per workload, alternating with the baseline", parse_rounds, "3"),
     Option("warmup", "N", "warm-up rounds per workload, measured on both sides and discarded",
            parse_warmup, "1"),
@@ -282,7 +282,7 @@ class Settings:
     force: bool = False
     dir: Path = Path("/var/tmp")
     size: int = 256 * MiB
-    runtime: float = 2.0
+    runtime: float = 1.5
     rounds: int = 3
     warmup: int = 1
     steady_cv: float | None = None
