@@ -6,13 +6,15 @@ one backend's missing dependency never breaks the others (fsspec's registry does
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..host import Cleanup
+from ..host import Cleanup, HostError
 from ..targets import Target
 
 # name -> "module:Class" (relative to this package) or a class registered by a hook
@@ -139,6 +141,19 @@ class BackendBase:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @contextlib.contextmanager
+    def undo_on_failure(self, volume: Volume, step: str, undo: Callable[[Volume], None]) -> Iterator[None]:
+        """Run a step of create() or mount(); if it fails, Ctrl-C included, ``undo`` (destroy or
+        unmount) releases what exists, and a tool or system error names the backend and step."""
+        try:
+            yield
+        except (HostError, OSError) as exc:
+            undo(volume)
+            raise BackendError(f"{self.spec}: {step}: {exc}") from exc
+        except BaseException:
+            undo(volume)
+            raise
 
     def unmount(self, volume: Volume) -> None:
         try:

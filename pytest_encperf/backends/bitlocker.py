@@ -136,7 +136,7 @@ class BitlockerBackend(BackendBase):
 
     def create(self, target: Target, workdir: Path) -> Volume:
         volume = Volume(self, target, workdir)
-        try:
+        with self.undo_on_failure(volume, "open", self.destroy):
             if self.source is None or self.unlock is None:
                 raise BackendError(f"{self.spec}: " + "; ".join(self.problems(target)))
             if not self.source.exists():
@@ -158,12 +158,6 @@ class BitlockerBackend(BackendBase):
             self.open_volume(volume)
             if self.filesystem == "ext4":
                 self.make_ext4_around_metadata(volume)
-        except (HostError, OSError) as exc:
-            self.destroy(volume)
-            raise BackendError(f"{self.spec}: open: {exc}") from exc
-        except BaseException:
-            self.destroy(volume)
-            raise
         return volume
 
     def metadata_text(self) -> str:
@@ -252,18 +246,12 @@ class BitlockerBackend(BackendBase):
         return mountpoint
 
     def mount(self, volume: Volume) -> Path:
-        try:
+        with self.undo_on_failure(volume, "mount", self.unmount):
             if not volume.mounted:  # after an unmount: unlock again
                 self.open_volume(volume)
             root = self.mount_filesystem(volume)
             data_dir = root / "encperf-data"
             data_dir.mkdir(exist_ok=True)
-        except (HostError, OSError) as exc:
-            self.unmount(volume)
-            raise BackendError(f"{self.spec}: mount: {exc}") from exc
-        except BaseException:
-            self.unmount(volume)
-            raise
         volume.data_dir = data_dir
         return data_dir
 

@@ -143,7 +143,7 @@ class CryptsetupBackend(BackendBase):
     # -- the life cycle
     def create(self, target: Target, workdir: Path) -> Volume:
         volume = Volume(self, target, workdir)
-        try:
+        with self.undo_on_failure(volume, "create", self.destroy):
             keys = workdir / "keys"
             keys.mkdir(mode=0o700)
             volume.created.path(keys)
@@ -154,9 +154,6 @@ class CryptsetupBackend(BackendBase):
             mapped = self.open_mapping(volume, volume.created)
             make_ext4(mapped, label=self.fs_label)
             self.close_mapping(volume)
-        except Exception:
-            self.destroy(volume)
-            raise
         return volume
 
     def open_mapping(self, volume: Volume, cleanup: host.Cleanup) -> Path:
@@ -174,15 +171,12 @@ class CryptsetupBackend(BackendBase):
             host.remove_dm(name)
 
     def mount(self, volume: Volume) -> Path:
-        try:
+        with self.undo_on_failure(volume, "mount", self.unmount):
             mapped = self.open_mapping(volume, volume.mounted)
             volume.state["status"] = status(volume.state["dm_name"])
             root = mount_ext4(volume, mapped)
             volume.data_dir = root / "data"
             volume.data_dir.mkdir(exist_ok=True)
-        except Exception:
-            self.unmount(volume)
-            raise
         return volume.data_dir
 
     def unmount(self, volume: Volume) -> None:

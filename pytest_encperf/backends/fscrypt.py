@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import host
 from ..targets import Target, create_container
-from . import BackendBase, BackendError, Volume
+from . import BackendBase, Volume
 from .ext4 import e2fsprogs_version, make_ext4, mount_ext4
 
 # ioctl numbers from <linux/fscrypt.h> (_IOWR/_IOR('f', nr, size))
@@ -145,17 +145,14 @@ class FscryptBackend(BackendBase):
         volume.state["raw_key"] = os.urandom(RAW_KEY_BYTES)
         volume.created.push("forget fscrypt key", lambda: volume.state.pop("raw_key", None))
         if target.kind == "container":
-            try:
+            with self.undo_on_failure(volume, "create", self.destroy):
                 loop = create_container(target, workdir, volume.created)
                 volume.state.update(device=loop.path, loop_direct_io=loop.direct_io)
                 make_ext4(loop.path, features=["encrypt"])
-            except BaseException:  # Ctrl-C too: tear down what exists
-                self.destroy(volume)
-                raise
         return volume
 
     def mount(self, volume: Volume) -> Path:
-        try:
+        with self.undo_on_failure(volume, "mount", self.unmount):
             if volume.target.kind == "container":
                 root = mount_ext4(volume, volume.state["device"])
             else:
@@ -173,12 +170,6 @@ class FscryptBackend(BackendBase):
                 set_policy(
                     data_dir, identifier, CONTENTS_MODES[self.contents], FILENAMES_MODES[self.filenames]
                 )
-        except OSError as exc:
-            self.unmount(volume)
-            raise BackendError(f"{self.spec}: mount: {exc}") from exc
-        except BaseException:
-            self.unmount(volume)
-            raise
         volume.data_dir = data_dir
         return data_dir
 

@@ -31,7 +31,7 @@ from typing import Any
 from .. import host
 from ..host import HostError, Resource
 from ..targets import Target, create_container
-from . import BackendBase, BackendError, BackendSpec, Volume
+from . import BackendBase, BackendSpec, Volume
 from .ext4 import e2fsprogs_version, make_ext4
 
 MOUNT_TIMEOUT = 120.0  # CryFS derives its key with a costly scrypt: ~20 s on a slow CPU
@@ -223,7 +223,7 @@ class FuseBackend(BackendBase):
         # Random per volume; kept in memory for remounts, forgotten at destroy.
         volume.state["password"] = secrets.token_urlsafe(24).encode()
         volume.created.push("forget password", lambda: volume.state.pop("password", None))
-        try:
+        with self.undo_on_failure(volume, "create", self.destroy):
             private = workdir / "private"
             private.mkdir(mode=0o700)
             volume.created.path(private)
@@ -244,12 +244,6 @@ class FuseBackend(BackendBase):
                 directory.mkdir()
                 volume.created.path(directory)
             self.init_store(volume)
-        except (HostError, OSError) as exc:
-            self.destroy(volume)
-            raise BackendError(f"{self.spec}: create: {exc}") from exc
-        except BaseException:
-            self.destroy(volume)
-            raise
         return volume
 
     def init_store(self, volume: Volume) -> None:
@@ -264,7 +258,7 @@ class FuseBackend(BackendBase):
     def mount(self, volume: Volume) -> Path:
         mountpoint = self.mountpoint(volume)
         stdin_data = volume.state["password"] + b"\n" if self.secret_via == "stdin" else None
-        try:
+        with self.undo_on_failure(volume, "mount", self.unmount):
             start_fuse_daemon(
                 volume,
                 self.mount_command(volume),
@@ -278,12 +272,6 @@ class FuseBackend(BackendBase):
                 (volume.workdir / "private" / "password").unlink(missing_ok=True)
             data_dir = mountpoint / "data"
             data_dir.mkdir(exist_ok=True)
-        except (HostError, OSError) as exc:
-            self.unmount(volume)
-            raise BackendError(f"{self.spec}: mount: {exc}") from exc
-        except BaseException:
-            self.unmount(volume)
-            raise
         volume.data_dir = data_dir
         return data_dir
 

@@ -32,13 +32,10 @@ class PlainBackend(BackendBase):
             volume.created.push(f"wipe signatures on {device}", lambda: host.wipe_signatures(device))
             make_ext4(device)
         elif target.kind == "container":
-            try:
+            with self.undo_on_failure(volume, "create", self.destroy):
                 loop = create_container(target, workdir, volume.created)
                 volume.state.update(device=loop.path, loop_direct_io=loop.direct_io)
                 make_ext4(loop.path)
-            except BaseException:  # Ctrl-C too: tear down what exists
-                self.destroy(volume)
-                raise
         return volume
 
     def mount(self, volume: Volume) -> Path:

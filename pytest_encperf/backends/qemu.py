@@ -24,7 +24,7 @@ from .. import host
 from ..host import HostError
 from ..targets import Target
 from ..workloads import MiB
-from . import BackendBase, BackendError, BackendSpec, Volume
+from . import BackendBase, BackendSpec, Volume
 from .ext4 import e2fsprogs_version, make_ext4, mount_ext4
 from .fuse import fuse_problems, start_fuse_daemon, tool_problems
 
@@ -168,7 +168,7 @@ class QemuLuksBackend(BackendBase):
         volume = Volume(self, target, workdir)
         volume.state["password"] = secrets.token_urlsafe(24).encode()
         volume.created.push("forget passphrase", lambda: volume.state.pop("password", None))
-        try:
+        with self.undo_on_failure(volume, "create", self.destroy):
             private = workdir / "private"
             private.mkdir(mode=0o700)
             volume.created.path(private)
@@ -178,27 +178,15 @@ class QemuLuksBackend(BackendBase):
             self.format_image(volume, self.write_keyfile(volume))
             self.open_export(volume)
             make_ext4(volume.state["device"])
-        except (HostError, OSError) as exc:
-            self.destroy(volume)
-            raise BackendError(f"{self.spec}: create: {exc}") from exc
-        except BaseException:
-            self.destroy(volume)
-            raise
         return volume
 
     def mount(self, volume: Volume) -> Path:
-        try:
+        with self.undo_on_failure(volume, "mount", self.unmount):
             if not volume.mounted:  # after an unmount: open the LUKS file again
                 self.open_export(volume)
             root = mount_ext4(volume, volume.state["device"])
             data_dir = root / "data"
             data_dir.mkdir(exist_ok=True)
-        except (HostError, OSError) as exc:
-            self.unmount(volume)
-            raise BackendError(f"{self.spec}: mount: {exc}") from exc
-        except BaseException:
-            self.unmount(volume)
-            raise
         volume.data_dir = data_dir
         return data_dir
 

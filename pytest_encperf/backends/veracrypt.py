@@ -227,7 +227,7 @@ class VeracryptBackend(CryptsetupBackend):
         if self.tool == "native":
             return super().create(target, workdir)
         volume = Volume(self, target, workdir)
-        try:
+        with self.undo_on_failure(volume, "create", self.destroy):
             keys = workdir / "keys"
             keys.mkdir(mode=0o700)
             volume.created.path(keys)
@@ -239,22 +239,16 @@ class VeracryptBackend(CryptsetupBackend):
                 make_ext4(device, label=self.fs_label)
             finally:
                 mapping.release()
-        except Exception:
-            self.destroy(volume)
-            raise
         return volume
 
     def mount(self, volume: Volume) -> Path:
         if self.tool == "native":
             return super().mount(volume)
-        try:
+        with self.undo_on_failure(volume, "mount", self.unmount):
             device = self.cli_map(volume, volume.mounted)
             root = mount_ext4(volume, device)
             volume.data_dir = root / "data"
             volume.data_dir.mkdir(exist_ok=True)
-        except Exception:
-            self.unmount(volume)
-            raise
         return volume.data_dir
 
     def describe(self, volume: Volume) -> dict[str, Any]:
