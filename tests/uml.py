@@ -135,19 +135,21 @@ INIT = """#!/bin/sh
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 export GLIBC_TUNABLES={glibc}
 export OPENSSL_ia32cap={openssl}
-export {in_guest}=1 PYTHONDONTWRITEBYTECODE=1 HOME=/tmp TMPDIR=/tmp
+# Scratch space lives on a tmpfs at /run, not /tmp: the project (and its venv) may itself be
+# under /tmp on the host, and a tmpfs there would hide it from the guest.
+export {in_guest}=1 PYTHONDONTWRITEBYTECODE=1 HOME=/run/home TMPDIR=/run/tmp
 export ENCPERF_TEST_DIR={disk_dir} ENCPERF_DIR={disk_dir}
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mountpoint -q /dev || mount -t devtmpfs devtmpfs /dev
-mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /run
+mkdir -p /run/home /run/tmp
 mount -t hostfs -o {output} none {output_dir}
 exec >{output_dir}/console.log 2>&1
-mkdir -p /tmp/kmod/lib/modules
-mount -t hostfs -o {modules} none /tmp/kmod/lib/modules
+mkdir -p /run/kmod/lib/modules
+mount -t hostfs -o {modules} none /run/kmod/lib/modules
 for module in {kernel_modules}; do
-    modprobe --dirname=/tmp/kmod "$module" || echo "modprobe $module failed"
+    modprobe --dirname=/run/kmod "$module" || echo "modprobe $module failed"
 done
 mount /dev/ubda {disk_dir}
 cd {cwd}
