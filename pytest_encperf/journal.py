@@ -210,8 +210,6 @@ class Journal:
 
 # --------------------------------------------------------------- releasing a dead run's resources
 
-KIND_ORDER = ("fscrypt-key", "mount", "process", "dm", "loop", "path")
-
 
 def _release_fscrypt_key(entry: dict[str, Any]) -> str:
     """Remove a key from the file system holding ``detail`` (a directory target's host file
@@ -303,15 +301,15 @@ RELEASERS: dict[str, Callable[[dict[str, Any]], str]] = {
 
 
 def release_order(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Remove keys, unmount, stop daemons, close dm, detach loops, remove files; newest first
-    within a kind."""
+    """Newest first: the reverse of the order the run made them in, as its own teardown does.
 
-    def key(entry: dict[str, Any]) -> tuple[int, int]:
-        kind = entry.get("kind", "")
-        rank = KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
-        return rank, -int(entry.get("id", 0))
-
-    return sorted(entries, key=key)
+    Creation order is the dependency order, including stacks that a grouping by kind gets
+    wrong: qemu-luks puts a loop device on a file that a FUSE daemon exports, so that loop must
+    be detached before the export is unmounted and the daemon stopped (detached afterwards, the
+    loop device keeps a dead mount's file and shows "/" as its backing file). The usual result
+    is still: remove keys, unmount, stop daemons, close dm, detach loops, remove files.
+    """
+    return sorted(entries, key=lambda entry: -int(entry.get("id", 0)))
 
 
 @dataclass
