@@ -24,6 +24,7 @@ from pytest_encperf.backends.dmcrypt import CryptsetupBackend, device_mapper_pro
 from pytest_encperf.runner import open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
+from tests.support import mounts_and_loops_left
 
 pytestmark = [pytest.mark.integration, pytest.mark.dmcrypt]
 
@@ -52,8 +53,7 @@ def scratch() -> Iterator[Path]:
     base = Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
     path = Path(tempfile.mkdtemp(prefix="encperf-dm-", dir=base))
     yield path
-    assert host.mounts_under(path) == [], "mount left behind"
-    assert host.loops_backed_by(path) == [], "loop device left behind"
+    assert mounts_and_loops_left(path) == [], "mount or loop device left behind"
     assert our_mappings() == [], "dm mapping left behind"
 
     shutil.rmtree(path)

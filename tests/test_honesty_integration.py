@@ -19,6 +19,7 @@ from pytest_encperf.engines.observe import Observe, Observer
 from pytest_encperf.runner import MountedVolume, close_volume, open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB, Workload
+from tests.support import mounts_and_loops_left
 
 pytestmark = pytest.mark.integration
 
@@ -30,8 +31,7 @@ def base_dir(tmp_path: Path) -> Iterator[Path]:
     base = Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
     path = Path(host.run(["mktemp", "-d", f"{base}/encperf-test-XXXXXX"]).strip())
     yield path
-    assert host.mounts_under(path) == [], "mount left behind"
-    assert host.loops_backed_by(path) == [], "loop device left behind"
+    assert mounts_and_loops_left(path) == [], "mount or loop device left behind"
     shutil.rmtree(path)
 
 

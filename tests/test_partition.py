@@ -18,6 +18,7 @@ from pytest_encperf.runner import open_volume
 from pytest_encperf.settings import resolve
 from pytest_encperf.targets import Target, partition_problems
 from pytest_encperf.workloads import MiB
+from tests.support import mounts_and_loops_left
 
 pytestmark = pytest.mark.integration
 
@@ -27,8 +28,7 @@ def scratch() -> Iterator[Path]:
     base = Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
     path = Path(tempfile.mkdtemp(prefix="encperf-part-", dir=base))
     yield path
-    assert host.mounts_under(path) == [], "mount left behind"
-    assert host.loops_backed_by(path) == [], "loop device left behind"
+    assert mounts_and_loops_left(path) == [], "mount or loop device left behind"
     shutil.rmtree(path)
 
 

@@ -27,7 +27,7 @@ import pytest
 
 from pytest_encperf import backends, host, journal
 from pytest_encperf.workloads import MiB
-from tests.support import problems_here
+from tests.support import mounts_and_loops_left, problems_here
 
 pytestmark = pytest.mark.integration
 
@@ -176,14 +176,7 @@ def journaled(base: Path) -> list[dict[str, Any]]:
 
 def leftovers(base: Path, recorded: list[dict[str, Any]]) -> list[str]:
     """Everything of ours still there: mounts, loop devices, dm targets, daemons, files, keys."""
-    found = [f"mount {m}" for m in host.mounts_under(base)]
-    found += [f"loop device {d}" for d in host.loops_backed_by(base)]
-    # A loop device left on a file of a mount that is gone (a FUSE export) names "/" as its
-    # backing file: no longer under base, but ours all the same.
-    for entry in Path("/sys/block").glob("loop*"):
-        backing = entry / "loop" / "backing_file"
-        if backing.exists() and backing.read_text().strip() == "/":
-            found.append(f"orphaned loop device /dev/{entry.name} (backing file of a vanished mount)")
+    found = mounts_and_loops_left(base)
     found += [f"file {p}" for p in sorted(base.iterdir()) if p.name != journal.RUNS_DIR]
     found += [f"journal {p}" for p in journal.journals(base)]
     for entry in recorded:

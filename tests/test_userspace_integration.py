@@ -24,6 +24,7 @@ from pytest_encperf.backends.fuse import FuseBackend
 from pytest_encperf.runner import open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
+from tests.support import mounts_and_loops_left
 
 pytestmark = pytest.mark.integration
 
@@ -56,8 +57,7 @@ def base() -> Iterator[Path]:
     parent = Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
     path = Path(tempfile.mkdtemp(prefix="encperf-test-", dir=parent))
     yield path
-    assert host.mounts_under(path) == [], "mount left behind"
-    assert host.loops_backed_by(path) == [], "loop device left behind"
+    assert mounts_and_loops_left(path) == [], "mount or loop device left behind"
     assert processes_mentioning(path) == [], "daemon left behind"
     leftovers = [p for p in path.rglob("*") if not p.is_dir() and not p.name.startswith("given-")]
     assert leftovers == [], "files left behind"
@@ -227,7 +227,7 @@ def test_qemu_luks_round_trip_without_leaks(base: Path) -> None:
         digest = write_marker_file(mounted.data_dir)
         backend.unmount(volume)  # umount, detach loop, stop the daemon, wait
         assert not any(psutil.pid_exists(pid) for pid in pids)
-        assert host.mounts_under(base) == [] and host.loops_backed_by(base) == []
+        assert mounts_and_loops_left(base) == []
         image = base / "vol" / "luks.img"
         assert image.read_bytes()[:6] == b"LUKS\xba\xbe"
         assert leaks_in_files([image]) == []
@@ -313,7 +313,7 @@ def test_bitlocker_reformatted_round_trip_without_leaks(bitlk_image: tuple[Path,
             os.fsync(handle.fileno())
         assert free > 60 * MiB
         backend.unmount(volume)
-        assert host.mounts_under(base) == [] and host.loops_backed_by(base) == []
+        assert mounts_and_loops_left(base) == []
         assert leaks_in_files([image]) == []
         assert read_digest(backend.mount(volume)) == digest
         info = mounted.description

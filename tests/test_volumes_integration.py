@@ -15,6 +15,7 @@ from pytest_encperf.backends.fscrypt import key_status, policy_status
 from pytest_encperf.runner import open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
+from tests.support import mounts_and_loops_left
 
 pytestmark = pytest.mark.integration
 
@@ -35,8 +36,7 @@ def workdir(target: Target, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
     path = Path(tempfile.mkdtemp(prefix="encperf-test-", dir=target.directory))
     yield path / "volume"
-    assert host.mounts_under(path) == [], "mount left behind"
-    assert host.loops_backed_by(path) == [], "loop device left behind"
+    assert mounts_and_loops_left(path) == [], "mount or loop device left behind"
     shutil.rmtree(path)
 
 
