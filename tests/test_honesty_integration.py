@@ -78,6 +78,35 @@ def test_direct_rounds_reach_the_device(plain: MountedVolume) -> None:
     assert m.io_mode == "direct" and m.cached is False
 
 
+def loop_requests(device: str) -> tuple[int, int]:
+    """Reads completed and 512-byte sectors read, from /sys/block/<device>/stat."""
+    fields = (Path("/sys/block") / device / "stat").read_text().split()
+    return int(fields[0]), int(fields[2])
+
+
+def huge_pages_advisable() -> bool:
+    switch = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    return switch.exists() and "[never]" not in switch.read_text()
+
+
+@pytest.mark.skipif(not huge_pages_advisable(), reason="transparent huge pages are switched off here")
+def test_a_1mib_direct_read_reaches_the_loop_device_as_one_request(plain: MountedVolume) -> None:
+    # A loop device takes 128 segments of at most 64 KiB: a 1 MiB buffer of scattered 4 KiB
+    # pages would be split into two 512 KiB requests; the engine's huge-page buffers are not.
+    loop = plain.devices[0]
+    if int((Path("/sys/block") / loop / "queue" / "max_sectors_kb").read_text()) < 1024:
+        pytest.skip(f"{loop} takes requests of less than 1 MiB")
+    engine = NativeEngine()
+    path = engine.prepare(plain.data_dir, 8 * MiB)
+    seq_q8 = Workload("SEQ1M Q8T1", "read", MiB, iodepth=8)
+    before = loop_requests(loop)
+    m = engine.run(seq_q8, path, runtime=0.3, direct=True)
+    after = loop_requests(loop)
+    requests, sectors = after[0] - before[0], after[1] - before[1]
+    assert m.io_mode == "direct" and sectors * 512 >= m.bytes
+    assert sectors * 512 / requests >= 0.95 * MiB, f"{requests} requests for {m.ios} reads of 1 MiB"
+
+
 def test_o_direct_on_fscrypt_here_is_direct_requested_but_buffered(base_dir: Path) -> None:
     mounted = open_container("fscrypt", base_dir)
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf.engines import TEST_FILE_NAME, native
-from pytest_encperf.engines.native import NativeEngine, percentile, probe_io_mode
+from pytest_encperf.engines.native import HUGE_PAGE, PAGE, BufferPool, NativeEngine, percentile, probe_io_mode
 from pytest_encperf.workloads import CDM, KiB, MiB, Workload
 
 SIZE = 4 * MiB
@@ -193,3 +193,20 @@ def test_direct_rounds_go_through_linux_aio_with_the_queue_depth_in_flight(
         assert len(set(test_file.read_bytes()[: workload.block_size])) > 200
     dd = Workload("DD", "write", 4 * KiB, amount=MiB)
     assert engine.run(dd, test_file, runtime=10, direct=True).ios == MiB // (4 * KiB)
+
+
+@pytest.mark.parametrize(("count", "size"), [(1, 4 * KiB), (8, MiB), (3, 5000), (4, 8 * MiB)])
+def test_buffer_pool_gives_separate_aligned_zeroed_buffers(count: int, size: int) -> None:
+    pool = BufferPool(count, size)
+    try:
+        assert len(pool.addresses) == len(pool.views) == count
+        assert all(address % PAGE == 0 for address in pool.addresses)  # O_DIRECT needs it
+        assert pool.addresses[0] % HUGE_PAGE == 0  # so whole huge pages can back it
+        assert all(len(view) == size and not any(view) for view in pool.views)
+        ends = [address + size for address in pool.addresses]
+        assert all(end <= following for end, following in zip(ends[:-1], pool.addresses[1:], strict=True))
+        pool.fill_random()
+        assert len({bytes(view[:64]) for view in pool.views}) == count
+    finally:
+        pool.close()
+    assert pool.views == [] and pool.addresses == []
