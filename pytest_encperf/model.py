@@ -30,6 +30,10 @@ class Measurement:
     # counters); None when the volume has no device of its own (directory target).
     physical_read_bytes: int | None = None
     physical_write_bytes: int | None = None
+    # Requests the volume's device completed in the round: bytes / requests is the size the
+    # I/O reached the device at (a 1 MiB read split in two shows as 512 KiB).
+    physical_read_requests: int | None = None
+    physical_write_requests: int | None = None
     # (device name, bytes read, bytes written) for every observed device: the volume's device
     # first, then the devices below it (the disk under a loop device's backing file).
     physical: tuple[tuple[str, int, int], ...] = ()

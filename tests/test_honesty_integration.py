@@ -100,11 +100,14 @@ def test_a_1mib_direct_read_reaches_the_loop_device_as_one_request(plain: Mounte
     path = engine.prepare(plain.data_dir, 8 * MiB)
     seq_q8 = Workload("SEQ1M Q8T1", "read", MiB, iodepth=8)
     before = loop_requests(loop)
-    m = engine.run(seq_q8, path, runtime=0.3, direct=True)
+    m = engine.run(seq_q8, path, runtime=0.3, direct=True, observe=plain.observe())
     after = loop_requests(loop)
     requests, sectors = after[0] - before[0], after[1] - before[1]
     assert m.io_mode == "direct" and sectors * 512 >= m.bytes
     assert sectors * 512 / requests >= 0.95 * MiB, f"{requests} requests for {m.ios} reads of 1 MiB"
+    # the measurement records what the device saw (psutil's counters of the same device)
+    assert m.physical_read_requests is not None and m.physical_read_bytes is not None
+    assert m.physical_read_bytes / m.physical_read_requests >= 0.95 * MiB
 
 
 def test_o_direct_on_fscrypt_here_is_direct_requested_but_buffered(base_dir: Path) -> None:

@@ -128,6 +128,18 @@ def test_summary_flags_cached_rounds_and_detail_shows_device_bytes() -> None:
     assert "r 1.00 (plain r 0.00 CACHED 1/1)" in detail
 
 
+def test_detail_shows_the_size_the_device_saw_each_request_at() -> None:
+    # 1 MiB reads that reached the device as two requests each: 512 KiB/req
+    split = measurement(
+        logical_read_bytes=100 * MiB, physical_read_bytes=100 * MiB, physical_read_requests=200
+    )
+    whole = replace(split, physical_read_requests=100)
+    detail = detail_table([Result("fscrypt", SEQ_READ, rounds=[split], baseline_rounds=[whole])])
+    assert "r 1.00, 512 KiB/req" in detail
+    unknown = replace(split, physical_read_requests=None)  # results saved before the count existed
+    assert "KiB/req" not in detail_table([Result("fscrypt", SEQ_READ, rounds=[unknown])])
+
+
 def test_cdm_shows_the_best_round_and_efficiency_uses_the_ceiling() -> None:
     result = Result(
         "fscrypt", SEQ_READ, rounds=[measurement(v) for v in (80, 120)],

@@ -4,10 +4,10 @@ Direct rounds keep the queue depth in flight with Linux AIO (``aio.run_queue``, 
 per job), like fio's libaio engine. Buffered rounds (and machines without the AIO system calls)
 emulate it with one thread per outstanding I/O (iodepth x numjobs threads): os.preadv and
 os.pwritev release the GIL, so the kernel sees that many requests in flight.
-O_DIRECT uses page-aligned mmap buffers. In buffered mode a read round never re-reads what it
-already brought into the page cache (the file's pages are dropped on every pass) and a write
-round flushes every FLUSH_BYTES and ends with fdatasync (included in its time), so the page
-cache cannot inflate the numbers.
+Buffers are page-aligned, cut from one mapping on transparent huge pages (see BufferPool).
+In buffered mode a read round never re-reads what it already brought into the page cache (the
+file's pages are dropped on every pass) and a write round flushes every FLUSH_BYTES and ends
+with fdatasync (included in its time), so the page cache cannot inflate the numbers.
 """
 
 from __future__ import annotations

@@ -40,11 +40,16 @@ def _process_cpu(pid: int) -> float | None:
     return None
 
 
-def _disk_counters(devices: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+def _disk_counters(devices: tuple[str, ...]) -> dict[str, tuple[int, int, int, int]]:
+    """(bytes read, bytes written, reads completed, writes completed) per device."""
     if not devices:
         return {}
     counters = psutil.disk_io_counters(perdisk=True, nowrap=True) or {}
-    return {name: (c.read_bytes, c.write_bytes) for name, c in counters.items() if name in devices}
+    return {
+        name: (c.read_bytes, c.write_bytes, c.read_count, c.write_count)
+        for name, c in counters.items()
+        if name in devices
+    }
 
 
 class Observer:
@@ -53,7 +58,7 @@ class Observer:
 
     def __init__(self, observe: Observe) -> None:
         self.observe = observe
-        self._disks: dict[str, tuple[int, int]] = {}
+        self._disks: dict[str, tuple[int, int, int, int]] = {}
         self._busy = self._own = 0.0
         self._daemons: dict[int, float | None] = {}
 
@@ -67,11 +72,12 @@ class Observer:
         busy = busy_cpu_seconds() - self._busy
         own = own_cpu_seconds() - self._own
         after = _disk_counters(self.observe.devices)
-        physical = tuple(
-            (name, after[name][0] - self._disks[name][0], after[name][1] - self._disks[name][1])
+        deltas = {
+            name: tuple(now - then for now, then in zip(after[name], self._disks[name], strict=True))
             for name in self.observe.devices
             if name in after and name in self._disks
-        )
+        }
+        physical = tuple((name, delta[0], delta[1]) for name, delta in deltas.items())
         daemon: float | None = None
         if self._daemons:
             daemon = 0.0
@@ -79,12 +85,14 @@ class Observer:
                 now = _process_cpu(pid)
                 if before is not None and now is not None:
                     daemon += now - before
-        first = physical[0] if physical and physical[0][0] == self.observe.devices[0] else None
+        first = deltas.get(self.observe.devices[0]) if self.observe.devices else None
         return {
             "cpu_seconds": busy,
             "engine_cpu_seconds": own,
             "daemon_cpu_seconds": daemon,
             "physical": physical,
-            "physical_read_bytes": first[1] if first else None,
-            "physical_write_bytes": first[2] if first else None,
+            "physical_read_bytes": first[0] if first else None,
+            "physical_write_bytes": first[1] if first else None,
+            "physical_read_requests": first[2] if first else None,
+            "physical_write_requests": first[3] if first else None,
         }
