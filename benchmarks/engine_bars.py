@@ -41,18 +41,26 @@ def engines(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
         picks = [w for w in CDM if w.label in ("SEQ1M Q8T1", "RND4K Q32T1")]
         for workload in picks:
             values: dict[str, list[float]] = {"native": [], "fio": []}
+            request_kib: dict[str, list[float]] = {"native": [], "fio": []}
             metric = "iops" if workload.reports_iops else "mb_per_s"
+            direction = "read" if workload.is_read else "write"
             for engine in (native, fio):  # warm-up, discarded
                 engine.run(workload, path, runtime=1, direct=direct, observe=observe)
             for _ in range(args.repeats):
                 for engine in (native, fio):
                     m = engine.run(workload, path, runtime=args.runtime, direct=direct, observe=observe)
                     values[engine.name].append(getattr(m, metric))
+                    moved = getattr(m, f"physical_{direction}_bytes")
+                    requests = getattr(m, f"physical_{direction}_requests")
+                    if moved and requests:  # the size the I/O reached the loop device at
+                        request_kib[engine.name].append(moved / requests / 1024)
             n, f = statistics.median(values["native"]), statistics.median(values["fio"])
             print(
                 f"{workload.name:22} {metric:8} native {n:10.1f}  fio {f:10.1f}  native/fio {n / f:6.1%}"
                 f"   rounds native {[round(v) for v in values['native']]}"
                 f" fio {[round(v) for v in values['fio']]}"
+                f"   KiB/request native {[round(v) for v in request_kib['native']]}"
+                f" fio {[round(v) for v in request_kib['fio']]}"
             )
     finally:
         close_volume(plain)

@@ -73,7 +73,7 @@ class EncperfSession:
 
     @property
     def workloads(self) -> list[Workload]:
-        return profile_workloads(self.settings.profile)
+        return profile_workloads(self.settings.profile, self.settings.size)
 
     # ------------------------------------------------------------- volumes
 
@@ -368,18 +368,19 @@ class EncperfSession:
         shown_names: set[str] = set()
         for name in s.profile:
             profile = PROFILES[name]
+            workloads = profile.workloads_for(s.size)
             table = summary_table(
                 self.results,
                 skipped,
                 shown,
-                list(profile.workloads),
+                workloads,
                 value=profile.value,
                 mean_column=profile.mean_column,
             )
             if table:
                 tr.write_line(f"{profile.title} [{name}]: {profile.value} of the rounds, change vs plain")
                 tr.write_line(table)
-            shown_names.update(w.name for w in profile.workloads)
+            shown_names.update(w.name for w in workloads)
         others = [r.workload for r in self.results if r.workload.name not in shown_names]
         if others:
             table = summary_table(self.results, skipped, shown, others)

@@ -7,7 +7,7 @@ set of workloads that the report shows as one table (one column per workload lab
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -94,6 +94,10 @@ class Profile:
     value: str = "median"  # what the table's value cell shows: "best" (CrystalDiskMark) or "median"
     mean_column: bool = False  # add the mean change over all cells (iozone-style grid)
 
+    def workloads_for(self, size: int) -> list[Workload]:
+        """The workloads as they run on a test file of ``size`` bytes, without repeats."""
+        return list({w.name: w for w in (fit_to_size(w, size) for w in self.workloads)}.values())
+
 
 def _pair(label: str, random: bool, block_size: int, iodepth: int, numjobs: int = 1) -> list[Workload]:
     read, write = ("randread", "randwrite") if random else ("read", "write")
@@ -173,10 +177,23 @@ PROFILES: dict[str, Profile] = {
 }
 
 
-def profile_workloads(names: list[str]) -> list[Workload]:
-    """Workloads of the named profiles, in order, without repeats."""
+def fit_to_size(workload: Workload, size: int) -> Workload:
+    """``workload`` as it really runs on a test file of ``size`` bytes: a grid cell whose file
+    size is larger than the file uses the whole file, and its label says so (F64M on a 16 MiB
+    file is F16M), so a report never names a file size that was not measured."""
+    if workload.extent is None or workload.extent <= size:
+        return workload
+    label = workload.label.replace(f"F{_size_label(workload.extent)}", f"F{_size_label(size)}", 1)
+    return replace(workload, label=label, extent=size)
+
+
+def profile_workloads(names: list[str], size: int | None = None) -> list[Workload]:
+    """Workloads of the named profiles, in order, without repeats (fitted to a test file of
+    ``size`` bytes when given)."""
     seen: dict[str, Workload] = {}
     for profile in names:
         for workload in PROFILES[profile].workloads:
+            if size is not None:
+                workload = fit_to_size(workload, size)
             seen.setdefault(workload.name, workload)
     return list(seen.values())

@@ -16,7 +16,16 @@ from pytest_encperf.report import detail_table, summary_table
 from pytest_encperf.runner import MountedVolume, Runner
 from pytest_encperf.settings import parse_steady_cv, parse_warmup
 from pytest_encperf.targets import Target
-from pytest_encperf.workloads import ATTO, CDM, MATRIX, PROFILES, SMALLFILES, MiB, Workload
+from pytest_encperf.workloads import (
+    ATTO,
+    CDM,
+    MATRIX,
+    PROFILES,
+    SMALLFILES,
+    MiB,
+    Workload,
+    profile_workloads,
+)
 
 SEQ_READ = CDM[0]
 
@@ -187,6 +196,19 @@ def test_catalogue() -> None:
     assert SMALLFILES[0].kind == "files" and SMALLFILES[0].direction == "mixed"
     with pytest.raises(ValueError, match="files > 0"):
         Workload("x", "files", 4096)
+
+
+def test_matrix_cells_larger_than_the_test_file_say_what_they_measured() -> None:
+    # a 16 MiB test file: the F64M cells really use 16 MiB, so they are named F16M
+    fitted = profile_workloads(["matrix"], 16 * MiB)
+    labels = sorted({w.label for w in fitted})
+    assert labels == ["F16M R1M", "F16M R4K", "F16M R64K", "F4M R1M", "F4M R4K", "F4M R64K"]
+    assert {w.extent for w in fitted} == {4 * MiB, 16 * MiB}
+    assert PROFILES["matrix"].workloads_for(16 * MiB) == fitted
+    # a 4 MiB file: both file sizes are the same measurement, run (and shown) once
+    assert len(profile_workloads(["matrix"], 4 * MiB)) == 6
+    assert profile_workloads(["matrix"], 256 * MiB) == list(MATRIX)
+    assert profile_workloads(["cdm"], MiB) == list(CDM)  # no extent: nothing to fit
 
 
 def test_new_options_parse() -> None:
