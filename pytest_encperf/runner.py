@@ -79,7 +79,9 @@ class MountedVolume:
         return tuple(int(r.ident) for r in resources if r.kind == "process" and r.ident.isdigit())
 
     def observe(self) -> Observe:
-        return Observe(devices=self.devices, daemon_pids=self.daemon_pids)
+        return Observe(
+            devices=self.devices, daemon_pids=self.daemon_pids, store_below=self.backend.store_below
+        )
 
 
 def open_volume(backend: BackendBase, target: Target, workdir: Path) -> MountedVolume:

@@ -11,6 +11,7 @@ import pytest
 from pytest_encperf.engines import select_engine
 from pytest_encperf.engines.fio import FioEngine, FioError, fio_args, parse_fio_json
 from pytest_encperf.engines.native import NativeEngine
+from pytest_encperf.engines.observe import Observe
 from pytest_encperf.workloads import CDM, DD, MATRIX, SMALLFILES, KiB, MiB, Workload
 
 DATA = Path(__file__).parent / "data"
@@ -133,6 +134,16 @@ def test_dd_is_one_pass_and_matrix_uses_its_extent(tmp_path: Path) -> None:
     assert option(args, "size") == str(4 * MiB)
 
 
+def test_one_pass_rounds_end_at_the_end_of_the_file_or_the_runtime(tmp_path: Path) -> None:
+    seq = Workload("SEQ", "read", MiB, iodepth=4)
+    args = fio_args(seq, tmp_path / "f", size=64 * MiB, runtime=1.5, direct=False, one_pass=True)
+    assert option(args, "time_based") is None and option(args, "runtime") == "1500ms"
+    assert option(args, "size") == str(16 * MiB)  # each thread its stripe, once
+    assert (
+        option(fio_args(seq, tmp_path / "f", size=64 * MiB, runtime=1.5, direct=False), "time_based") == "1"
+    )
+
+
 def test_engine_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(select_engine("native"), NativeEngine)
     monkeypatch.setattr(shutil, "which", lambda name: None)
@@ -156,6 +167,16 @@ def test_real_fio_run_on_a_small_file(tmp_path: Path, workload: Workload) -> Non
     if workload.amount is not None:
         assert m.bytes == 4 * MiB  # dd: exactly the (smaller) file, once
     assert path.stat().st_size == 4 * MiB  # fio never grew or replaced the file
+
+
+@needs_fio
+@pytest.mark.parametrize("workload", [CDM[0], CDM[4]], ids=str)
+def test_buffered_reads_on_a_store_below_read_the_file_once(tmp_path: Path, workload: Workload) -> None:
+    # a FUSE store's pages stay cached below the volume: a second pass would read memory
+    engine = FioEngine()
+    path = engine.prepare(tmp_path, 4 * MiB)
+    m = engine.run(workload, path, runtime=30, direct=False, observe=Observe(store_below=True))
+    assert m.bytes == 4 * MiB and m.seconds < 30
 
 
 @needs_fio

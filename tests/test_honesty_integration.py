@@ -14,6 +14,7 @@ import pytest
 
 from pytest_encperf import host
 from pytest_encperf.backends import BackendSpec, make_backend
+from pytest_encperf.engines.fio import FioEngine, fio_available
 from pytest_encperf.engines.native import NativeEngine, probe_io_mode
 from pytest_encperf.engines.observe import Observe, Observer
 from pytest_encperf.runner import MountedVolume, close_volume, open_volume
@@ -169,3 +170,29 @@ def test_cpu_time_of_the_daemon_is_counted_by_pid(
     observed = observer.stop()
     assert observed["daemon_cpu_seconds"] is not None and observed["daemon_cpu_seconds"] > 0
     assert Observer(Observe()).stop()["daemon_cpu_seconds"] is None
+
+
+def engines() -> list[NativeEngine | FioEngine]:
+    return [NativeEngine(), *([FioEngine()] if fio_available() else [])]
+
+
+@pytest.mark.parametrize("engine", engines(), ids=lambda engine: engine.name)
+def test_reads_on_a_fuse_volume_come_from_the_device_not_the_store_cache(
+    base_dir: Path, engine: NativeEngine | FioEngine
+) -> None:
+    # gocryptfs keeps the file in a store on the container's file system: once read, the store
+    # would stay cached below the FUSE file, whatever the engine drops of the file itself
+    if shutil.which("gocryptfs") is None or not Path("/dev/fuse").exists():
+        pytest.skip("needs gocryptfs (apt-get install gocryptfs) and /dev/fuse")
+    mounted = open_container("gocryptfs", base_dir)
+    try:
+        path = engine.prepare(mounted.data_dir, 4 * MiB)
+        observe = mounted.observe()
+        assert observe.store_below and observe.devices[0].startswith("loop")
+        for workload in (SEQ_READ, Workload("RND4K Q1T1", "randread", 4096)):
+            m = engine.run(workload, path, runtime=5, direct=False, observe=observe)
+            assert m.bytes == 4 * MiB  # one pass, not several from memory
+            assert m.physical_read_bytes is not None and m.physical_read_bytes >= 0.9 * m.bytes
+            assert m.cached is False
+    finally:
+        close_volume(mounted)

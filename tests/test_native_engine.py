@@ -9,6 +9,7 @@ import pytest
 
 from pytest_encperf.engines import TEST_FILE_NAME, native
 from pytest_encperf.engines.native import HUGE_PAGE, PAGE, BufferPool, NativeEngine, percentile, probe_io_mode
+from pytest_encperf.engines.observe import Observe
 from pytest_encperf.workloads import CDM, KiB, MiB, Workload
 
 SIZE = 4 * MiB
@@ -210,3 +211,24 @@ def test_buffer_pool_gives_separate_aligned_zeroed_buffers(count: int, size: int
     finally:
         pool.close()
     assert pool.views == [] and pool.addresses == []
+
+
+@pytest.mark.parametrize("workload", [CDM[0], CDM[4]], ids=str)
+def test_buffered_reads_on_a_store_below_read_the_file_once(
+    engine: NativeEngine, test_file: Path, workload: Workload
+) -> None:
+    # a FUSE store's pages stay cached below the volume: a second pass would read memory
+    below = Observe(store_below=True)
+    m = engine.run(workload, test_file, runtime=30, direct=False, observe=below)
+    assert m.bytes == SIZE and m.seconds < 30
+    # writes, and volumes without a store below, stay time based (several passes here)
+    write = Workload("SEQ", "write", MiB, iodepth=1)
+    assert engine.run(write, test_file, runtime=0.3, direct=False, observe=below).bytes > SIZE
+    assert engine.run(workload, test_file, runtime=0.3, direct=False).bytes > SIZE
+
+
+def test_backends_whose_daemon_reads_a_store_below_say_so() -> None:
+    from pytest_encperf.backends import backend_class, known_names
+
+    below = {name for name in known_names() if backend_class(name).store_below}
+    assert below == {"gocryptfs", "encfs", "cryfs", "securefs", "qemu-luks", "bitlocker"}

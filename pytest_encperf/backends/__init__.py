@@ -130,6 +130,11 @@ class BackendBase:
     """Shared plumbing: parameter checking and the idempotent unmount/destroy."""
 
     accepted_params: dict[str, str] = {}  # name -> help
+    # True when the volume keeps its data in a file (or device) that a user-space daemon reads
+    # through the page cache below it (FUSE stores, dislocker, qemu). Dropping the test file's
+    # pages between passes does not reach that cache, so buffered read rounds read at most one
+    # pass (after the whole cache was dropped) instead of re-reading the store from memory.
+    store_below = False
 
     def __init__(self, spec: BackendSpec) -> None:
         unknown = [key for key, _ in spec.params if key not in self.accepted_params]

@@ -56,6 +56,7 @@ FILESYSTEMS = ("existing", "ext4")
 
 
 class BitlockerBackend(BackendBase):
+    store_below = True  # dislocker reads the image (or partition) through the page cache
     accepted_params = {
         "image": "path of a BitLocker volume image file",
         "device": "path of a BitLocker block device (partition)",

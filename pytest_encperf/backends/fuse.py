@@ -189,6 +189,7 @@ class FuseBackend(BackendBase):
     package = ""
     encryption = ""
     secret_via = "stdin"  # "stdin" or "file": how the daemon gets the password
+    store_below = True
 
     def problems(self, target: Target) -> list[str]:
         found = target.problems()

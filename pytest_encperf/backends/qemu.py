@@ -37,6 +37,7 @@ CIPHER = re.compile(
 
 
 class QemuLuksBackend(BackendBase):
+    store_below = True  # qemu-storage-daemon reads the image file through the page cache
     accepted_params = {
         "cipher": "LUKS1 cipher spec (default aes-xts-plain64; e.g. aes-cbc-essiv:sha256)",
         "key-size": "master key bits (default 512 = AES-256 in XTS mode)",

@@ -41,8 +41,11 @@ def fio_version() -> str:
     return host.tool_version(["fio", "--version"])
 
 
-def fio_args(workload: Workload, path: Path, *, size: int, runtime: float, direct: bool) -> list[str]:
-    """The fio command line for one round of ``workload`` on ``path`` (``size`` bytes used)."""
+def fio_args(
+    workload: Workload, path: Path, *, size: int, runtime: float, direct: bool, one_pass: bool = False
+) -> list[str]:
+    """The fio command line for one round of ``workload`` on ``path`` (``size`` bytes used).
+    ``one_pass``: stop after one pass over the file even when ``runtime`` is not over."""
     if workload.extent is not None:
         size = min(size, workload.extent)
     jobs = workload.numjobs if direct else workload.numjobs * workload.iodepth
@@ -78,6 +81,8 @@ def fio_args(workload: Workload, path: Path, *, size: int, runtime: float, direc
         args.append(f"--size={size}")
     if workload.amount is not None:
         args.append(f"--io_size={min(size, workload.amount)}")  # one pass, like dd count=
+    elif one_pass:  # without time_based, fio ends at the end of the file or of the runtime
+        args.append(f"--runtime={max(1, round(runtime * 1000))}ms")
     else:
         args += ["--time_based=1", f"--runtime={max(1, round(runtime * 1000))}ms"]
     return args
@@ -172,7 +177,15 @@ class FioEngine:
         if workload.kind == "files":  # not block I/O: fio has no create/delete cycle
             return self._native.run(workload, path, runtime=runtime, direct=direct, observe=observe)
         mode = probe_io_mode(path) if direct else "buffered"
-        args = fio_args(workload, path, size=path.stat().st_size, runtime=runtime, direct=direct)
+        one_pass = observe.store_below and workload.is_read and mode != "direct"  # as native does
+        args = fio_args(
+            workload, path, size=path.stat().st_size, runtime=runtime, direct=direct, one_pass=one_pass
+        )
+        if mode != "direct":
+            # fio's invalidate=1 drops only the test file's own pages; a stacked file system's
+            # store (FUSE, dislocker, qemu) stays cached in the file system below and would
+            # serve every read from memory. Same drop as the native engine's buffered rounds.
+            host.drop_page_cache(path)
         observer = Observer(observe)
         observer.start()
         try:

@@ -176,13 +176,18 @@ class NativeEngine:
         if blocks == 0:
             raise ValueError(f"{path} ({size} bytes) is smaller than one {block}-byte block")
         # dd-style: exactly one pass over a fixed amount instead of a time limit
-        limit = None if workload.amount is None else max(1, min(blocks, workload.amount // block))
+        limit: int | None = None  # most I/Os the round may do
+        if workload.amount is not None:
+            limit = max(1, min(blocks, workload.amount // block))
+        time_based = limit is None
         mode = "buffered"
         flags = os.O_RDWR
         if direct:
             mode = probe_io_mode(path)
             flags |= os.O_DIRECT
         truly_direct = mode == "direct"
+        if observe.store_below and workload.is_read and not truly_direct and limit is None:
+            limit = blocks  # a second pass would read the store below from memory
 
         # Order of blocks: sequential, or each block once per pass in random order (like
         # fio's random map), so a buffered pass never hits the same page twice.
@@ -235,7 +240,7 @@ class NativeEngine:
                     workload.is_read,
                     next_offset,
                     time.perf_counter_ns,
-                    lambda: deadline[0] if limit is None else 2**63,
+                    lambda: deadline[0] if time_based else 2**63,
                     latencies[index],
                 )
             except BaseException as exc:
@@ -266,7 +271,7 @@ class NativeEngine:
                         raise OSError(
                             errno.EIO, f"short {'read' if workload.is_read else 'write'} at {offset}"
                         )
-                    if limit is None and t0 >= end:
+                    if time_based and t0 >= end:
                         break
             except BaseException as exc:
                 errors.append(exc)

@@ -19,6 +19,9 @@ class Observe:
 
     devices: tuple[str, ...] = ()  # block device names ("loop3", "vda"); the volume's own first
     daemon_pids: tuple[int, ...] = ()  # the backend's daemons (FUSE ...), whose CPU time counts
+    # the data lives in a store read through the page cache below the volume (see
+    # BackendBase.store_below): buffered read rounds then read at most one pass
+    store_below: bool = False
 
 
 def busy_cpu_seconds() -> float:
