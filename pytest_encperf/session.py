@@ -401,8 +401,9 @@ class EncperfSession:
                 "between different I/O modes. CV: coefficient of variation of the rounds. "
                 "CPU s/GiB: system-wide busy CPU seconds per GiB moved; daemon: the backend's own "
                 "processes. eff.: throughput / min(plain, cipher ceiling). device/logical: bytes "
-                "the volume's block device read (r) or wrote (w) per byte the workload moved; "
-                "CACHED = a read round mostly served by the page cache."
+                "the volume's block device read (r) or wrote (w) per byte the workload moved, and "
+                "the average size of its requests (KiB/req); CACHED = a read round mostly served "
+                "by the page cache."
             )
             tr.write_line(f"cipher ceiling: {ceiling.describe()}")
 
