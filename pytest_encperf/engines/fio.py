@@ -177,7 +177,7 @@ class FioEngine:
         if workload.kind == "files":  # not block I/O: fio has no create/delete cycle
             return self._native.run(workload, path, runtime=runtime, direct=direct, observe=observe)
         mode = probe_io_mode(path) if direct else "buffered"
-        one_pass = observe.store_below and workload.is_read and mode != "direct"  # as native does
+        one_pass = observe.one_pass(workload.is_read, mode)
         args = fio_args(
             workload, path, size=path.stat().st_size, runtime=runtime, direct=direct, one_pass=one_pass
         )

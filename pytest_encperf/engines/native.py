@@ -186,8 +186,8 @@ class NativeEngine:
             mode = probe_io_mode(path)
             flags |= os.O_DIRECT
         truly_direct = mode == "direct"
-        if observe.store_below and workload.is_read and not truly_direct and limit is None:
-            limit = blocks  # a second pass would read the store below from memory
+        if limit is None and observe.one_pass(workload.is_read, mode):
+            limit = blocks
 
         # Order of blocks: sequential, or each block once per pass in random order (like
         # fio's random map), so a buffered pass never hits the same page twice.

@@ -23,6 +23,12 @@ class Observe:
     # BackendBase.store_below): buffered read rounds then read at most one pass
     store_below: bool = False
 
+    def one_pass(self, is_read: bool, io_mode: str) -> bool:
+        """Whether a round must end after one pass over the file even before its runtime: a
+        buffered read on a volume with a store below would read that store from memory on
+        its second pass. Both engines follow this."""
+        return self.store_below and is_read and io_mode != "direct"
+
 
 def busy_cpu_seconds() -> float:
     """System-wide CPU time spent working (all cores), from psutil."""
