@@ -187,13 +187,11 @@ def fit_to_size(workload: Workload, size: int) -> Workload:
     return replace(workload, label=label, extent=size)
 
 
-def profile_workloads(names: list[str], size: int | None = None) -> list[Workload]:
-    """Workloads of the named profiles, in order, without repeats (fitted to a test file of
-    ``size`` bytes when given)."""
+def profile_workloads(names: list[str], size: int) -> list[Workload]:
+    """Workloads of the named profiles as they run on a test file of ``size`` bytes, in
+    order, without repeats."""
     seen: dict[str, Workload] = {}
     for profile in names:
-        for workload in PROFILES[profile].workloads:
-            if size is not None:
-                workload = fit_to_size(workload, size)
+        for workload in PROFILES[profile].workloads_for(size):
             seen.setdefault(workload.name, workload)
     return list(seen.values())
