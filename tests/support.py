@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
 from pytest_encperf import host
 from pytest_encperf.backends import BackendSpec, make_backend
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
+
+
+def disk_dir() -> Path:
+    """Where integration tests make their volumes: $ENCPERF_TEST_DIR, else /var/tmp (on disk;
+    /tmp is often tmpfs, which the container target refuses)."""
+    return Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
 
 
 def problems_here(name: str, base: Path) -> list[str]:

@@ -24,7 +24,7 @@ from pytest_encperf.backends.dmcrypt import CryptsetupBackend, device_mapper_pro
 from pytest_encperf.runner import open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
-from tests.support import mounts_and_loops_left
+from tests.support import disk_dir, mounts_and_loops_left
 
 pytestmark = [pytest.mark.integration, pytest.mark.dmcrypt]
 
@@ -50,7 +50,7 @@ def needs_dm_crypt() -> None:
 @pytest.fixture
 def scratch() -> Iterator[Path]:
     """A directory on a disk (not tmpfs), checked for leftovers of ours when the test ends."""
-    base = Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
+    base = disk_dir()
     path = Path(tempfile.mkdtemp(prefix="encperf-dm-", dir=base))
     yield path
     assert mounts_and_loops_left(path) == [], "mount or loop device left behind"

@@ -20,7 +20,7 @@ from pytest_encperf.engines.observe import Observe, Observer
 from pytest_encperf.runner import MountedVolume, close_volume, open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB, Workload
-from tests.support import mounts_and_loops_left
+from tests.support import disk_dir, mounts_and_loops_left
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +29,7 @@ SEQ_READ = Workload("SEQ1M Q1T1", "read", MiB)
 
 @pytest.fixture
 def base_dir(tmp_path: Path) -> Iterator[Path]:
-    base = Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
+    base = disk_dir()
     path = Path(host.run(["mktemp", "-d", f"{base}/encperf-test-XXXXXX"]).strip())
     yield path
     assert mounts_and_loops_left(path) == [], "mount or loop device left behind"

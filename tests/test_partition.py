@@ -18,14 +18,14 @@ from pytest_encperf.runner import open_volume
 from pytest_encperf.settings import resolve
 from pytest_encperf.targets import Target, partition_problems
 from pytest_encperf.workloads import MiB
-from tests.support import mounts_and_loops_left
+from tests.support import disk_dir, mounts_and_loops_left
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def scratch() -> Iterator[Path]:
-    base = Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
+    base = disk_dir()
     path = Path(tempfile.mkdtemp(prefix="encperf-part-", dir=base))
     yield path
     assert mounts_and_loops_left(path) == [], "mount or loop device left behind"

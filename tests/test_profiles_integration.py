@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from pytest_encperf.workloads import PROFILES, MiB
+from tests.support import disk_dir
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +19,7 @@ def test_workload(encperf, encperf_workload):
 
 @pytest.mark.parametrize("profile", list(PROFILES))
 def test_profile_on_plain_and_fscrypt(pytester: pytest.Pytester, profile: str) -> None:
-    base = Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
+    base = disk_dir()
     pytester.makepyfile(test_bench=BENCH)
     result = pytester.runpytest(
         f"--encperf-dir={base}",

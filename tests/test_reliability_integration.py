@@ -27,7 +27,7 @@ import pytest
 
 from pytest_encperf import backends, host, journal
 from pytest_encperf.workloads import MiB
-from tests.support import mounts_and_loops_left, problems_here
+from tests.support import disk_dir, mounts_and_loops_left, problems_here
 
 pytestmark = pytest.mark.integration
 
@@ -119,7 +119,7 @@ QUICK = (
 
 
 def base_directory() -> Path:
-    base = Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
+    base = disk_dir()
     return base if base.is_dir() else Path(tempfile.gettempdir())
 
 

@@ -10,7 +10,6 @@ private directories.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pytest
 
 from pytest_encperf import backends
 from pytest_encperf.backends import BASELINE
-from tests.support import problems_here
+from tests.support import disk_dir, problems_here
 
 pytestmark = pytest.mark.integration
 
@@ -80,7 +79,7 @@ def test_no_secret_in_processes_or_journal(encperf, encperf_workload, encperf_vo
 def test_secret_is_never_exposed(
     pytester: pytest.Pytester, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    base = Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
+    base = disk_dir()
     base = base if base.is_dir() else Path(tempfile.gettempdir())
     problems = problems_here(name, base)
     if problems:

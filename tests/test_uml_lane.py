@@ -6,12 +6,13 @@ same tests run directly and this lane is skipped.
 
 from __future__ import annotations
 
-import os
 import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+
+from tests.support import disk_dir
 
 from . import uml
 
@@ -51,7 +52,7 @@ def test_dm_crypt_tests_pass_inside_user_mode_linux(record_property: pytest.Reco
     reasons = uml.problems()
     if reasons:
         pytest.skip("; ".join(reasons))
-    base = Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
+    base = disk_dir()
     with tempfile.TemporaryDirectory(prefix="encperf-uml-", dir=base) as workdir:
         result = uml.run_pytest(["-q", *LANE_TESTS], Path(workdir), cwd=REPO, timeout=900)
         record_property("uml_lane_seconds", round(result.seconds, 1))

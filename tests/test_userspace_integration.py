@@ -24,7 +24,7 @@ from pytest_encperf.backends.fuse import FuseBackend
 from pytest_encperf.runner import open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
-from tests.support import mounts_and_loops_left
+from tests.support import disk_dir, mounts_and_loops_left
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +54,7 @@ def processes_mentioning(path: Path) -> list[str]:
 @pytest.fixture
 def base() -> Iterator[Path]:
     """A directory on disk for the volumes; afterwards nothing of ours may remain."""
-    parent = Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
+    parent = disk_dir()
     path = Path(tempfile.mkdtemp(prefix="encperf-test-", dir=parent))
     yield path
     assert mounts_and_loops_left(path) == [], "mount or loop device left behind"

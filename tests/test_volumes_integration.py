@@ -15,7 +15,7 @@ from pytest_encperf.backends.fscrypt import key_status, policy_status
 from pytest_encperf.runner import open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
-from tests.support import mounts_and_loops_left
+from tests.support import disk_dir, mounts_and_loops_left
 
 pytestmark = pytest.mark.integration
 
@@ -25,7 +25,7 @@ NAME_MARKER = "encperf-secret-filename-7f3a9c"
 
 @pytest.fixture
 def target(tmp_path: Path) -> Target:
-    base = Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
+    base = disk_dir()
     return Target("container", base if base.is_dir() else tmp_path, container_size(8 * MiB))
 
 
