@@ -167,6 +167,19 @@ def wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60) -> 
     raise AssertionError(f"session neither paused nor ended within {timeout} s")
 
 
+def start_paused(
+    pytester: pytest.Pytester, base: Path, name: str, point: str
+) -> subprocess.Popen[bytes] | None:
+    """A session of backend ``name`` held at chaos point ``point``; None when it ended without
+    reaching it (skips a backend that cannot run here)."""
+    runnable(name, base)
+    pytester.makepyfile(test_bench=BENCHMARK)
+    pytester.makeconftest(CHAOS_CONFTEST)
+    env = {"ENCPERF_CHAOS_POINT": point, "ENCPERF_CHAOS_CONTROL": str(pytester.path)}
+    proc = start_session(pytester, base, name, env)
+    return proc if wait_for(pytester.path / "paused", proc) else None
+
+
 def journaled(base: Path) -> list[dict[str, Any]]:
     entries: list[dict[str, Any]] = []
     for path in journal.journals(base):
@@ -203,12 +216,8 @@ def leftovers(base: Path, recorded: list[dict[str, Any]]) -> list[str]:
 def test_sigkill_then_encperf_cleanup_leaves_nothing(
     pytester: pytest.Pytester, base: Path, name: str, point: str
 ) -> None:
-    runnable(name, base)
-    pytester.makepyfile(test_bench=BENCHMARK)
-    pytester.makeconftest(CHAOS_CONFTEST)
-    env = {"ENCPERF_CHAOS_POINT": point, "ENCPERF_CHAOS_CONTROL": str(pytester.path)}
-    proc = start_session(pytester, base, name, env)
-    if not wait_for(pytester.path / "paused", proc):
+    proc = start_paused(pytester, base, name, point)
+    if proc is None:
         pytest.skip(f"{name} never reached kill point {point!r}")
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
@@ -238,12 +247,8 @@ def test_sigkill_then_encperf_cleanup_leaves_nothing(
 def test_interrupt_tears_down_without_cleanup(
     pytester: pytest.Pytester, base: Path, name: str, point: str, signum: int
 ) -> None:
-    runnable(name, base)
-    pytester.makepyfile(test_bench=BENCHMARK)
-    pytester.makeconftest(CHAOS_CONFTEST)
-    env = {"ENCPERF_CHAOS_POINT": point, "ENCPERF_CHAOS_CONTROL": str(pytester.path)}
-    proc = start_session(pytester, base, name, env)
-    if not wait_for(pytester.path / "paused", proc):
+    proc = start_paused(pytester, base, name, point)
+    if proc is None:
         pytest.skip(f"{name} never reached point {point!r}")
     recorded = journaled(base)
     proc.send_signal(signum)
@@ -255,12 +260,8 @@ def test_interrupt_tears_down_without_cleanup(
 
 
 def test_next_session_releases_a_killed_runs_leftovers(pytester: pytest.Pytester, base: Path) -> None:
-    runnable("plain", base)
-    pytester.makepyfile(test_bench=BENCHMARK)
-    pytester.makeconftest(CHAOS_CONFTEST)
-    env = {"ENCPERF_CHAOS_POINT": "round", "ENCPERF_CHAOS_CONTROL": str(pytester.path)}
-    killed = start_session(pytester, base, "plain", env)
-    assert wait_for(pytester.path / "paused", killed)
+    killed = start_paused(pytester, base, "plain", "round")
+    assert killed is not None
     killed.send_signal(signal.SIGKILL)
     killed.wait(timeout=30)
     recorded = journaled(base)
