@@ -8,6 +8,7 @@ skips with the backend's own problems() reason.
 from __future__ import annotations
 
 import configparser
+import contextlib
 import hashlib
 import os
 import shutil
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf import host
-from pytest_encperf.backends import BackendSpec, make_backend
+from pytest_encperf.backends import BackendSpec, Volume, make_backend
 from pytest_encperf.backends.dmcrypt import CryptsetupBackend, device_mapper_problems, status
 from pytest_encperf.runner import open_volume
 from pytest_encperf.targets import Target, container_size
@@ -150,6 +151,24 @@ def test_failure_at_each_step_leaves_nothing(
     # the scratch fixture asserts no mount, loop device or mapping remains
 
 
+@contextlib.contextmanager
+def image_mapping(spec: str, scratch: Path) -> Iterator[tuple[Volume, Path]]:
+    """Open an existing image's dm-crypt mapping without a file system on it (the shared
+    images are too small for ext4, or hold NTFS); destroyed afterwards."""
+    backend = make_backend(BackendSpec.parse(spec))
+    assert isinstance(backend, CryptsetupBackend)
+    assert backend.problems(Target("container", scratch, 1)) == []
+    volume_dir = scratch / "volume"
+    volume_dir.mkdir()
+    volume = Volume(backend, Target("container", scratch, 1), volume_dir)
+    try:
+        volume.state["device"] = backend.prepare_device(volume)
+        yield volume, backend.open_mapping(volume, volume.mounted)
+    finally:
+        backend.destroy(volume)
+    assert not any(volume_dir.iterdir())
+
+
 @pytest.mark.parametrize(
     ("image", "password", "params"),
     [
@@ -167,25 +186,12 @@ def test_tcrypt_opens_shared_truecrypt_and_veracrypt_images(
     """The images are too small for ext4 (a few hundred KiB): open, read, close."""
     path = extract("tcrypt-images.tar.xz", f"tcrypt-images/{image}", scratch)
     secret = write_secret(scratch, "password", password + "\n")
-    backend = make_backend(BackendSpec.parse(f"tcrypt:image={path},password-file={secret}{params}"))
-    assert isinstance(backend, CryptsetupBackend)
-    assert backend.problems(Target("container", scratch, 1)) == []
-    volume_dir = scratch / "volume"
-    volume_dir.mkdir()
-    from pytest_encperf.backends import Volume
-
-    volume = Volume(backend, Target("container", scratch, 1), volume_dir)
-    try:
-        volume.state["device"] = backend.prepare_device(volume)
-        mapped = backend.open_mapping(volume, volume.mounted)
+    with image_mapping(f"tcrypt:image={path},password-file={secret}{params}", scratch) as (volume, mapped):
         info = status(volume.state["dm_name"])
         assert info["type"] == "TCRYPT"
         expected_cipher = image.split("-xts-")[-1].removesuffix("-hidden").split("-")
         assert all(part in info["cipher"] for part in expected_cipher), info["cipher"]
         assert len(mapped.read_bytes()) > 0
-    finally:
-        backend.destroy(volume)
-    assert not any(volume_dir.iterdir())
 
 
 def test_tcrypt_wrong_password_fails_and_leaves_nothing(scratch: Path) -> None:
@@ -209,24 +215,13 @@ def test_bitlk_opens_shared_image_with_the_right_content(secret_kind: str, scrat
     conf = bitlk_config(scratch)["bitlk-aes-xts-128"]
     path = extract("bitlk-images.tar.xz", "bitlk-images/bitlk-aes-xts-128.img", scratch)
     secret = write_secret(scratch, "secret", conf["PW"] if secret_kind == "password-file" else conf["RP"])
-    backend = make_backend(BackendSpec.parse(f"bitlk:image={path},{secret_kind}={secret}"))
-    assert isinstance(backend, CryptsetupBackend)
-    from pytest_encperf.backends import Volume
-
-    volume_dir = scratch / "volume"
-    volume_dir.mkdir()
-    volume = Volume(backend, Target("container", scratch, 1), volume_dir)
-    try:
-        volume.state["device"] = backend.prepare_device(volume)
-        mapped = backend.open_mapping(volume, volume.mounted)
+    with image_mapping(f"bitlk:image={path},{secret_kind}={secret}", scratch) as (volume, mapped):
         assert status(volume.state["dm_name"])["type"] == "BITLK"
         digest = hashlib.sha256()
         with mapped.open("rb") as handle:
             while chunk := handle.read(1 << 20):
                 digest.update(chunk)
         assert digest.hexdigest() == conf["SHA256SUM"]  # cryptsetup's own test checks the same
-    finally:
-        backend.destroy(volume)
 
 
 def test_bitlk_full_volume_life_cycle(scratch: Path) -> None:
