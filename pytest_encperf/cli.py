@@ -21,11 +21,19 @@ from typing import Any
 
 from tabulate import tabulate
 
-from . import journal, storage
+from . import journal, machine, storage
 from .backends import BackendSpec, known_names, make_backend
-from .compare import EXIT_REGRESSION, Verdict, compare_runs
-from .report import check_table, detail_table, markdown_report, verdict_lines
-from .settings import OPTIONS, default_directory, parse_choice, parse_directory, parse_fail_rules, parse_path
+from .compare import EXIT_REGRESSION, judge
+from .report import detail_table, markdown_report, verdict_report
+from .settings import (
+    OPTIONS,
+    default_directory,
+    parse_choice,
+    parse_count,
+    parse_directory,
+    parse_fail_rules,
+    parse_path,
+)
 from .targets import Target, container_size
 from .workloads import MiB
 
@@ -94,6 +102,21 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"{_option('fail').help} (same grammar as --encperf-fail)".replace("%", "%%"),
     )
     parser.add_argument(
+        "--max-overhead",
+        type=argument_type(parse_fail_rules),
+        default=[],
+        metavar=_option("max-overhead").metavar,
+        help=f"{_option('max-overhead').help} (in the current run)".replace("%", "%%"),
+    )
+    parser.add_argument(
+        "--history",
+        type=argument_type(parse_count("saved runs")),
+        default=int(_option("history").default_text()),
+        metavar="N",
+        help=f"{_option('history').help} (default: %(default)s)",
+    )
+    parser.add_argument("--strict", action="store_true", help=_option("strict").help)
+    parser.add_argument(
         "--markdown", type=argument_type(parse_path), metavar="PATH", help="also write Markdown"
     )
 
@@ -101,24 +124,26 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
 def run_compare(args: argparse.Namespace) -> int:
     base_run, _ = storage.resolve(args.storage, args.baseline, None)
     current_run, _ = storage.resolve(args.storage, args.current, None)
-    _, reference = storage.load(base_run.path)
-    _, current = storage.load(current_run.path)
-    verdict = Verdict(baseline=base_run.label, comparison=compare_runs(reference, current, args.fail))
-    if base_run.machine_id != current_run.machine_id:
+    reference, current = storage.load_run(base_run), storage.load_run(current_run)
+    history = [reference]
+    for run in storage.history(args.storage, base_run, args.baseline, args.history)[1:]:
+        if run.path != current_run.path:
+            history.append(storage.load_run(run))
+    verdict = judge(current, reference, args.fail, args.max_overhead, history, strict=args.strict)
+    if machine.same_hardware(reference.machine_info, current.machine_info):
+        verdict.machine_differences = machine.differences(reference.machine_info, current.machine_info)
+    else:
         verdict.notes.append(
             f"warning: the runs come from different machines ({base_run.machine_id}, "
             f"{current_run.machine_id}): differences may be the machines', not the code's"
         )
-    for key in verdict.comparison.only_in_reference:
-        verdict.notes.append(f"only in {base_run.label}: {key}")
-    for key in verdict.comparison.only_in_current:
-        verdict.notes.append(f"only in {current_run.label}: {key}")
     print(f"{base_run.label} -> {current_run.label}")
-    print(check_table(verdict.comparison.checks) or "nothing in common")
-    for _, line in verdict_lines(verdict):
-        print(line)
+    for kind, _, line in verdict_report(verdict):
+        print(line if kind == "line" else f"---- {line} ----")
     if args.markdown:
-        args.markdown.write_text(markdown_report(current, verdict, f"encperf: {current_run.label}"))
+        args.markdown.write_text(
+            markdown_report(list(current.results), verdict, f"encperf: {current_run.label}")
+        )
     return EXIT_REGRESSION if verdict.failed else 0
 
 

@@ -1,26 +1,51 @@
-"""Regression rules (``--encperf-fail``, ``--encperf-max-overhead``) and the checks they give.
+"""The CI gate: regression rules, the checks they give, and the one Verdict builder (no pytest).
 
-Pure functions on Results, no pytest. A check compares the per-round samples of one metric of
-one backend x workload, either against a saved run (``--encperf-fail``) or against the plain
-baseline rounds of the same run (``--encperf-max-overhead``). It fails only when the median is
-worse than the threshold (direction-aware: throughput down, latency or CPU up) AND the
-difference is significant: one-sided Mann-Whitney U, p <= ALPHA. The ratio of medians gets a
-bootstrap confidence interval, shown with the p-value.
+A *check* compares one metric of one backend x workload ("cell") of this run with a reference.
+What counts as evidence depends on the metric and on what the reference offers:
+
+- ``paired ratios`` (the default for an encrypted backend): each backend round divided by the
+  plain round measured beside it. Whole-run drift (a busy neighbour, a warmer disk) moves both
+  sides of a pair and cancels in the ratio. The ratios of this run are compared with the same
+  ratios of the reference run by an exact one-sided Mann-Whitney test on their logarithms; the
+  change is the Hodges-Lehmann shift with its distribution-free interval.
+- ``history``: absolute numbers (plain's throughput, latency, CPU, an encrypted backend's MB/s)
+  do not cancel drift, so they are decided only against the run-to-run spread of the medians of
+  at least MIN_HISTORY comparable saved runs (Student's t prediction, the spread pooled over the
+  backend's workloads). With fewer saved runs they are reported and not gated.
+- ``paired ratios + history``: with such a history, a paired check must also lie outside the
+  run-to-run spread of the saved ratio medians (one-sided, at ALPHA), as asv and Bencher require.
+- ``this run's plain rounds`` (``--encperf-max-overhead``): a backend's rounds against the plain
+  rounds interleaved with it.
+
+All gated checks of a run form one family: their p-values are adjusted with Holm's step-down
+procedure, so a run with 50 checks is no more likely to fail falsely than one with 5. A check
+fails only when its change is worse than its threshold AND its adjusted p-value is <= ALPHA.
+A check whose two sides were measured with different settings is ``not comparable``, never a
+pass. ``Gate`` lets the runner add paired rounds to a check that is not yet decided.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from functools import cache
 
 from . import stats
-from .model import Result
-from .workloads import Workload
+from .model import Measurement, Result, RunData
+from .workloads import MiB, Workload
 
-EXIT_REGRESSION = 7  # pytest exit status (and `encperf compare`'s) when a check fails; see README
-ALPHA = 0.05
-MIN_ROUNDS = 3  # per side: with fewer, no exact one-sided p-value reaches ALPHA (1/C(4,2) = 0.17)
+EXIT_REGRESSION = 7  # pytest exit status (and `encperf compare`'s) when the gate fails; see README
+ALPHA = 0.05  # family-wise error rate of the gate
+# The p-value of a check tests "worse by more than this fraction of the threshold", not "worse at
+# all": two runs of the same code differ by a few percent as a whole (a run's ratio to plain moves
+# with that run's conditions), which the rounds within one run cannot show. Simulated with the
+# noise model in tests/test_compare_simulation.py, testing "worse at all" gave 1.6% false alarms
+# per A/A run, testing "worse by half the threshold" 0.4%.
+NULL_FRACTION = 0.5
+MIN_HISTORY = 3  # comparable saved runs needed before absolute numbers are gated
+BASELINE = "plain"  # the unencrypted backend (backends.BASELINE; compare imports no backend)
 
 
 @dataclass(frozen=True)
@@ -29,24 +54,28 @@ class Metric:
     attribute: str | None  # Measurement attribute; None = the workload's primary (MB/s or IOPS)
     higher_is_better: bool
     unit: str | None  # None = from the workload (MB/s or IOPS)
+    paired: bool = False  # an encrypted backend's per-pair ratio to plain (plain: absolute)
 
     def attr_for(self, workload: Workload) -> str:
         if self.attribute:
             return self.attribute
         return "iops" if workload.reports_iops else "mb_per_s"
 
-    def unit_for(self, workload: Workload) -> str:
+    def unit_for(self, workload: Workload, plain: bool = False) -> str:
+        if self.paired and not plain:
+            return "x plain"
         if self.unit:
             return self.unit
-        return "IOPS" if workload.reports_iops else "MB/s"
+        return workload.unit
 
 
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
-        Metric("throughput", None, True, None),
-        # per-round ratio backend/plain (paired rounds): machine drift between runs cancels
-        Metric("vs-plain", None, True, "x plain"),
+        # the default: encrypted backends by their per-pair ratio to plain, plain by itself
+        Metric("throughput", None, True, None, paired=True),
+        Metric("vs-plain", None, True, None, paired=True),  # the same, named for clarity
+        Metric("abs-throughput", None, True, None),  # an encrypted backend's own MB/s or IOPS
         Metric("mb-per-s", "mb_per_s", True, "MB/s"),
         Metric("iops", "iops", True, "IOPS"),
         Metric("latency-p50", "lat_p50_us", False, "µs"),
@@ -65,8 +94,8 @@ GRAMMAR = (
     "expected a comma list of [BACKEND:][WORKLOAD:][METRIC:]PERCENT%, e.g. 10%, seq-read:5%, "
     "rnd4k-q1t1-write:15%, latency-p99:20%, cpu-per-gib:25%, fscrypt:seq-write:8%; "
     f"WORKLOAD is {' | '.join(WORKLOAD_CLASSES)} or a workload name such as seq1m-q8t1-read; "
-    f"METRIC is {' | '.join(METRICS)} (default throughput: MB/s, IOPS for 4K random rows); "
-    "BACKEND is a backend name"
+    f"METRIC is {' | '.join(METRICS)} (default throughput: an encrypted backend's ratio to plain, "
+    "plain's own MB/s or IOPS); BACKEND is a backend name"
 )
 
 
@@ -151,23 +180,145 @@ def _parse_rule(expression: str, names: set[str] | None) -> Rule:
 
 def select_rule(rules: Sequence[Rule], backend: str, workload: Workload, metric: str) -> Rule | None:
     """The most specific rule for this metric (backend beats workload name beats workload class);
-    among equally specific ones the last given wins."""
+    among equally specific ones the last given wins. ``vs-plain`` rules also serve
+    ``throughput`` (they are the same measure for an encrypted backend)."""
     best: Rule | None = None
     for rule in rules:
-        matching = rule.metric == metric and rule.matches(backend, workload)
-        if matching and (best is None or rule.specificity >= best.specificity):
+        same = rule.metric == metric or {rule.metric, metric} == {"throughput", "vs-plain"}
+        if (
+            same
+            and rule.matches(backend, workload)
+            and (best is None or rule.specificity >= best.specificity)
+        ):
             best = rule
     return best
 
 
+# ----------------------------------------------------------------------------- runs and cells
+
+
+# Run-wide settings that change what a workload measures (engine, I/O mode and the workload's
+# own definition are compared per cell, from the rounds themselves).
+COMPARED_SETTINGS = ("size", "runtime", "target")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """The rounds of one backend x workload of a run. Plain's cell pools the plain rounds that
+    every backend of the run was paired with (they come from the one baseline volume)."""
+
+    backend: str
+    workload: Workload
+    rounds: tuple[Measurement, ...]
+    baseline_rounds: tuple[Measurement, ...] = ()  # paired plain rounds (encrypted backends)
+    stop_reason: str = ""
+    confirm_rounds: int = 0
+
+    @property
+    def plain(self) -> bool:
+        return self.backend.split(":", 1)[0] == BASELINE
+
+    def samples(self, metric: Metric) -> list[float]:
+        attr = metric.attr_for(self.workload)
+        if metric.paired and not self.plain:
+            return [
+                _ratio(getattr(v, attr), getattr(b, attr))
+                for v, b in zip(self.rounds, self.baseline_rounds, strict=False)
+            ]
+        return [float(getattr(m, attr)) for m in self.rounds]
+
+    def setup(self, metric: Metric) -> dict[str, str]:
+        """What has to match for two cells to be compared on ``metric``."""
+        rounds = [*self.rounds, *(self.baseline_rounds if metric.paired and not self.plain else ())]
+        return {
+            "engine": "/".join(sorted({m.engine for m in rounds})) or "-",
+            "I/O mode": "/".join(sorted({m.io_mode for m in rounds})) or "-",
+            "workload": _workload_text(self.workload),
+        }
+
+    def mode_mismatch(self) -> str | None:
+        """Why the backend's rounds and its paired plain rounds cannot be divided, if they can't."""
+        mine = {m.io_mode for m in self.rounds}
+        plain = {m.io_mode for m in self.baseline_rounds}
+        if mine and plain and mine != plain:
+            return f"I/O mode {'/'.join(sorted(mine))} vs plain {'/'.join(sorted(plain))}"
+        return None
+
+
+def _ratio(value: float, plain: float) -> float:
+    return value / plain if plain else math.inf
+
+
+@cache
+def _workload_text(workload: Workload) -> str:
+    return ",".join(f"{key}={value}" for key, value in asdict(workload).items() if key != "label")
+
+
+def cells_of(results: Iterable[Result]) -> dict[tuple[str, str], Cell]:
+    """Every backend x workload of a run, plus plain's cell per workload (its pooled rounds)."""
+    cells: dict[tuple[str, str], Cell] = {}
+    plain: dict[str, list[Measurement]] = {}
+    workloads: dict[str, Workload] = {}
+    for result in results:
+        if not result.rounds:
+            continue
+        name = result.workload.name
+        workloads.setdefault(name, result.workload)
+        plain.setdefault(name, []).extend(result.baseline_rounds)
+        if result.backend.split(":", 1)[0] == BASELINE:
+            plain[name].extend(result.rounds)
+            continue
+        cells[(result.backend, name)] = Cell(
+            result.backend, result.workload, tuple(result.rounds), tuple(result.baseline_rounds),
+            result.stop_reason, result.confirm_rounds,
+        )  # fmt: skip
+    for name, rounds in plain.items():
+        if rounds:
+            cells[(BASELINE, name)] = Cell(BASELINE, workloads[name], tuple(rounds))
+    return cells
+
+
+def setting_differences(before: dict[str, str], now: dict[str, str]) -> list[str]:
+    """``size 1073741824 -> 268435456`` for each compared setting both runs recorded differently."""
+    found = []
+    for key in COMPARED_SETTINGS:
+        old, new = before.get(key), now.get(key)
+        if old is not None and new is not None and str(old) != str(new):
+            found.append(f"{key} {_setting_display(key, old)} -> {_setting_display(key, new)}")
+    return found
+
+
+def _setting_display(key: str, value: str) -> str:
+    if key == "size" and str(value).isdigit():
+        return f"{int(value) // MiB} MiB"
+    if key == "runtime":
+        return f"{value} s"
+    return str(value)
+
+
+def cell_differences(before: Cell, now: Cell, metric: Metric) -> list[str]:
+    a, b = before.setup(metric), now.setup(metric)
+    return [f"{key} {a[key]} -> {b[key]}" for key in a if a[key] != b[key]]
+
+
 # ----------------------------------------------------------------------------- checks
 
-PASS, FAIL, NOT_SIGNIFICANT, TOO_FEW_ROUNDS, INFO = (
+PASS, FAIL, NOT_SIGNIFICANT, NOT_COMPARABLE, NOT_GATED, INVALID, INFO = (
     "pass",
     "FAIL",
     "not significant",
-    "too few rounds",
+    "not comparable",
+    "not gated",
+    "invalid",
     "info",
+)
+PAIRED, HISTORY, PAIRED_HISTORY, IN_RUN, ROUNDS, NO_EVIDENCE = (
+    "paired ratios",
+    "history",
+    "paired ratios + history",
+    "this run's plain rounds",
+    "rounds of both runs",  # absolute numbers without a history: reported, never gated
+    "-",
 )
 
 
@@ -178,165 +329,328 @@ class Check:
     workload: str
     metric: str
     unit: str
-    reference: float  # median of the reference: the saved run, or plain in this run
+    evidence: str  # PAIRED, HISTORY, PAIRED_HISTORY, IN_RUN, ROUNDS, or NO_EVIDENCE when not evaluated
+    reference: float  # median of the reference samples (the saved run, or plain in this run)
     current: float
+    change_percent: float  # estimated current / reference - 1, in percent (signed)
     worse_percent: float  # positive = worse than the reference by that much (direction-aware)
-    change_percent: float  # current / reference - 1, in percent (signed, not direction-aware)
-    p_value: float
-    interval: tuple[float, float]  # bootstrap 95% interval of current / reference (medians)
+    interval: tuple[float, float]  # 95% interval of current / reference
+    p_value: float  # one-sided, for "worse"; before the family correction
     rounds: tuple[int, int]  # (current, reference)
     threshold: float | None
     rule: str
     status: str
     reason: str
+    gated: bool = False  # part of the family: can fail the run
+    p_adjusted: float | None = None  # Holm, for gated checks
+    history_runs: int = 0  # saved runs in the history used
+    history_p: float | None = None  # one-sided p of the history test (paired + history)
+    stop: str = ""  # how the current rounds were decided (fixed, steady state, confirmation)
+    confirm_rounds: int = 0  # pairs added to the current rounds because the check was undecided
 
     @property
     def failed(self) -> bool:
         return self.status == FAIL
 
+    @property
+    def change_interval(self) -> tuple[float, float]:
+        """The 95% interval as changes in percent."""
+        low, high = self.interval
+        return ((low - 1) * 100, (high - 1) * 100)
 
-def evaluate(
+
+@dataclass(frozen=True)
+class History:
+    """Run-to-run spread of one backend x metric's medians over saved runs (log scale)."""
+
+    values: dict[str, list[float]]  # workload -> log medians of the comparable saved runs
+    spread: float  # pooled standard deviation over the workloads
+    df: float
+
+    def runs(self, workload: str) -> int:
+        return len(self.values.get(workload, []))
+
+
+def _log_median(values: Sequence[float]) -> float:
+    return math.log(stats.median(values))
+
+
+def history_for(backend: str, metric: Metric, current: RunData, runs: Sequence[RunData]) -> History:
+    """The history of every workload of ``backend`` on ``metric``: the log medians of each saved
+    run whose cell is comparable with this run's, and their spread pooled over the workloads that
+    have at least MIN_HISTORY such runs (each centred on its own mean; NaN when none has)."""
+    values: dict[str, list[float]] = {}
+    now_cells = cells_of(current.results)
+    for run in runs:
+        if setting_differences(run.settings, current.settings):
+            continue
+        cells = cells_of(run.results)
+        for (name, workload), now in now_cells.items():
+            if name != backend:
+                continue
+            old = cells.get((name, workload))
+            mismatch = metric.paired and (now.mode_mismatch() or (old and old.mode_mismatch()))
+            if old is None or mismatch or cell_differences(old, now, metric):
+                continue
+            samples = old.samples(metric)
+            if samples and not stats.invalid_values(samples):
+                values.setdefault(workload, []).append(_log_median(samples))
+    usable = [v for v in values.values() if len(v) >= MIN_HISTORY]
+    squares = sum(sum((x - sum(v) / len(v)) ** 2 for x in v) for v in usable)
+    df = sum(len(v) - 1 for v in usable)
+    return History(values, math.sqrt(squares / df) if df else math.nan, df)
+
+
+def _direction(metric: Metric, log_change: float) -> float:
+    """Worsening in percent for a change of ``log_change`` (log of current / reference)."""
+    ratio = math.exp(log_change)
+    return (1 - ratio) * 100 if metric.higher_is_better else (ratio - 1) * 100
+
+
+def _unevaluated(
+    kind: str, cell: Cell, metric: Metric, rule: Rule | None, status: str, reason: str,
+    rounds: tuple[int, int] = (0, 0),
+) -> Check:  # fmt: skip
+    nan = math.nan
+    return Check(
+        kind=kind, backend=cell.backend, workload=cell.workload.name, metric=metric.name,
+        unit=metric.unit_for(cell.workload, cell.plain), evidence=NO_EVIDENCE, reference=nan, current=nan,
+        change_percent=nan, worse_percent=nan, interval=(nan, nan), p_value=nan, rounds=rounds,
+        threshold=rule.threshold if rule else None, rule=rule.text if rule else "", status=status,
+        reason=reason, stop=cell.stop_reason, confirm_rounds=cell.confirm_rounds,
+    )  # fmt: skip
+
+
+def assess(
     kind: str,
-    backend: str,
-    workload: Workload,
-    metric_name: str,
+    cell: Cell,
+    metric: Metric,
     current: Sequence[float],
     reference: Sequence[float],
     rule: Rule | None,
+    *,
+    history: History | None = None,
+    differences: Sequence[str] = (),
 ) -> Check:
-    """Decide one check from the two samples (one value per round)."""
-    metric = METRICS[metric_name]
-    cur, ref = stats.median(current), stats.median(reference)
-    ratio = cur / ref if ref else float("inf")
-    worse = (1 - ratio) * 100 if metric.higher_is_better else (ratio - 1) * 100
+    """One check before the family correction: evidence, change, interval and raw p-value.
+
+    The status is provisional (``decide_family`` sets the final one): invalid samples, settings
+    that differ, no rule or no gating evidence are final here.
+    """
+    rounds = (len(current), len(reference))
+    if differences:
+        return _unevaluated(kind, cell, metric, rule, NOT_COMPARABLE, "; ".join(differences), rounds)
+    for side, values in (("this run", current), ("the reference", reference)):
+        problems = stats.invalid_values(values) if values else ["no rounds"]
+        if problems:
+            reason = (
+                f"{cell.backend} {cell.workload.name} {metric.name}: {side} has unusable samples "
+                f"({', '.join(problems)}); a ratio needs positive finite values"
+            )
+            return _unevaluated(kind, cell, metric, rule, INVALID, reason, rounds)
+    log_cur = [math.log(v) for v in current]
+    log_ref = [math.log(v) for v in reference]
     alternative = "less" if metric.higher_is_better else "greater"
-    test = stats.mann_whitney_u(current, reference, alternative=alternative)
-    interval = stats.bootstrap_ratio_ci(current, reference)
-    n = (len(current), len(reference))
-    threshold = rule.threshold if rule else None
-    significant = test.p_value <= ALPHA
+    paired_evidence = kind == "overhead" or (metric.paired and not cell.plain)
+    history_p = None
+    history_runs = history.runs(cell.workload.name) if history else 0
+    if paired_evidence or history_runs < MIN_HISTORY:
+        shift = stats.shift_interval(log_cur, log_ref)
+        log_change, interval = shift.estimate, (math.exp(shift.low), math.exp(shift.high))
+        margin = NULL_FRACTION * rule.threshold / 100 if rule else 0.0
+        null = math.log(1 - margin) if metric.higher_is_better else math.log(1 + margin)
+        p_value = stats.mann_whitney_u(log_cur, [y + null for y in log_ref], alternative=alternative).p_value
+        evidence = IN_RUN if kind == "overhead" else PAIRED if paired_evidence else ROUNDS
+        if paired_evidence and history_runs >= MIN_HISTORY:
+            assert history is not None
+            prediction = stats.predict(
+                _log_median(current), history.values[cell.workload.name], history.spread, history.df
+            )
+            history_p = prediction.p_below if metric.higher_is_better else prediction.p_above
+            evidence = PAIRED_HISTORY
+    else:  # an absolute number against the run-to-run spread of the saved runs
+        assert history is not None
+        prediction = stats.predict(
+            _log_median(current), history.values[cell.workload.name], history.spread, history.df
+        )
+        log_change = _log_median(current) - prediction.center
+        interval = (
+            math.exp(log_change - prediction.half_width),
+            math.exp(log_change + prediction.half_width),
+        )
+        p_value = prediction.p_below if metric.higher_is_better else prediction.p_above
+        evidence = HISTORY
+    gated = rule is not None and evidence != ROUNDS
     if rule is None:
         status, reason = INFO, "no rule"
-    elif worse <= threshold + 1e-9:
-        status, reason = PASS, f"worse by {worse:.1f}%, within {threshold:g}%" if worse > 0 else "not worse"
-    elif stats.min_p_value(*n) > ALPHA:
-        status = TOO_FEW_ROUNDS
+    elif not gated:
+        status = NOT_GATED
         reason = (
-            f"worse by {worse:.1f}% > {threshold:g}%, but {n[0]} vs {n[1]} rounds cannot show significance "
-            f"at {ALPHA:g} (at least {MIN_ROUNDS} rounds on each side are needed)"
-        )
-    elif not significant:
-        status = NOT_SIGNIFICANT
-        reason = (
-            f"worse by {worse:.1f}% > {threshold:g}%, but not significant: p={test.p_value:.3f} > {ALPHA:g} "
-            f"(round-to-round CV {stats.cv(current) * 100:.1f}% now, {stats.cv(reference) * 100:.1f}% before)"
+            f"an absolute number is decided only against the run-to-run spread of at least {MIN_HISTORY} "
+            f"comparable saved runs ({history_runs} here, see --encperf-history): reported, not gated"
         )
     else:
-        status, reason = FAIL, f"worse by {worse:.1f}% > {threshold:g}%, p={test.p_value:.3f} <= {ALPHA:g}"
+        status, reason = "", ""
     return Check(
         kind=kind,
-        backend=backend,
-        workload=workload.name,
-        metric=metric_name,
-        unit=metric.unit_for(workload),
-        reference=ref,
-        current=cur,
-        worse_percent=worse,
-        change_percent=(ratio - 1) * 100,
-        p_value=test.p_value,
+        backend=cell.backend,
+        workload=cell.workload.name,
+        metric=metric.name,
+        unit=metric.unit_for(cell.workload, cell.plain),
+        evidence=evidence,
+        reference=stats.median(reference),
+        current=stats.median(current),
+        change_percent=(math.exp(log_change) - 1) * 100,
+        worse_percent=_direction(metric, log_change),
         interval=interval,
-        rounds=n,
-        threshold=threshold,
+        p_value=p_value,
+        rounds=rounds,
+        threshold=rule.threshold if rule else None,
         rule=rule.text if rule else "",
         status=status,
         reason=reason,
+        gated=gated,
+        history_runs=history_runs,
+        history_p=history_p,
+        stop=cell.stop_reason,
+        confirm_rounds=cell.confirm_rounds,
     )
 
 
-def _samples(rounds: Iterable, metric: Metric, workload: Workload) -> list[float]:
-    attr = metric.attr_for(workload)
-    return [float(getattr(m, attr)) for m in rounds]
+def _worse_bounds(check: Check) -> tuple[float, float]:
+    """(smallest, largest) worsening in percent that the 95% interval allows."""
+    metric = METRICS[check.metric]
+    low, high = check.interval
+    if metric.higher_is_better:
+        return ((1 - high) * 100, (1 - low) * 100)
+    return ((low - 1) * 100, (high - 1) * 100)
 
 
-def _result_samples(result: Result, metric: Metric) -> list[float]:
-    if metric.name != "vs-plain":
-        return _samples(result.rounds, metric, result.workload)
-    attr = metric.attr_for(result.workload)
-    return [
-        getattr(v, attr) / getattr(b, attr)
-        for v, b in zip(result.rounds, result.baseline_rounds, strict=False)
-        if getattr(b, attr)
-    ]
-
-
-def _metrics(rules: Sequence[Rule]) -> list[str]:
-    names = [DEFAULT_METRIC, *(rule.metric for rule in rules)]
-    return list(dict.fromkeys(names))
-
-
-@dataclass
-class Comparison:
-    checks: list[Check] = field(default_factory=list)
-    only_in_reference: list[str] = field(default_factory=list)  # "backend workload"
-    only_in_current: list[str] = field(default_factory=list)
-
-    @property
-    def failed(self) -> list[Check]:
-        return [check for check in self.checks if check.failed]
-
-
-def compare_runs(reference: Sequence[Result], current: Sequence[Result], rules: Sequence[Rule]) -> Comparison:
-    """Every backend x workload present in both runs, for throughput and each metric a rule names."""
-    ref_by_key = {(r.backend, r.workload.name): r for r in reference if r.rounds}
-    cur_by_key = {(r.backend, r.workload.name): r for r in current if r.rounds}
-    comparison = Comparison(
-        only_in_reference=[" ".join(k) for k in ref_by_key if k not in cur_by_key],
-        only_in_current=[" ".join(k) for k in cur_by_key if k not in ref_by_key],
-    )
-    for key, cur in cur_by_key.items():
-        ref = ref_by_key.get(key)
-        if ref is None:
-            continue
-        for name in _metrics(rules):
-            metric = METRICS[name]
-            comparison.checks.append(
-                evaluate(
-                    "baseline",
-                    cur.backend,
-                    cur.workload,
-                    name,
-                    _result_samples(cur, metric),
-                    _result_samples(ref, metric),
-                    select_rule(rules, cur.backend, cur.workload, name),
-                )
+def decide(check: Check, p_adjusted: float, factor: int = 1, alpha: float = ALPHA) -> Check:
+    """The final status of a gated check, given its family-adjusted p-value and the factor the
+    correction multiplied its own p-value by (Holm: the number of checks not yet rejected)."""
+    threshold = check.threshold
+    assert threshold is not None
+    worse = check.worse_percent
+    if worse <= threshold + 1e-9:
+        status = PASS
+        reason = f"worse by {worse:.1f}%, within {threshold:g}%" if worse > 0 else "not worse"
+    elif p_adjusted > alpha:
+        status = NOT_SIGNIFICANT
+        reason = f"worse by {worse:.1f}% > {threshold:g}%, but not significant: "
+        reason += f"adjusted p={p_adjusted:.3g} > {alpha:g}"
+        floor = stats.min_p_value(*check.rounds) if check.evidence != HISTORY else 0.0
+        if floor * factor > alpha:
+            reason += (
+                f"; {check.rounds[0]} vs {check.rounds[1]} rounds cannot give p below {floor:.3g}, "
+                f"and {factor} checks share alpha {alpha:g} here: more rounds are needed "
+                "(--encperf-rounds, --encperf-confirm-budget)"
             )
-    return comparison
+    elif check.history_p is not None and check.history_p > alpha:
+        status = NOT_SIGNIFICANT
+        reason = (
+            f"worse by {worse:.1f}% > {threshold:g}% and significant in the paired rounds (adjusted "
+            f"p={p_adjusted:.3g}), but within the run-to-run spread of {check.history_runs} saved runs "
+            f"(p={check.history_p:.3g} > {alpha:g})"
+        )
+    else:
+        status = FAIL
+        reason = f"worse by {worse:.1f}% > {threshold:g}%, adjusted p={p_adjusted:.3g} <= {alpha:g}"
+    return replace(check, status=status, reason=reason, p_adjusted=p_adjusted)
+
+
+def decide_family(checks: Sequence[Check], alpha: float = ALPHA) -> list[Check]:
+    """Holm's correction over every gated check, then each one's final status."""
+    gated = [i for i, check in enumerate(checks) if check.gated]
+    adjusted = stats.holm([checks[i].p_value for i in gated])
+    by_p = sorted(gated, key=lambda i: checks[i].p_value)
+    factors = {index: len(gated) - rank for rank, index in enumerate(by_p)}
+    decided = list(checks)
+    for index, p in zip(gated, adjusted, strict=True):
+        decided[index] = decide(checks[index], p, factors[index], alpha)
+    return decided
+
+
+def _metric_names(rules: Sequence[Rule]) -> list[str]:
+    return list(dict.fromkeys([DEFAULT_METRIC, *(rule.metric for rule in rules)]))
+
+
+def baseline_checks(
+    reference: RunData, current: RunData, rules: Sequence[Rule], history: Sequence[RunData] = ()
+) -> tuple[list[Check], list[str], list[str]]:
+    """Every cell present in both runs, for throughput and each metric a rule names; plus the
+    cells only in the reference and only in this run (``backend workload``)."""
+    ref_cells, cur_cells = cells_of(reference.results), cells_of(current.results)
+    histories: dict[tuple[str, str], History] = {}
+
+    def history_of(backend: str, metric: Metric) -> History | None:
+        if (backend, metric.name) not in histories:
+            histories[(backend, metric.name)] = history_for(backend, metric, current, history)
+        return histories[(backend, metric.name)]
+
+    checks = cell_checks(ref_cells, cur_cells, rules, reference.settings, current.settings, history_of)
+    only_ref = [" ".join(key) for key in ref_cells if key not in cur_cells]
+    only_cur = [" ".join(key) for key in cur_cells if key not in ref_cells]
+    return checks, only_ref, only_cur
+
+
+def cell_checks(
+    ref_cells: dict[tuple[str, str], Cell],
+    cur_cells: dict[tuple[str, str], Cell],
+    rules: Sequence[Rule],
+    ref_settings: dict[str, str],
+    cur_settings: dict[str, str],
+    history_of: Callable[[str, Metric], History | None] = lambda backend, metric: None,
+) -> list[Check]:
+    """The checks of every current cell that the reference also has."""
+    run_differences = setting_differences(ref_settings, cur_settings)
+    checks = []
+    for key, cell in cur_cells.items():
+        old = ref_cells.get(key)
+        if old is None:
+            continue
+        for name in _metric_names(rules):
+            metric = METRICS[name]
+            if metric.paired and cell.plain and name == "vs-plain":
+                continue  # plain against itself
+            rule = select_rule(rules, cell.backend, cell.workload, name)
+            differences = [*run_differences, *cell_differences(old, cell, metric)]
+            if metric.paired and not cell.plain:
+                differences += [f"this run: {m}" for m in [cell.mode_mismatch()] if m]
+                differences += [f"reference: {m}" for m in [old.mode_mismatch()] if m]
+            checks.append(
+                assess(
+                    "baseline", cell, metric, cell.samples(metric), old.samples(metric), rule,
+                    history=history_of(cell.backend, metric), differences=differences,
+                )
+            )  # fmt: skip
+    return checks
 
 
 def overhead_checks(results: Sequence[Result], rules: Sequence[Rule]) -> list[Check]:
     """``--encperf-max-overhead``: each backend against the plain rounds interleaved with it
-    (``vs-plain`` means throughput here: the comparison is already with plain)."""
+    (``throughput`` and ``vs-plain`` mean the backend's own throughput here: the comparison is
+    already with plain). Never across I/O modes."""
     checks = []
-    for result in results:
-        if not result.rounds or not result.baseline_rounds:
+    for cell in cells_of(results).values():
+        if cell.plain or not cell.baseline_rounds:
             continue
         for name in dict.fromkeys(rule.metric for rule in rules):
-            rule = select_rule(rules, result.backend, result.workload, name)
+            rule = select_rule(rules, cell.backend, cell.workload, name)
             if rule is None:
                 continue
-            metric = METRICS["throughput" if name == "vs-plain" else name]
-            checks.append(
-                evaluate(
-                    "overhead",
-                    result.backend,
-                    result.workload,
-                    metric.name,
-                    _samples(result.rounds, metric, result.workload),
-                    _samples(result.baseline_rounds, metric, result.workload),
-                    rule,
-                )
-            )
+            metric = METRICS["abs-throughput" if METRICS[name].paired else name]
+            mismatch = cell.mode_mismatch()
+            plain = Cell(BASELINE, cell.workload, cell.baseline_rounds)
+            check = assess(
+                "overhead", cell, metric, cell.samples(metric), plain.samples(metric), rule,
+                differences=[mismatch] if mismatch else [],
+            )  # fmt: skip
+            checks.append(replace(check, metric=name))  # named as the rule names it
     return checks
+
+
+# ----------------------------------------------------------------------------- the verdict
 
 
 @dataclass
@@ -344,20 +658,150 @@ class Verdict:
     """Everything the gate decided for one run, for the terminal, Markdown and the exit status."""
 
     baseline: str | None = None  # label of the compared saved run
-    comparison: Comparison | None = None
-    overhead: list[Check] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # shown, never failing (missing baseline ...)
+    checks: list[Check] = field(default_factory=list)
+    only_in_reference: list[str] = field(default_factory=list)  # "backend workload", vanished now
+    only_in_current: list[str] = field(default_factory=list)
+    machine_differences: list[str] = field(default_factory=list)  # "kernel 6.1.0-1 -> 6.1.0-2"
+    history: list[str] = field(default_factory=list)  # labels of the saved runs used as history
+    notes: list[str] = field(default_factory=list)  # shown, never failing
+    unchecked: list[str] = field(default_factory=list)  # what the gate could not check (strict fails)
     errors: list[str] = field(default_factory=list)  # failing: unreadable baseline, save failed
+    strict: bool = False
     saved: str | None = None
-
-    @property
-    def checks(self) -> list[Check]:
-        return [*(self.comparison.checks if self.comparison else []), *self.overhead]
 
     @property
     def failures(self) -> list[Check]:
         return [check for check in self.checks if check.failed]
 
+    def count(self, status: str) -> int:
+        return sum(check.status == status for check in self.checks)
+
+    @property
+    def incomplete(self) -> list[str]:
+        """Everything that kept the gate from checking what it was asked to check."""
+        found = list(self.unchecked)
+        found += [f"{key}: in {self.baseline}, not in this run" for key in self.only_in_reference]
+        found += [
+            f"{c.backend} {c.workload} {c.metric}: {c.status}: {c.reason}"
+            for c in self.checks
+            if c.status in (NOT_COMPARABLE, INVALID) and c.rule
+        ]
+        return found
+
     @property
     def failed(self) -> bool:
-        return bool(self.errors or self.failures)
+        return bool(self.errors or self.failures or (self.strict and self.incomplete))
+
+
+def judge(
+    current: RunData,
+    reference: RunData | None,
+    rules: Sequence[Rule],
+    overhead_rules: Sequence[Rule] = (),
+    history: Sequence[RunData] = (),
+    *,
+    strict: bool = False,
+    alpha: float = ALPHA,
+) -> Verdict:
+    """The one verdict builder (the pytest session and ``encperf compare`` both use it).
+
+    ``history``: earlier comparable saved runs, the reference among them, newest first.
+    """
+    verdict = Verdict(baseline=reference.label if reference else None, strict=strict)
+    checks: list[Check] = []
+    if reference is not None:
+        checks, verdict.only_in_reference, verdict.only_in_current = baseline_checks(
+            reference, current, rules, history
+        )
+        verdict.history = [run.label for run in history]
+        if not checks:
+            verdict.unchecked.append(f"{reference.label} has no backend x workload in common with this run")
+    if overhead_rules:
+        checks += overhead_checks(current.results, overhead_rules)
+    verdict.checks = decide_family(checks, alpha)
+    return verdict
+
+
+# ----------------------------------------------------------------------------- confirmation
+
+
+@dataclass
+class Gate:
+    """What the runner asks after a workload's rounds: is every gated check of this result
+    decided, or would more paired rounds help? Built once per session from the reference.
+
+    Checks are decided here at the Bonferroni level ALPHA / family_size, which the final Holm
+    correction over the whole run never makes stricter.
+    """
+
+    reference: RunData | None
+    rules: tuple[Rule, ...]
+    overhead_rules: tuple[Rule, ...] = ()
+    settings: dict[str, str] = field(default_factory=dict)  # this run's
+    family_size: int = 1
+    alpha: float = ALPHA
+    reference_cells: dict[tuple[str, str], Cell] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.reference_cells = cells_of(self.reference.results) if self.reference else {}
+
+    @property
+    def level(self) -> float:
+        return self.alpha / max(1, self.family_size)
+
+    def checks(self, result: Result) -> list[Check]:
+        """The gated checks of one result that more paired rounds can move (paired evidence)."""
+        found: list[Check] = []
+        if self.reference is not None and self.rules:
+            now = cells_of([result])
+            checks = cell_checks(
+                self.reference_cells, now, self.rules, self.reference.settings, self.settings
+            )
+            found += [c for c in checks if c.backend == result.backend and c.evidence == PAIRED]
+        if self.overhead_rules:
+            found += overhead_checks([result], self.overhead_rules)
+        return [check for check in found if check.gated]
+
+    def pending(self, result: Result, extra_possible: int) -> str | None:
+        """Why one more pair of rounds is wanted for ``result``, or None when every check is
+        decided, or when ``extra_possible`` more pairs could not make it significant either."""
+        for check in self.checks(result):
+            worse, threshold = check.worse_percent, check.threshold
+            assert threshold is not None
+            if worse <= threshold:
+                continue  # within the threshold: a pass whatever the p-value
+            name = f"{check.metric} worse by {worse:.1f}% > {threshold:g}%"
+            if check.p_value > self.level:
+                best = stats.min_p_value(check.rounds[0] + extra_possible, check.rounds[1])
+                if best <= self.level:
+                    return f"{name}, p={check.p_value:.3g} > {self.level:.3g}"
+            elif _worse_bounds(check)[0] <= threshold:
+                return f"{name}, significant, but the 95% interval reaches below {threshold:g}%"
+        return None
+
+
+def expected_family_size(
+    backends: Sequence[str],
+    workloads: Sequence[Workload],
+    rules: Sequence[Rule],
+    overhead_rules: Sequence[Rule],
+    reference: RunData | None,
+    history_runs: int = 0,
+) -> int:
+    """How many gated checks the run will have (the level confirmation decides at)."""
+    ref_cells = cells_of(reference.results) if reference else {}
+    size = 0
+    for backend in backends:
+        plain = backend.split(":", 1)[0] == BASELINE
+        for workload in workloads:
+            if (backend, workload.name) in ref_cells:
+                for name in _metric_names(rules):
+                    metric = METRICS[name]
+                    paired = metric.paired and not plain
+                    rule = select_rule(rules, backend, workload, name)
+                    size += rule is not None and (paired or history_runs >= MIN_HISTORY)
+            for name in dict.fromkeys(rule.metric for rule in overhead_rules):
+                size += not plain and select_rule(overhead_rules, backend, workload, name) is not None
+    if rules and history_runs >= MIN_HISTORY:  # plain's absolute checks join the family
+        size += sum(select_rule(rules, BASELINE, w, DEFAULT_METRIC) is not None for w in workloads)
+    return max(1, size)

@@ -23,6 +23,9 @@ from . import __version__, host
 
 CRYPTO_FLAGS = ("aes", "vaes", "avx", "avx2", "avx512f", "avx512vl", "sha_ni", "pclmulqdq", "vpclmulqdq")
 STABLE_KEYS = ("machine", "cpu_model", "cpu_count", "cpu_flags", "kernel", "xts_aes_driver", "device_model")
+# The hardware part: runs of one hardware are compared even when the kernel or its crypto driver
+# changed (that is what the gate is for), with the fields that differ shown.
+HARDWARE_KEYS = ("machine", "cpu_model", "cpu_count", "cpu_flags", "device_model")
 TOOLS = {  # name -> argv printing its version
     "cryptsetup": ["cryptsetup", "--version"],
     "fio": ["fio", "--version"],
@@ -147,3 +150,27 @@ def machine_id(info: dict[str, Any]) -> str:
     digest = hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:12]
     arch = re.sub(r"[^A-Za-z0-9_]+", "_", str(info.get("machine") or "unknown"))
     return f"{arch}-{digest}"
+
+
+def same_hardware(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(a.get(key) == b.get(key) for key in HARDWARE_KEYS)
+
+
+def differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """``kernel 6.1.0-1 -> 6.1.0-2`` for every identifying field and tool version that differs."""
+    found = [
+        f"{key} {_text(before.get(key))} -> {_text(now.get(key))}"
+        for key in STABLE_KEYS
+        if before.get(key) != now.get(key)
+    ]
+    old_tools, new_tools = before.get("tools") or {}, now.get("tools") or {}
+    found += [
+        f"{name} {old_tools.get(name, 'absent')} -> {new_tools.get(name, 'absent')}"
+        for name in sorted({*old_tools, *new_tools})
+        if old_tools.get(name) != new_tools.get(name)
+    ]
+    return found
+
+
+def _text(value: Any) -> str:
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)

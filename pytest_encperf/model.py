@@ -41,6 +41,7 @@ class Measurement:
     logical_write_bytes: int | None = None  # what the workload wrote
     engine_cpu_seconds: float | None = None  # the engine's own process(es), user + system
     daemon_cpu_seconds: float | None = None  # the backend's daemons (FUSE ...), by pid
+    started: float | None = None  # wall-clock time the round started (time.time(); the round order)
 
     @property
     def cached(self) -> bool | None:
@@ -103,7 +104,8 @@ class Result:
     description: dict[str, Any] = field(default_factory=dict)
 
     warmup_rounds: int = 0  # measured and discarded before the counted rounds (per side)
-    stop_reason: str = ""  # how the number of rounds was decided (fixed, steady state, budget)
+    stop_reason: str = ""  # how the number of rounds was decided (fixed, steady state, confirmation)
+    confirm_rounds: int = 0  # pairs added at the end because the gate could not decide yet
 
     def _values(self, metric: str, baseline: bool) -> list[float]:
         rounds = self.baseline_rounds if baseline else self.rounds
@@ -180,6 +182,7 @@ class Result:
             "description": self.description,
             "warmup_rounds": self.warmup_rounds,
             "stop_reason": self.stop_reason,
+            "confirm_rounds": self.confirm_rounds,
         }
 
     @classmethod
@@ -193,7 +196,18 @@ class Result:
             description=dict(data.get("description", {})),
             warmup_rounds=int(data.get("warmup_rounds", 0)),
             stop_reason=str(data.get("stop_reason", "")),
+            confirm_rounds=int(data.get("confirm_rounds", 0)),
         )
+
+
+@dataclass(frozen=True)
+class RunData:
+    """One run as the gate sees it: its results, the settings it was measured with, its machine."""
+
+    label: str
+    results: tuple[Result, ...]
+    settings: dict[str, str] = field(default_factory=dict)  # as saved: size, runtime, target, ...
+    machine_info: dict[str, Any] = field(default_factory=dict)
 
 
 def coefficient_of_variation(values: list[float]) -> float | None:

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable
 
 from tabulate import tabulate
 
-from .compare import ALPHA, FAIL, INFO, MIN_ROUNDS, PASS, Check, Verdict
+from .compare import (
+    ALPHA,
+    EXIT_REGRESSION,
+    FAIL,
+    INFO,
+    INVALID,
+    NO_EVIDENCE,
+    NOT_COMPARABLE,
+    NOT_GATED,
+    NOT_SIGNIFICANT,
+    PASS,
+    Check,
+    Verdict,
+)
 from .model import Measurement, Result
 from .workloads import GiB, KiB, Workload
 
@@ -233,22 +247,46 @@ def detail_table(results: list[Result], cipher_ceiling_mb_s: float | None = None
 
 
 def _format_metric(value: float, unit: str) -> str:
+    if math.isnan(value):
+        return "-"
     if unit == "x plain":  # a ratio of about 0.05 .. 1.5: three decimals say more than two
         return f"{value:.3f} {unit}"
     return f"{_format_value(value)} {unit}"
 
 
+def _format_interval(check: Check) -> str:
+    low, high = check.change_interval
+    if math.isnan(low):
+        return "-"
+    if math.isinf(low) or math.isinf(high):
+        return "unbounded"
+    return f"{low:+.1f}..{high:+.1f}%"
+
+
+def _format_p(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    return f"{value:.3f}" if value >= 0.001 else f"{value:.1e}"
+
+
+def _rounds_cell(check: Check) -> str:
+    now, before = check.rounds
+    text = f"{now}/{before}"
+    return f"{text} (+{check.confirm_rounds})" if check.confirm_rounds else text
+
+
 def _check_row(check: Check) -> list[str]:
-    low, high = check.interval
     return [
         check.backend,
         check.workload,
         check.metric,
         _format_metric(check.reference, check.unit),
         _format_metric(check.current, check.unit),
-        _format_change(check.change_percent),
-        f"{check.p_value:.3f}",
-        f"{low:.3f}..{high:.3f}",
+        "-" if math.isnan(check.change_percent) else _format_change(check.change_percent),
+        _format_interval(check),
+        _format_p(check.p_adjusted if check.gated else check.p_value),
+        _rounds_cell(check),
+        check.evidence,
         check.rule or "-",
         check.status,
     ]
@@ -261,8 +299,10 @@ CHECK_HEADERS = [
     "before",
     "now",
     "change",
-    "p",
-    "ratio 95% CI",
+    "95% interval",
+    "p (adj.)",
+    "rounds now/before",
+    "evidence",
     "rule",
     "verdict",
 ]
@@ -277,44 +317,107 @@ def check_table(checks: list[Check], tablefmt: str = "simple") -> str:
 
 
 def describe_check(check: Check) -> str:
-    """One line per check that needs attention: metric, both values, change, p-value, interval."""
-    low, high = check.interval
+    """One line per check that needs attention: what was compared, the estimate, its interval,
+    the evidence, the rounds and how they were decided, and why the check got its status."""
     against = "plain in this run" if check.kind == "overhead" else "baseline"
+    text = f"{check.status}: {check.backend} {check.workload} {check.metric}"
+    if check.evidence == NO_EVIDENCE:
+        return f"{text}: {check.reason}"
+    p_text = f"adjusted p={_format_p(check.p_adjusted)}" if check.gated else f"p={_format_p(check.p_value)}"
     return (
-        f"{check.status}: {check.backend} {check.workload} {check.metric}: "
-        f"{against} {_format_metric(check.reference, check.unit)} -> now "
-        f"{_format_metric(check.current, check.unit)} ({_format_change(check.change_percent)}; "
-        f"rule {check.rule}): {check.reason}; "
-        f"Mann-Whitney U p={check.p_value:.3f} ({check.rounds[0]} vs {check.rounds[1]} rounds), "
-        f"ratio 95% CI {low:.3f}..{high:.3f}"
+        f"{text}: {against} {_format_metric(check.reference, check.unit)} -> now "
+        f"{_format_metric(check.current, check.unit)} ({_format_change(check.change_percent)}, "
+        f"95% interval {_format_interval(check)}; rule {check.rule or '-'}): {check.reason}; "
+        f"evidence: {check.evidence}, {p_text}, {check.rounds[0]} vs {check.rounds[1]} rounds"
+        + (f" ({check.stop})" if check.stop else "")
     )
 
 
-def verdict_lines(verdict: Verdict) -> list[tuple[str, str]]:
-    """(colour, line) pairs: the explanation of the gate, failures first. Colour: red/yellow/green/""."""
-    lines: list[tuple[str, str]] = []
-    for error in verdict.errors:
-        lines.append(("red", f"error: {error}"))
-    for note in verdict.notes:
-        lines.append(("yellow", note))
-    ruled = [c for c in verdict.checks if c.status != INFO]
-    if not ruled:
-        return lines
-    for check in verdict.failures:
-        lines.append(("red", describe_check(check)))
-    for check in ruled:
-        if check.status not in (PASS, FAIL):
-            lines.append(("yellow", describe_check(check)))
-    passed = sum(c.status == PASS for c in ruled)
-    lines.append(
-        (
-            "red" if verdict.failed else "green",
-            f"encperf gate: {len(verdict.failures)} failed, {passed} passed, "
-            f"{len(ruled) - passed - len(verdict.failures)} over the threshold but not significant "
-            f"(of {len(ruled)} checks). A check fails only if it is worse than its threshold AND "
-            f"Mann-Whitney U gives p <= {ALPHA:g}; that needs at least {MIN_ROUNDS} rounds on each side.",
+_COUNTED = (  # (statuses, singular, plural) in the order the header gives them
+    ((FAIL,), "regression", "regressions"),
+    ((PASS,), "within threshold", "within threshold"),
+    ((NOT_SIGNIFICANT,), "over the threshold but not significant", "over the threshold but not significant"),
+    ((NOT_COMPARABLE, INVALID), "not comparable", "not comparable"),
+    ((NOT_GATED,), "reported, not gated", "reported, not gated"),
+    ((INFO,), "without a rule", "without a rule"),
+)
+
+
+def verdict_header(verdict: Verdict) -> str:
+    """``encperf: 2 regressions, 14 within threshold, 1 not comparable`` (what a CI log shows first)."""
+    if not verdict.checks:
+        problems = verdict.errors or verdict.incomplete
+        return "encperf: nothing was checked" + (f" ({problems[0]})" if problems else "")
+    parts = []
+    for index, (statuses, one, many) in enumerate(_COUNTED):
+        number = sum(verdict.count(status) for status in statuses)
+        if number or index < 2:  # regressions and passes always, the rest when present
+            parts.append(f"{number} {one if number == 1 else many}")
+    if verdict.only_in_reference:
+        parts.append(f"{len(verdict.only_in_reference)} missing now")
+    return "encperf: " + ", ".join(parts)
+
+
+def verdict_messages(verdict: Verdict) -> list[tuple[str, str]]:
+    """(colour, message) lines that explain the verdict: errors, notes, what differs, each check
+    that needs attention, what could not be checked, and the rule itself."""
+    out: list[tuple[str, str]] = [("red", f"error: {error}") for error in verdict.errors]
+    out += [("yellow", note) for note in verdict.notes]
+    if verdict.machine_differences:
+        out.append(
+            ("yellow", f"this machine differs from the baseline's: {'; '.join(verdict.machine_differences)}")
         )
-    )
+    if len(verdict.history) > 1:
+        out.append(("", f"history: {len(verdict.history)} saved runs ({', '.join(verdict.history)})"))
+    out += [("red", describe_check(check)) for check in verdict.failures]
+    out += [
+        ("yellow", describe_check(check))
+        for check in verdict.checks
+        if check.status in (NOT_SIGNIFICANT, NOT_COMPARABLE, INVALID)
+    ]
+    not_gated = [check for check in verdict.checks if check.status == NOT_GATED]
+    if not_gated:
+        out.append(("yellow", f"{len(not_gated)} absolute check(s) not gated: {not_gated[0].reason}"))
+    out += [("red" if verdict.strict else "yellow", f"not checked: {item}") for item in verdict.incomplete]
+    if verdict.only_in_current:
+        out.append(("", f"new in this run (not in the baseline): {', '.join(verdict.only_in_current)}"))
+    gated = sum(check.gated for check in verdict.checks)
+    if gated:
+        out.append((
+            "red" if verdict.failed else "green",
+            f"a check fails only if it is worse than its threshold AND, after Holm's correction over the "
+            f"{gated} gated checks, its rounds show it worse than half the threshold at p <= {ALPHA:g}",
+        ))  # fmt: skip
+    if verdict.incomplete and not verdict.strict:
+        out.append(
+            ("yellow", "the gate did not check everything it was asked to; --encperf-strict fails then")
+        )
+    return out
+
+
+Line = tuple[str, str, str]  # (kind: "section" | "line", colour: "red bold", "yellow", "" ..., text)
+
+
+def verdict_report(verdict: Verdict) -> list[Line]:
+    """Everything the terminal shows of the gate, in order (the session only writes it)."""
+    lines: list[Line] = []
+    if verdict.saved:
+        lines.append(("line", "", f"encperf: saved {verdict.saved}"))
+    messages = verdict_messages(verdict)
+    if not (verdict.baseline or verdict.checks or messages):
+        return lines
+    title = f"encperf: compared with {verdict.baseline}" if verdict.baseline else "encperf: gate"
+    lines.append(("section", "", title))
+    colour = "red" if verdict.failed else ("yellow" if verdict.incomplete else "green")
+    lines.append(("line", colour, verdict_header(verdict)))
+    table = check_table(verdict.checks)
+    if table:
+        lines.append(("line", "", table))
+    lines += [("line", tone, f"encperf: {message}") for tone, message in messages]
+    if verdict.failed:
+        lines.append(
+            ("line", "red bold", f"encperf: exit status {EXIT_REGRESSION} (performance gate failed)")
+        )
     return lines
 
 
@@ -349,19 +452,16 @@ def results_markdown(results: list[Result]) -> str:
 
 
 def markdown_report(results: list[Result], verdict: Verdict | None, title: str = "encperf") -> str:
-    """A GitHub-flavoured Markdown report (for PR comments and $GITHUB_STEP_SUMMARY)."""
+    """A GitHub-flavoured Markdown report (for PR comments and $GITHUB_STEP_SUMMARY): the verdict's
+    one-line header first, the results, then what explains the verdict and every check."""
     parts = [f"## {title}", ""]
-    table = results_markdown(results)
-    parts += [table or "_no results_", ""]
     if verdict is not None:
-        status = "❌ failed" if verdict.failed else "✅ passed"
-        parts.append(
-            f"**Gate: {status}**" + (f" (baseline `{verdict.baseline}`)" if verdict.baseline else "")
-        )
-        parts.append("")
-        for _, line in verdict_lines(verdict):
-            parts.append(f"- {line}")
-        ruled = [c for c in verdict.checks if c.status != INFO]
-        if ruled:
-            parts += ["", check_table(ruled, tablefmt="github")]
+        icon = "❌" if verdict.failed else "✅"
+        baseline = f" (baseline `{verdict.baseline}`)" if verdict.baseline else ""
+        parts += [f"**{icon} {verdict_header(verdict)}**{baseline}", ""]
+    parts += [results_markdown(results) or "_no results_", ""]
+    if verdict is not None:
+        parts += [f"- {message}" for _, message in verdict_messages(verdict)]
+        if verdict.checks:
+            parts += ["", check_table(verdict.checks, tablefmt="github")]
     return "\n".join(parts) + "\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import os
@@ -11,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from . import host
 from .backends import BackendBase, BackendError, Volume
@@ -163,6 +164,123 @@ def io_mode_policy(engine: Engine, volume_file: Path, baseline_file: Path) -> tu
 
 # A warm-up round settles file layout, caches and clocks; a second is plenty for that.
 WARMUP_SECONDS = 1.0
+# At most this many pairs are added to one workload to confirm a check, whatever the budget.
+MAX_CONFIRM_PAIRS = 12
+
+
+class Confirmer(Protocol):
+    """What the runner asks after a workload's rounds (compare.Gate implements it)."""
+
+    def pending(self, result: Result, extra_possible: int) -> str | None:
+        """Why more paired rounds would help decide a check of ``result``; None when decided
+        (or when ``extra_possible`` more pairs could not decide it either)."""
+        ...
+
+
+@dataclass
+class ConfirmBudget:
+    """Seconds of extra paired rounds the gate may spend in this run, shared by every workload."""
+
+    seconds: float
+    clock: Callable[[], float] = time.monotonic
+    spent: float = 0.0
+
+    @property
+    def left(self) -> float:
+        return self.seconds - self.spent
+
+
+Side = Callable[[float], Measurement]  # measures one round of the given runtime on one side
+
+
+class PairedRounds:
+    """Rounds of a workload on the baseline and the volume, in A B B A order: pair 1 runs plain
+    then the volume, pair 2 the volume then plain, and so on. A linear drift of the machine then
+    favours each side equally often and cancels over the pairs instead of biasing every ratio."""
+
+    def __init__(self, baseline: Side, volume: Side, clock: Callable[[], float] = time.time) -> None:
+        self.baseline, self.volume, self.clock = baseline, volume, clock
+
+    def measure(self, side: Side, runtime: float) -> Measurement:
+        started = self.clock()
+        return dataclasses.replace(side(runtime), started=started)
+
+    def pair(self, index: int, runtime: float) -> tuple[Measurement, Measurement]:
+        """(baseline, volume) of the pair at ``index``; even pairs start with the baseline."""
+        if index % 2 == 0:
+            base = self.measure(self.baseline, runtime)
+            return base, self.measure(self.volume, runtime)
+        vol = self.measure(self.volume, runtime)
+        return self.measure(self.baseline, runtime), vol
+
+    def add(self, result: Result, runtime: float) -> None:
+        base, vol = self.pair(len(result.rounds), runtime)
+        result.baseline_rounds.append(base)
+        result.rounds.append(vol)
+
+
+def measure_rounds(
+    result: Result,
+    pairs: PairedRounds,
+    *,
+    runtime: float,
+    rounds: int,
+    warmup: int = 0,
+    warmup_runtime: float | None = None,
+    steady_cv: float | None = None,
+    steady_budget: float = 60.0,
+    gate: Confirmer | None = None,
+    budget: ConfirmBudget | None = None,
+) -> Result:
+    """The measuring loop: warm-up pairs (discarded), the counted pairs, steady state if asked,
+    then confirmation: while the gate cannot decide a check of this workload, more pairs, as long
+    as the run's confirmation budget lasts."""
+    for index in range(warmup):
+        pairs.pair(index, runtime if warmup_runtime is None else warmup_runtime)
+    for _ in range(rounds):
+        pairs.add(result, runtime)
+    result.stop_reason = f"{rounds} rounds"
+    if steady_cv is not None:
+        result.stop_reason = _steady_state(result, pairs, runtime, steady_cv, steady_budget)
+    if gate is not None and budget is not None:
+        result.stop_reason = _confirm(result, pairs, runtime, gate, budget)
+    return result
+
+
+def _steady_state(result: Result, pairs: PairedRounds, runtime: float, target: float, budget: float) -> str:
+    """Add rounds until the coefficient of variation of both sides is below the target."""
+    deadline = time.monotonic() + budget
+
+    def steady() -> bool:
+        cvs = (result.cv(), result.cv(baseline=True))
+        return all(cv is not None and cv < target for cv in cvs)
+
+    while not steady():
+        if time.monotonic() >= deadline:
+            return f"{len(result.rounds)} rounds, CV target not reached in {budget:g} s"
+        pairs.add(result, runtime)
+    return f"{len(result.rounds)} rounds, CV < {target:.0%}"
+
+
+def _confirm(
+    result: Result, pairs: PairedRounds, runtime: float, gate: Confirmer, budget: ConfirmBudget
+) -> str:
+    """More pairs while a check of this workload is undecided; says how the rounds were decided."""
+    measured = result.stop_reason
+    while True:
+        added = result.confirm_rounds
+        why = gate.pending(result, MAX_CONFIRM_PAIRS - added)
+        if why is None:
+            return f"{measured} + {added} to confirm, decided" if added else measured
+        if added >= MAX_CONFIRM_PAIRS:
+            return f"{measured} + {added} to confirm, the most for one workload ({why})"
+        if budget.left <= 0:
+            spent = f" + {added} to confirm" if added else ""
+            return f"{measured}{spent}, confirmation budget spent ({why})"
+        started = budget.clock()
+        pairs.add(result, runtime)
+        budget.spent += budget.clock() - started
+        result.confirm_rounds += 1
 
 
 @dataclass
@@ -182,13 +300,15 @@ class Runner:
     warmup: int = 1  # pairs of rounds measured first and discarded (file layout, caches, clocks)
     steady_cv: float | None = None  # keep adding rounds until both sides' CV is below this ...
     steady_budget: float = 60.0  # ... or this many seconds have been spent on the extra rounds
+    gate: Confirmer | None = None  # asked after the rounds whether the checks are decided ...
+    confirm_budget: ConfirmBudget | None = None  # ... and more pairs are run while this lasts
 
     @property
     def warmup_runtime(self) -> float:
         return min(self.runtime, WARMUP_SECONDS)
 
     def run(self, workload: Workload) -> Result:
-        """Measure ``workload`` on the volume, alternating rounds with the baseline (A B A B)
+        """Measure ``workload`` on the volume, alternating rounds with the baseline (A B B A)
         so that machine drift cancels in the ratio; the Result is recorded and returned."""
         if self.baseline is None:
             return self._run_against_measured_baseline(workload)
@@ -209,27 +329,29 @@ class Runner:
                 warmup_rounds=self.warmup,
             )
 
-            def pair(runtime: float = self.runtime) -> tuple[Measurement, Measurement]:
-                nonlocal side
-                side = baseline
-                base = self.engine.run(
-                    workload, baseline_file, runtime=runtime, direct=direct, observe=baseline_observe
-                )
-                side = self.volume
-                vol = self.engine.run(
-                    workload, volume_file, runtime=runtime, direct=direct, observe=volume_observe
-                )
-                return base, vol
+            def on(mounted: MountedVolume, path: Path, observe: Observe) -> Side:
+                def measure(runtime: float) -> Measurement:
+                    nonlocal side
+                    side = mounted
+                    return self.engine.run(workload, path, runtime=runtime, direct=direct, observe=observe)
 
-            for _ in range(self.warmup):
-                pair(self.warmup_runtime)
-            for _ in range(self.rounds):
-                base, vol = pair()
-                result.baseline_rounds.append(base)
-                result.rounds.append(vol)
-            result.stop_reason = f"{self.rounds} rounds"
-            if self.steady_cv is not None:
-                result.stop_reason = self._steady_state(result, pair)
+                return measure
+
+            measure_rounds(
+                result,
+                PairedRounds(
+                    on(baseline, baseline_file, baseline_observe),
+                    on(self.volume, volume_file, volume_observe),
+                ),
+                runtime=self.runtime,
+                rounds=self.rounds,
+                warmup=self.warmup,
+                warmup_runtime=self.warmup_runtime,
+                steady_cv=self.steady_cv,
+                steady_budget=self.steady_budget,
+                gate=self.gate,
+                budget=self.confirm_budget,
+            )
         except OSError as exc:
             problem = _STORAGE_ERRORS.get(exc.errno or 0)
             if problem is None:
@@ -245,7 +367,8 @@ class Runner:
 
     def _run_against_measured_baseline(self, workload: Workload) -> Result:
         """One block device holds one volume at a time: the baseline rounds were measured on it
-        before the volume was created (and more are added after it is removed)."""
+        before the volume was created (and more are added after it is removed). No A B B A order
+        and no confirmation rounds here: the baseline cannot be measured beside the volume."""
         volume_file = self.engine.prepare(self.volume.data_dir, self.size)
         o_direct = self.engine.io_mode(volume_file)
         direct = o_direct == "direct" and workload.kind != "files"
@@ -262,29 +385,14 @@ class Runner:
                 workload, volume_file, runtime=self.warmup_runtime, direct=direct, observe=observe
             )
         for _ in range(self.rounds):
-            result.rounds.append(
-                self.engine.run(workload, volume_file, runtime=self.runtime, direct=direct, observe=observe)
+            started = time.time()
+            measurement = self.engine.run(
+                workload, volume_file, runtime=self.runtime, direct=direct, observe=observe
             )
-        result.stop_reason = f"{self.rounds} rounds"
+            result.rounds.append(dataclasses.replace(measurement, started=started))
+        result.stop_reason = f"{self.rounds} rounds (partition: no confirmation rounds)"
         self.record(result)
         return result
-
-    def _steady_state(self, result: Result, pair: Callable[[], tuple[Measurement, Measurement]]) -> str:
-        """Add rounds until the coefficient of variation of both sides is below the target."""
-        assert self.steady_cv is not None
-        deadline = time.monotonic() + self.steady_budget
-
-        def steady() -> bool:
-            cvs = (result.cv(), result.cv(baseline=True))
-            return all(cv is not None and cv < self.steady_cv for cv in cvs)  # type: ignore[operator]
-
-        while not steady():
-            if time.monotonic() >= deadline:
-                return f"{len(result.rounds)} rounds, CV target not reached in {self.steady_budget:g} s"
-            base, vol = pair()
-            result.baseline_rounds.append(base)
-            result.rounds.append(vol)
-        return f"{len(result.rounds)} rounds, CV < {self.steady_cv:.0%}"
 
 
 def measure_all(

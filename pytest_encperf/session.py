@@ -14,19 +14,30 @@ import shutil
 import signal
 import tempfile
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import pytest
 
 from . import host, journal, machine, storage
 from .backends import BASELINE, BackendSpec, make_backend
 from .ceiling import CipherCeiling, measure_ceiling
-from .compare import EXIT_REGRESSION, Verdict, compare_runs, overhead_checks
+from .compare import EXIT_REGRESSION, Gate, Verdict, expected_family_size, judge
 from .engines import Engine, select_engine
-from .model import Measurement, Result
-from .report import check_table, detail_table, markdown_report, summary_table, verdict_lines
-from .runner import MountedVolume, Runner, Unavailable, close_volume, measure_all, open_volume, slug
+from .model import Measurement, Result, RunData
+from .report import detail_table, markdown_report, summary_table, verdict_report
+from .runner import (
+    ConfirmBudget,
+    MountedVolume,
+    Runner,
+    Unavailable,
+    close_volume,
+    measure_all,
+    open_volume,
+    slug,
+)
 from .settings import Settings
 from .targets import Target, container_size
 from .workloads import PROFILES, MiB, Workload, profile_workloads
@@ -64,6 +75,10 @@ class EncperfSession:
         # partition target: baseline rounds measured before each encrypted volume, by spec
         self._measured_baseline: dict[str, dict[str, list[Measurement]]] = {}
         self._ceiling: CipherCeiling | None = None
+        self._machine: tuple[dict[str, Any], str] | None = None
+        self._reference: Reference | None = None
+        self._gate: Gate | None = None
+        self._confirm_budget: ConfirmBudget | None = None
 
     # ------------------------------------------------------------- selection
 
@@ -194,6 +209,8 @@ class EncperfSession:
             warmup=self.settings.warmup,
             steady_cv=self.settings.steady_cv,
             steady_budget=self.settings.steady_budget,
+            gate=self.gate(),
+            confirm_budget=self._confirm_budget,
         )
 
     def ceiling(self) -> CipherCeiling:
@@ -261,63 +278,116 @@ class EncperfSession:
 
     # ------------------------------------------------------------- baselines, reports, verdict
 
+    def machine(self) -> tuple[dict[str, Any], str]:
+        """This machine's info (after the update hook) and id, read once per session."""
+        if self._machine is None:
+            info = machine.machine_info(self.settings.dir)
+            self.config.hook.pytest_encperf_update_machine_info(config=self.config, machine_info=info)
+            self._machine = (info, machine.machine_id(info))
+        return self._machine
+
+    def reference(self) -> Reference:
+        """The saved run to compare with and its history, loaded once: before this run saves, so
+        ``latest`` is never this run itself."""
+        if self._reference is None:
+            self._reference = self._load_reference()
+        return self._reference
+
+    def _load_reference(self) -> Reference:
+        s = self.settings
+        loaded = Reference()
+        wanted = s.compare or ("latest" if s.fail else None)  # --encperf-fail alone: vs latest
+        if not wanted:
+            return loaded
+        info, machine_id = self.machine()
+        try:
+            run, warning = storage.resolve(s.storage, wanted, machine_id, info)
+            loaded.run = storage.load_run(run)
+        except storage.NoSavedRun as exc:
+            message = (
+                f"no baseline to compare with: {exc}; nothing was gated "
+                "(save one with --encperf-save=NAME or --encperf-autosave)"
+            )
+            (loaded.unchecked if s.fail else loaded.notes).append(message)
+            return loaded
+        except storage.StorageError as exc:
+            loaded.errors.append(f"cannot use the baseline: {exc}")
+            return loaded
+        if warning:
+            loaded.notes.append(f"warning: {warning}")
+        loaded.machine_differences = machine.differences(loaded.run.machine_info, info)
+        for saved in storage.history(s.storage, run, wanted, s.history, info)[1:]:
+            try:
+                loaded.history.append(storage.load_run(saved))
+            except storage.StorageError as exc:
+                loaded.notes.append(f"history: left out {exc}")
+        loaded.history.insert(0, loaded.run)
+        return loaded
+
+    def saved_settings(self) -> dict[str, str]:
+        return {name: _setting_text(getattr(self.settings, name)) for name in _SAVED_SETTINGS}
+
+    def gate(self) -> Gate | None:
+        """What the runner asks whether a workload's checks are decided (None: no confirmation
+        rounds, because nothing is gated, the budget is 0, or on a partition target)."""
+        s = self.settings
+        if not (s.fail or s.max_overhead) or s.confirm_budget <= 0 or self.sequential:
+            return None
+        if self._gate is None:
+            reference = self.reference()
+            rules = s.fail if reference.run else []
+            size = expected_family_size(
+                self.backend_specs,
+                self.workloads,
+                rules,
+                s.max_overhead,
+                reference.run,
+                len(reference.history),
+            )
+            self._gate = Gate(reference.run, tuple(rules), tuple(s.max_overhead), self.saved_settings(), size)
+            self._confirm_budget = ConfirmBudget(s.confirm_budget)
+        return self._gate
+
     def finish(self, session: pytest.Session) -> None:
         """Save, compare, write reports, decide; set the exit status only if the run is otherwise OK
         (like pytest's --max-warnings), so failing tests keep their own status."""
         s = self.settings
-        compare_ref = s.compare or ("latest" if s.fail else None)  # --encperf-fail alone: vs latest
-        wanted = s.save or s.autosave or compare_ref or s.json or s.markdown or s.max_overhead
+        wanted = s.save or s.autosave or s.compare or s.fail or s.json or s.markdown or s.max_overhead
         if not wanted:
             return
-        verdict = self.verdict = Verdict()
         try:
-            self._finish(verdict, compare_ref)
+            self.verdict = self._judge()
         except Exception as exc:  # never a traceback at the end of a run: say what went wrong
-            verdict.errors.append(f"{type(exc).__name__}: {exc}")
-        if verdict.failed and session.exitstatus == pytest.ExitCode.OK:
+            self.verdict = Verdict(errors=[f"{type(exc).__name__}: {exc}"])
+        if self.verdict.failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = EXIT_REGRESSION
 
-    def _finish(self, verdict: Verdict, compare_ref: str | None) -> None:
+    def _judge(self) -> Verdict:
         s = self.settings
         now = dt.datetime.now(dt.UTC)
-        info = machine.machine_info(s.dir)
-        self.config.hook.pytest_encperf_update_machine_info(config=self.config, machine_info=info)
-        machine_id = machine.machine_id(info)
-        reference: list[Result] | None = None
-        if compare_ref:  # load before saving, so "latest" is never this run
-            try:
-                run, warning = storage.resolve(s.storage, compare_ref, machine_id)
-                _, reference = storage.load(run.path)
-                verdict.baseline = run.label
-                if warning:
-                    verdict.notes.append(f"warning: {warning}")
-            except storage.NoSavedRun as exc:
-                verdict.notes.append(
-                    f"no baseline to compare with: {exc}; nothing was gated "
-                    "(save one with --encperf-save=NAME or --encperf-autosave)"
-                )
-            except storage.StorageError as exc:
-                verdict.errors.append(f"cannot use the baseline: {exc}")
-        doc = None
+        info, machine_id = self.machine()
+        reference = self.reference()
+        saved, notes, errors = None, [], []
         if s.save or s.autosave or s.json:  # saved before anything is judged
             commit = storage.commit_info()
-            settings = {name: _setting_text(getattr(s, name)) for name in _SAVED_SETTINGS}
-            doc = storage.document(self.results, info, machine_id, commit, settings, now)
+            doc = storage.document(self.results, info, machine_id, commit, self.saved_settings(), now)
             if self.results and (s.save or s.autosave):
                 name = s.save or storage.autosave_name(commit, now)
-                verdict.saved = str(storage.save(s.storage, machine_id, name, doc))
+                try:
+                    saved = str(storage.save(s.storage, machine_id, name, doc))
+                except (OSError, storage.StorageError) as exc:
+                    errors.append(f"could not save the run: {exc}")
             elif s.save or s.autosave:
-                verdict.notes.append("nothing measured, nothing saved")
-        if s.json:
-            storage.write_json(s.json, doc or {})
-        if reference is not None:
-            verdict.comparison = compare_runs(reference, self.results, s.fail)
-            if not verdict.comparison.checks:
-                verdict.notes.append(
-                    f"baseline {verdict.baseline} has no backend x workload in common with this run"
-                )
-        if s.max_overhead:
-            verdict.overhead = overhead_checks(self.results, s.max_overhead)
+                notes.append("nothing measured, nothing saved")
+            if s.json:
+                storage.write_json(s.json, doc)
+        current = RunData("this run", tuple(self.results), self.saved_settings(), info)
+        verdict = judge(current, reference.run, s.fail, s.max_overhead, reference.history, strict=s.strict)
+        verdict.saved = saved
+        verdict.notes = [*reference.notes, *notes, *verdict.notes]
+        verdict.errors = [*reference.errors, *errors, *verdict.errors]
+        verdict.unchecked = [*reference.unchecked, *verdict.unchecked]
+        verdict.machine_differences = reference.machine_differences
         if s.markdown:
             text = markdown_report(self.results, verdict)
             s.markdown.parent.mkdir(parents=True, exist_ok=True)
@@ -326,6 +396,7 @@ class EncperfSession:
             if summary:
                 with open(summary, "a", encoding="utf-8") as file:
                     file.write(text)
+        return verdict
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         for error in self.teardown_errors:
@@ -408,29 +479,28 @@ class EncperfSession:
             tr.write_line(f"cipher ceiling: {ceiling.describe()}")
 
     def _write_verdict(self, tr: pytest.TerminalReporter) -> None:
-        verdict = self.verdict
-        if verdict is None:
+        if self.verdict is None:
             return
-        if verdict.saved:
-            tr.write_line(f"encperf: saved {verdict.saved}")
-        if verdict.baseline:
-            tr.write_sep("-", f"encperf: compared with {verdict.baseline}")
-            table = check_table(verdict.comparison.checks if verdict.comparison else [])
-            if table:
-                tr.write_line(table)
-        elif verdict.overhead:
-            tr.write_sep("-", "encperf: overhead limits")
-        if verdict.overhead:
-            tr.write_line(check_table(verdict.overhead))
-        for colour, line in verdict_lines(verdict):
-            tr.write_line(f"encperf: {line}", **({colour: True} if colour else {}))
-        if verdict.failed:
-            tr.write_line(
-                f"encperf: exit status {EXIT_REGRESSION} (performance gate failed)", red=True, bold=True
-            )
+        for kind, colour, line in verdict_report(self.verdict):
+            if kind == "section":
+                tr.write_sep("-", line)
+            else:
+                tr.write_line(line, **dict.fromkeys(colour.split(), True))
 
 
-_SAVED_SETTINGS = ("backends", "target", "dir", "size", "runtime", "rounds", "engine", "profile")
+@dataclass
+class Reference:
+    """The saved run this session compares with, its history, and what went wrong finding it."""
+
+    run: RunData | None = None
+    history: list[RunData] = field(default_factory=list)  # the reference first, newest first
+    machine_differences: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    unchecked: list[str] = field(default_factory=list)  # --encperf-fail could not be checked
+    errors: list[str] = field(default_factory=list)
+
+
+_SAVED_SETTINGS = ("backends", "target", "dir", "size", "runtime", "rounds", "warmup", "engine", "profile")
 
 
 def _setting_text(value: object) -> str:

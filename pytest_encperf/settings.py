@@ -24,7 +24,7 @@ from typing import Any
 
 from . import storage
 from .backends import PLANNED, BackendSpec, known_names, parse_backend_list
-from .compare import Rule, parse_rules
+from .compare import MIN_HISTORY, Rule, parse_rules
 from .engines import ENGINES
 from .targets import KINDS
 from .workloads import PROFILES, GiB, KiB, MiB
@@ -71,15 +71,30 @@ def parse_rounds(text: str) -> int:
     return value
 
 
-def parse_warmup(text: str) -> int:
-    """A whole number of discarded warm-up rounds, 0 or more."""
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ValueError(f"bad warm-up rounds {text!r}: expected a whole number >= 0")
-    return value
+def parse_count(what: str) -> Callable[[str], int]:
+    """A whole number of ``what``, 0 or more."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(str(text).strip())
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise ValueError(f"bad {what} {text!r}: expected a whole number >= 0")
+        return value
+
+    parse.__doc__ = f"a whole number of {what}, 0 or more"
+    return parse
+
+
+parse_warmup = parse_count("warm-up rounds")
+
+
+def parse_budget(text: str) -> float:
+    """Seconds, as parse_duration, or 0 / off for none."""
+    if str(text).strip().lower() in ("0", "off", "no", "none"):
+        return 0.0
+    return parse_duration(text)
 
 
 def parse_steady_cv(text: str) -> float | None:
@@ -238,6 +253,10 @@ OPTIONS: tuple[Option, ...] = (
            parse_size, "256MiB"),
     Option("runtime", "SECONDS", "duration of one measured round", parse_duration, "1.5s"),
     Option("rounds", "N", "measured rounds per workload, alternating with the baseline", parse_rounds, "3"),
+    Option("save-rounds", "N",
+           "measured rounds per workload in a run that saves a baseline (--encperf-save, --encperf-autosave) "
+           "when --encperf-rounds is not given: a reference with more rounds lets each checking run decide "
+           "with fewer", parse_rounds, "10"),
     Option("warmup", "N", "warm-up rounds per workload, measured on both sides and discarded",
            parse_warmup, "1"),
     Option("steady-cv", "CV",
@@ -261,6 +280,18 @@ OPTIONS: tuple[Option, ...] = (
     Option("fail", "EXPR", "fail when worse than the compared run by more than EXPR and significant: "
            "[BACKEND:][WORKLOAD:][METRIC:]PERCENT%, comma list, e.g. 10%,seq-read:5%,latency-p99:20%",
            parse_fail_rules, ""),
+    Option("confirm-budget", "SECONDS",
+           "most time per run (per process) spent on extra paired rounds of workloads whose check is "
+           "not decided yet (worse than its threshold but not significant, or significant but close); "
+           "0 = off", parse_budget, "60s"),
+    Option("history", "N",
+           "judge absolute numbers (plain's throughput, latency, CPU) against the run-to-run spread of "
+           f"up to N comparable saved runs (at least {MIN_HISTORY} are needed; 0 = off)",
+           parse_count("saved runs"), "5"),
+    Option("strict", "BOOL",
+           "fail the gate (exit 7) when it cannot check what it was asked to: no usable baseline, a "
+           "backend x workload of the baseline missing now, settings that differ (bare flag = yes)",
+           parse_bool, "no", form="flag", const="1"),
     Option("max-overhead", "EXPR", "fail when a backend is slower than plain in this run by more than "
            "EXPR and significant, e.g. fscrypt:seq-read:15% (same grammar as --encperf-fail)",
            parse_fail_rules, ""),
@@ -284,6 +315,7 @@ class Settings:
     size: int = 256 * MiB
     runtime: float = 1.5
     rounds: int = 3
+    save_rounds: int = 10
     warmup: int = 1
     steady_cv: float | None = None
     steady_budget: float = 60.0
@@ -294,6 +326,9 @@ class Settings:
     storage: Path = Path(".encperf")
     compare: str | None = None
     fail: list[Rule] = field(default_factory=list)
+    confirm_budget: float = 60.0
+    history: int = 5
+    strict: bool = False
     max_overhead: list[Rule] = field(default_factory=list)
     json: Path | None = None
     markdown: Path | None = None
@@ -327,6 +362,9 @@ def resolve(
             raise ValueError(f"{where}: {exc}") from None
         sources[option.name] = source
     check_partition_options(values)
+    if (values["save"] or values["autosave"]) and sources["rounds"] == "default":
+        values["rounds"] = values["save_rounds"]  # a baseline: more rounds, see --encperf-save-rounds
+        sources["rounds"] = "--encperf-save-rounds (saving a baseline)"
     return Settings(**values, sources=sources)
 
 

@@ -1,22 +1,25 @@
 """Statistics on per-round samples. Pure functions, standard library only (no scipy).
 
-Benchmarks give few rounds (3 to 10), so the tests here are rank-based and exact where that is
-cheap: the Mann-Whitney U test uses the exact null distribution when there are no ties and the
-samples are small, and the normal approximation (tie and continuity corrected, as scipy does)
-otherwise. The ratio of medians gets a percentile bootstrap interval with a fixed seed, so the
-same samples always give the same interval.
+Benchmarks give few rounds (3 to 20), so the tests here are exact where that matters:
+
+- the Mann-Whitney U test uses the exact conditional permutation distribution of the rank sum
+  (ties get mid-ranks, and the distribution is that of *these* ranks, so a tie never makes a
+  p-value smaller than the data can support); large samples use the normal approximation;
+- the shift between two samples is the Hodges-Lehmann estimate (median of all pairwise
+  differences) with the distribution-free interval that inverts the same test;
+- a family of checks is corrected with Holm's step-down procedure;
+- a value is compared with a history of run medians through Student's t prediction interval.
 """
 
 from __future__ import annotations
 
 import math
-import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
-EXACT_MAX = 50  # exact distribution when n1 + n2 <= EXACT_MAX and there are no ties
+EXACT_MAX = 60  # exact permutation distribution when n1 + n2 <= EXACT_MAX (ties or not)
 
 
 def median(values: Sequence[float]) -> float:
@@ -31,29 +34,28 @@ def cv(values: Sequence[float]) -> float:
     return statistics.stdev(values) / mean if mean else math.inf
 
 
+def invalid_values(values: Sequence[float]) -> list[str]:
+    """Why ``values`` cannot be compared on a ratio scale: NaN, infinite, zero or negative entries
+    (each named by its 1-based round). Empty when every value is a positive finite number."""
+    problems = []
+    for index, value in enumerate(values, start=1):
+        if math.isnan(value):
+            problems.append(f"round {index} is NaN")
+        elif math.isinf(value):
+            problems.append(f"round {index} is infinite")
+        elif value <= 0:
+            problems.append(f"round {index} is {value:g}")
+    return problems
+
+
+# ----------------------------------------------------------------------------- Mann-Whitney U
+
+
 @dataclass(frozen=True)
 class MannWhitney:
     u: float  # U statistic of the first sample (number of pairs where x > y, ties count 1/2)
     p_value: float
-    method: str  # "exact" or "normal"
-
-
-@cache
-def _u_counts(n1: int, n2: int) -> tuple[int, ...]:
-    """Number of arrangements of n1 x's and n2 y's giving each U = 0 .. n1*n2 (no ties).
-
-    Recurrence on who holds the largest value: an x above all n2 y's adds n2 to U.
-    """
-    if n1 == 0 or n2 == 0:
-        return (1,)
-    with_x_top = _u_counts(n1 - 1, n2)
-    with_y_top = _u_counts(n1, n2 - 1)
-    counts = [0] * (n1 * n2 + 1)
-    for u, count in enumerate(with_x_top):
-        counts[u + n2] += count
-    for u, count in enumerate(with_y_top):
-        counts[u] += count
-    return tuple(counts)
+    method: str  # "exact" (permutation distribution of these ranks) or "normal"
 
 
 def _ranks(values: Sequence[float]) -> list[float]:
@@ -71,32 +73,53 @@ def _ranks(values: Sequence[float]) -> list[float]:
     return ranks
 
 
+@cache
+def _rank_sum_counts(weights: tuple[int, ...], n1: int) -> tuple[int, ...]:
+    """How many of the C(N, n1) ways to pick n1 of the ``weights`` give each sum 0 .. sum(weights).
+
+    ``weights`` are doubled mid-ranks (integers even with ties). The count polynomials for each
+    subset size are packed into Python integers, one fixed-width slot per sum, so adding an item
+    is one shift and one addition per size instead of a loop over every sum.
+    """
+    slot = (math.comb(len(weights), n1).bit_length() + 8) // 8 * 8  # bits per slot, no carries
+    by_size = [1] + [0] * n1  # by_size[k]: polynomial in x^sum over the subsets of size k
+    for seen, weight in enumerate(weights, start=1):
+        for k in range(min(seen, n1), 0, -1):
+            by_size[k] += by_size[k - 1] << (weight * slot)
+    top = sum(weights)
+    width = slot // 8
+    packed = by_size[n1].to_bytes((top + 1) * width, "little")
+    return tuple(int.from_bytes(packed[s * width : (s + 1) * width], "little") for s in range(top + 1))
+
+
 def mann_whitney_u(
     x: Sequence[float], y: Sequence[float], alternative: str = "two-sided", method: str = "auto"
 ) -> MannWhitney:
     """Mann-Whitney U test of x against y.
 
     ``alternative``: ``"greater"`` (x tends to be larger than y), ``"less"`` or ``"two-sided"``;
-    ``method``: ``"exact"``, ``"normal"`` or ``"auto"`` (exact without ties for small samples).
-    Matches ``scipy.stats.mannwhitneyu(x, y, alternative=..., method=...)`` with its default
-    continuity correction.
+    ``method``: ``"exact"``, ``"normal"`` or ``"auto"`` (exact when n1 + n2 <= EXACT_MAX).
+    ``exact`` is the permutation distribution conditional on the observed ranks: without ties it
+    is the classical exact distribution (scipy's ``method="exact"``); with ties it is what an
+    exhaustive permutation test of the mid-rank sum gives. ``normal`` matches scipy's
+    ``method="asymptotic"`` with its tie and continuity corrections.
     """
     n1, n2 = len(x), len(y)
     if n1 == 0 or n2 == 0:
         raise ValueError("both samples need at least one value")
     if alternative not in ("two-sided", "greater", "less"):
         raise ValueError(f"alternative must be two-sided, greater or less, got {alternative!r}")
+    if method == "auto":
+        method = "exact" if n1 + n2 <= EXACT_MAX else "normal"
     ranks = _ranks([*x, *y])
     u1 = sum(ranks[:n1]) - n1 * (n1 + 1) / 2
-    ties = len(set(ranks)) < n1 + n2
-    if method == "auto":
-        method = "exact" if not ties and n1 + n2 <= EXACT_MAX else "normal"
     if method == "exact":
-        counts = _u_counts(n1, n2)
-        total = sum(counts)
-        u_int = math.floor(u1)
-        p_greater = sum(counts[u_int:]) / total  # P(U >= u1)
-        p_less = sum(counts[: math.ceil(u1) + 1]) / total  # P(U <= u1)
+        weights = [round(2 * rank) for rank in ranks]
+        counts = _rank_sum_counts(tuple(sorted(weights)), n1)
+        total = math.comb(n1 + n2, n1)
+        observed = sum(weights[:n1])
+        p_greater = sum(counts[observed:]) / total  # P(rank sum >= observed)
+        p_less = sum(counts[: observed + 1]) / total  # P(rank sum <= observed)
     elif method == "normal":
         n = n1 + n2
         tie_term = 0.0
@@ -125,39 +148,184 @@ def _normal_sf(z: float) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-def min_p_value(n1: int, n2: int) -> float:
-    """Smallest one-sided exact p-value samples of these sizes can give: 1 / C(n1+n2, n1).
+def _normal_ppf(q: float) -> float:
+    return statistics.NormalDist().inv_cdf(q)
 
-    With 3 rounds on each side it is 0.05, so 3 rounds per side is the minimum for a verdict
-    at the 5% level.
+
+def min_p_value(n1: int, n2: int) -> float:
+    """Smallest one-sided p-value samples of these sizes can give: 1 / C(n1+n2, n1).
+
+    With 3 rounds on each side it is 0.05; a family of checks corrected for multiplicity needs
+    far smaller p-values, hence more rounds (see compare.py).
     """
     return 1 / math.comb(n1 + n2, n1)
 
 
-def bootstrap_ratio_ci(
-    current: Sequence[float],
-    baseline: Sequence[float],
-    confidence: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 20240,
-) -> tuple[float, float]:
-    """Percentile bootstrap interval for median(current) / median(baseline).
+# ----------------------------------------------------------------------------- shift and interval
 
-    Both samples are resampled independently; the seed is fixed so a report is reproducible.
-    """
-    if not current or not baseline:
+
+@dataclass(frozen=True)
+class Shift:
+    """Hodges-Lehmann shift of x against y with its distribution-free interval."""
+
+    estimate: float  # median of all differences x_i - y_j
+    low: float  # -inf / +inf when the samples are too small for the confidence asked
+    high: float
+    confidence: float  # what the interval really covers (discrete: at least the level asked)
+
+
+@cache
+def _u_cdf(n1: int, n2: int) -> tuple[float, ...]:
+    """P(U <= u) for u = 0 .. n1*n2 under the null, without ties."""
+    counts = _rank_sum_counts(tuple(range(2, 2 * (n1 + n2) + 1, 2)), n1)
+    offset = n1 * (n1 + 1)  # doubled rank sum of the smallest n1 ranks: U = sum / 2 - n1(n1+1)/2
+    total = math.comb(n1 + n2, n1)
+    cdf, running = [], 0
+    for u in range(n1 * n2 + 1):
+        running += counts[offset + 2 * u]
+        cdf.append(running / total)
+    return tuple(cdf)
+
+
+def shift_interval(x: Sequence[float], y: Sequence[float], confidence: float = 0.95) -> Shift:
+    """Hodges-Lehmann estimate of the shift of x against y, and the interval that inverts the
+    Mann-Whitney test: the c-th smallest and c-th largest pairwise differences, with c the
+    largest count such that P(U < c) <= (1 - confidence) / 2 (exact for small samples)."""
+    n1, n2 = len(x), len(y)
+    if n1 == 0 or n2 == 0:
         raise ValueError("both samples need at least one value")
-    rng = random.Random(seed)
-    ratios = []
-    for _ in range(resamples):
-        cur = statistics.median(rng.choices(current, k=len(current)))
-        base = statistics.median(rng.choices(baseline, k=len(baseline)))
-        if base:
-            ratios.append(cur / base)
-    if not ratios:
-        return (math.nan, math.nan)
-    ratios.sort()
+    diffs = sorted(a - b for a in x for b in y)
+    estimate = statistics.median(diffs)
     tail = (1 - confidence) / 2
-    low = ratios[math.floor(tail * (len(ratios) - 1))]
-    high = ratios[math.ceil((1 - tail) * (len(ratios) - 1))]
-    return (low, high)
+    if n1 + n2 <= EXACT_MAX:
+        cdf = _u_cdf(n1, n2)
+        c = 0
+        while c < len(cdf) and cdf[c] <= tail:  # P(U <= c) <= tail, so P(U < c + 1) <= tail
+            c += 1
+        achieved = 1 - 2 * cdf[c - 1] if c else 0.0
+    else:
+        sigma = math.sqrt(n1 * n2 * (n1 + n2 + 1) / 12)
+        c = max(0, math.floor(n1 * n2 / 2 - _normal_ppf(1 - tail) * sigma))
+        achieved = confidence
+    if c == 0 or 2 * c > len(diffs):
+        return Shift(estimate, -math.inf, math.inf, 1.0)
+    return Shift(estimate, diffs[c - 1], diffs[len(diffs) - c], achieved)
+
+
+# ----------------------------------------------------------------------------- families
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input order: the k-th smallest p-value is
+    multiplied by (m - k + 1) and kept monotone. Rejecting the adjusted p-values <= alpha keeps
+    the chance of any false rejection in the family at most alpha, whatever their dependence."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [1.0] * m
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
+
+
+# ----------------------------------------------------------------------------- Student's t
+
+
+def _beta_continued_fraction(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1 / (d if abs(d) > tiny else tiny)
+    result = d
+    for m in range(1, 300):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1 + numerator * d
+            d = 1 / (d if abs(d) > tiny else tiny)
+            c = 1 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            result *= c * d
+        if abs(c * d - 1) < 1e-15:
+            break
+    return result
+
+
+def regularized_beta(a: float, b: float, x: float) -> float:
+    """I_x(a, b), the regularized incomplete beta function, for 0 <= x <= 1."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1) / (a + b + 2):
+        return math.exp(log_front) * _beta_continued_fraction(a, b, x) / a
+    return 1 - math.exp(log_front) * _beta_continued_fraction(b, a, 1 - x) / b
+
+
+def t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with ``df`` degrees of freedom."""
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    tail = 0.5 * regularized_beta(df / 2, 0.5, df / (df + t * t))
+    return tail if t >= 0 else 1 - tail
+
+
+def t_ppf(q: float, df: float) -> float:
+    """The t such that P(T <= t) = q (bisection on t_sf; q in (0, 1))."""
+    if not 0 < q < 1:
+        raise ValueError(f"q must be in (0, 1), got {q}")
+    low, high = -1e6, 1e6
+    for _ in range(200):
+        middle = (low + high) / 2
+        if 1 - t_sf(middle, df) < q:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Where a new value falls against a history of values (all on a log scale)."""
+
+    center: float  # mean of the history
+    spread: float  # standard deviation used (pooled where given)
+    df: float
+    t: float  # (value - center) / (spread * sqrt(1 + 1/k))
+    p_below: float  # one-sided p that the new value is this low (or lower) by chance
+    p_above: float
+    half_width: float  # of the two-sided 95% prediction interval around the center
+
+
+def predict(
+    value: float, history: Sequence[float], spread: float | None = None, df: float | None = None
+) -> Prediction:
+    """Student's t prediction test of ``value`` against ``history`` (k >= 2 values).
+
+    ``spread``/``df``: a pooled standard deviation and its degrees of freedom (from several
+    related histories); by default the history's own sample standard deviation, k - 1 df.
+    """
+    k = len(history)
+    if k < 2:
+        raise ValueError("a history needs at least two values")
+    center = statistics.fmean(history)
+    if spread is None:
+        spread, df = statistics.stdev(history), k - 1
+    assert df is not None
+    scale = spread * math.sqrt(1 + 1 / k)
+    if scale == 0:
+        t = 0.0 if value == center else math.copysign(math.inf, value - center)
+    else:
+        t = (value - center) / scale
+    return Prediction(
+        center=center,
+        spread=spread,
+        df=df,
+        t=t,
+        p_below=1 - t_sf(t, df),
+        p_above=t_sf(t, df),
+        half_width=t_ppf(0.975, df) * scale,
+    )

@@ -26,8 +26,8 @@ from typing import Any
 from pytest_benchmark.stats import Stats  # the same statistics pytest-benchmark saves
 from pytest_benchmark.utils import get_commit_info
 
-from . import __version__
-from .model import Result
+from . import __version__, machine
+from .model import Result, RunData
 
 FORMAT = 1  # extra_info["encperf"]["format"]
 _FILE = re.compile(r"^(\d{4})_(.+)\.json$")
@@ -215,12 +215,44 @@ def write_json(path: Path, doc: dict[str, Any]) -> None:
         raise
 
 
-def resolve(storage: Path, ref: str, machine_id: str | None) -> tuple[SavedRun, str | None]:
+def _named(ref: str) -> bool:
+    return ref not in ("", "latest") and not ref.isdigit()
+
+
+def folder_machine_info(folder: Path) -> dict[str, Any]:
+    """The machine info of a machine's newest readable run ({} when none can be read)."""
+    for run in reversed(list_runs(folder.parent, folder.name)):
+        try:
+            doc = json.loads(run.path.read_text(encoding="utf-8"))
+            return dict(doc.get("machine_info") or {})
+        except (OSError, ValueError, AttributeError):
+            continue
+    return {}
+
+
+def same_hardware_machines(storage: Path, machine_id: str, info: dict[str, Any] | None) -> list[str]:
+    """``machine_id`` and every machine id in ``storage`` with the same hardware as ``info`` (CPU,
+    cores, flags, disk model): a kernel or driver update gives a new id, not a new machine."""
+    ids = [machine_id]
+    if info and Path(storage).is_dir():
+        for folder in sorted(Path(storage).iterdir()):
+            if folder.is_dir() and folder.name != machine_id:
+                other = folder_machine_info(folder)
+                if other and machine.same_hardware(other, info):
+                    ids.append(folder.name)
+    return ids
+
+
+def resolve(
+    storage: Path, ref: str, machine_id: str | None, machine_info: dict[str, Any] | None = None
+) -> tuple[SavedRun, str | None]:
     """Find the run ``ref`` names: ``latest``, a number (``3``, ``0003``), a name (``main``: its
     newest run), ``<machine-id>/<number or name>``, or a file path.
 
-    This machine's runs are searched first; a match from another machine comes with a warning.
-    Raises StorageError saying what was searched when nothing matches.
+    ``latest`` and names look among this machine's runs and those of machines with the same
+    hardware (``machine_info``; newest first), numbers among this machine id's only. A name found
+    only on other hardware comes with a warning; ``latest`` never leaves this hardware.
+    Raises NoSavedRun saying what was searched when nothing matches.
     """
     ref = str(ref).strip()
     path = Path(ref)
@@ -228,11 +260,18 @@ def resolve(storage: Path, ref: str, machine_id: str | None) -> tuple[SavedRun, 
         match = _FILE.match(path.name)
         number, name = (int(match.group(1)), match.group(2)) if match else (0, path.stem)
         run = SavedRun(path, path.parent.name, number, name)
-        return run, _other_machine(run, machine_id)
+        return run, _other_machine(run, machine_id, machine_info)
+    everyone = list_runs(storage)
     if "/" in ref:
         machine_id, ref = ref.split("/", 1)
-    everyone = list_runs(storage)
-    mine = list_runs(storage, machine_id) if machine_id else everyone  # no id (the CLI): all machines
+        mine = list_runs(storage, machine_id)
+    elif machine_id is None:  # the CLI: every machine
+        mine = everyone
+    elif ref.isdigit():
+        mine = list_runs(storage, machine_id)
+    else:
+        ids = same_hardware_machines(storage, machine_id, machine_info)
+        mine = [run for run in everyone if run.machine_id in ids]
 
     def pick(runs: list[SavedRun]) -> SavedRun | None:
         if ref in ("", "latest"):
@@ -253,20 +292,53 @@ def resolve(storage: Path, ref: str, machine_id: str | None) -> tuple[SavedRun, 
     run = pick(mine)
     if run is not None:
         return run, None
-    if ref not in ("", "latest") and not ref.isdigit():  # a name may come from another machine
-        others = [r for r in everyone if r.machine_id != machine_id]
+    if _named(ref):  # a name may come from another machine
+        others = [r for r in everyone if r not in mine]
         run = pick(others)
         if run is not None:
-            return run, _other_machine(run, machine_id)
+            return run, _other_machine(run, machine_id, machine_info)
     where = f"{Path(storage) / machine_id}" if machine_id else str(storage)
     known = ", ".join(run.label for run in everyone[-5:]) or "none"
     raise NoSavedRun(f"no saved run matches {ref or 'latest'!r} in {where} (saved runs: {known})")
 
 
-def _other_machine(run: SavedRun, machine_id: str | None) -> str | None:
-    if machine_id and run.machine_id != machine_id:
-        return (
-            f"baseline {run.label} comes from another machine (this one is {machine_id}): "
-            "differences may be the machine's, not the code's"
-        )
-    return None
+def history(
+    storage: Path, reference: SavedRun, ref: str, count: int, machine_info: dict[str, Any] | None = None
+) -> list[SavedRun]:
+    """Up to ``count`` saved runs for the run-to-run spread: the reference and the runs saved
+    before it on the same hardware, newest first; only runs of the same name when ``ref`` named
+    one (``main``), so a history of a branch is not mixed with other branches' runs."""
+    if count <= 0:
+        return []
+    info = machine_info or folder_machine_info(reference.path.parent)
+    ids = same_hardware_machines(storage, reference.machine_id, info)
+    candidates = [
+        run
+        for run in list_runs(storage)
+        if run.machine_id in ids
+        and run.path != reference.path
+        and run.datetime_key <= reference.datetime_key
+        and (not _named(ref) or run.name == reference.name)
+    ]
+    candidates.sort(key=lambda run: run.datetime_key, reverse=True)
+    return [reference, *candidates][:count]
+
+
+def load_run(run: SavedRun) -> RunData:
+    """A saved run as the gate compares it (its results, settings and machine)."""
+    doc, results = load(run.path)
+    settings = doc.get("encperf", {}).get("settings", {}) if isinstance(doc, dict) else {}
+    return RunData(run.label, tuple(results), dict(settings or {}), dict(doc.get("machine_info") or {}))
+
+
+def _other_machine(run: SavedRun, machine_id: str | None, machine_info: dict[str, Any] | None) -> str | None:
+    if not machine_id or run.machine_id == machine_id:
+        return None
+    if machine_info:
+        other = folder_machine_info(run.path.parent)
+        if other and machine.same_hardware(other, machine_info):
+            return None  # the same hardware: the report lists what differs (kernel, driver)
+    return (
+        f"baseline {run.label} comes from another machine (this one is {machine_id}): "
+        "differences may be the machine's, not the code's"
+    )

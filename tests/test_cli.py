@@ -17,15 +17,29 @@ from pytest_encperf.workloads import CDM
 NOW = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 
 
-def save(root: Path, name: str, mb_per_s: float, machine_id: str = "m1") -> Path:
-    rounds = [
-        Measurement("native", "0.1", int(mb_per_s * 1e6 * f), 1.0, 100, 10.0, 20.0, 30.0, 0.5, "direct")
-        for f in (1.0, 1.001, 0.999)
-    ]
-    results = [Result("fscrypt", CDM[0], rounds, rounds)]
-    doc = storage.document(
-        results, {"cpu_model": "test cpu"}, machine_id, {"id": "c0ffee"}, {"rounds": "3"}, NOW
-    )
+def save(root: Path, name: str, mb_per_s: float, machine_id: str = "m1", *, rounds: int = 3) -> Path:
+    """A run of fscrypt at ``mb_per_s`` against plain at 100 MB/s; m2 is other hardware."""
+
+    def measured(value: float) -> list[Measurement]:
+        return [
+            Measurement(
+                "native",
+                "0.1",
+                int(value * 1e6 * (1 + 0.001 * k * (-1) ** k)),
+                1.0,
+                100,
+                10.0,
+                20.0,
+                30.0,
+                0.5,
+                "direct",
+            )
+            for k in range(rounds)
+        ]
+
+    results = [Result("fscrypt", CDM[0], measured(mb_per_s), measured(100))]
+    info = {"cpu_model": "test cpu" if machine_id == "m1" else "other cpu", "kernel": "6.1"}
+    doc = storage.document(results, info, machine_id, {"id": "c0ffee"}, {"rounds": str(rounds)}, NOW)
     return storage.save(root, machine_id, name, doc)
 
 
@@ -47,16 +61,52 @@ def test_list_shows_runs_per_machine(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_compare_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    save(tmp_path, "main", 100)
-    save(tmp_path, "same", 100)
-    save(tmp_path, "slow", 80)
+    save(tmp_path, "main", 50, rounds=10)
+    save(tmp_path, "same", 50)
+    save(tmp_path, "slow", 40)
     assert encperf(tmp_path, "compare", "main", "same", "--fail", "10%") == 0
-    assert "gate: 0 failed, 1 passed" in capsys.readouterr().out
+    assert "encperf: 0 regressions, 1 within threshold, 1 reported, not gated" in capsys.readouterr().out
     assert encperf(tmp_path, "compare", "main", "slow", "--fail", "10%") == EXIT_REGRESSION
     out = capsys.readouterr().out
-    assert "FAIL: fscrypt SEQ1M-Q8T1-read throughput: baseline 100.0 MB/s -> now 80.0 MB/s (-20.0%" in out
+    assert "encperf: 1 regression, 0 within threshold, 1 reported, not gated" in out
+    assert (
+        "FAIL: fscrypt SEQ1M-Q8T1-read throughput: baseline 0.500 x plain -> now 0.400 x plain (-20.0%" in out
+    )
     assert encperf(tmp_path, "compare", "main", "slow") == 0  # no rule: a table, no verdict
     assert "-20.0%" in capsys.readouterr().out
+
+
+def test_compare_uses_the_same_judge_strict_and_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for value in (50, 50.5, 49.5):  # three saved runs: plain's absolute throughput gets a history
+        save(tmp_path, "main", value, rounds=10)
+    save(tmp_path, "pr", 50)
+    assert encperf(tmp_path, "compare", "main", "pr", "--fail", "10%") == 0
+    out = capsys.readouterr().out
+    assert "encperf: 0 regressions, 2 within threshold" in out
+    assert "history: 3 saved runs (m1/0003_main.json, m1/0002_main.json, m1/0001_main.json)" in out
+    assert encperf(tmp_path, "compare", "main", "pr", "--fail", "10%", "--history", "0") == 0
+    assert "1 reported, not gated" in capsys.readouterr().out
+    save(tmp_path, "other-backend", 50)
+    path = tmp_path / "m1" / "0005_other-backend.json"
+    path.write_text(path.read_text().replace('"fscrypt"', '"luks2"'))
+    assert (
+        encperf(tmp_path, "compare", "main", "other-backend", "--fail", "10%", "--strict") == EXIT_REGRESSION
+    )
+    assert (
+        "not checked: fscrypt SEQ1M-Q8T1-read: in m1/0003_main.json, not in this run"
+        in capsys.readouterr().out
+    )
+
+
+def test_compare_takes_max_overhead(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    save(tmp_path, "main", 50, rounds=10)
+    save(tmp_path, "pr", 50, rounds=5)
+    assert encperf(tmp_path, "compare", "main", "pr", "--max-overhead", "40%") == EXIT_REGRESSION
+    out = capsys.readouterr().out
+    assert "FAIL: fscrypt SEQ1M-Q8T1-read throughput: plain in this run 100.0 MB/s -> now 50.0 MB/s" in out
+    assert encperf(tmp_path, "compare", "main", "pr", "--max-overhead", "60%") == 0
 
 
 def test_compare_across_machines_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -67,7 +117,7 @@ def test_compare_across_machines_warns(tmp_path: Path, capsys: pytest.CaptureFix
         == 0
     )
     assert "the runs come from different machines (m1, m2)" in capsys.readouterr().out
-    assert "**Gate: ✅ passed**" in (tmp_path / "r.md").read_text()
+    assert "**✅ encperf: 0 regressions, 1 within threshold" in (tmp_path / "r.md").read_text()
 
 
 def test_show_prints_machine_and_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,28 +1,42 @@
-"""The --encperf-fail grammar, rule selection and single checks (pure code)."""
+"""The gate's pure code: the --encperf-fail grammar, rule selection, evidence, comparability,
+history, the family correction, confirmation and the one verdict builder."""
 
 from __future__ import annotations
+
+import dataclasses
+import math
 
 import pytest
 
 from pytest_encperf.compare import (
     FAIL,
     GRAMMAR,
+    HISTORY,
+    IN_RUN,
     INFO,
+    INVALID,
+    MIN_HISTORY,
+    NOT_COMPARABLE,
+    NOT_GATED,
     NOT_SIGNIFICANT,
+    PAIRED,
+    PAIRED_HISTORY,
     PASS,
-    TOO_FEW_ROUNDS,
+    ROUNDS,
+    Gate,
     Rule,
-    compare_runs,
-    evaluate,
+    expected_family_size,
+    judge,
     overhead_checks,
     parse_rules,
     select_rule,
 )
-from pytest_encperf.model import Measurement, Result
+from pytest_encperf.model import Measurement, Result, RunData
 from pytest_encperf.workloads import CDM, MiB
 
 SEQ_READ, SEQ_WRITE, _, _, _, _, RND4K_Q1T1_READ, RND4K_Q1T1_WRITE = CDM
 BACKENDS = ["plain", "fscrypt", "luks2"]
+SETTINGS = {"size": str(256 * MiB), "runtime": "1.5", "target": "container", "engine": "auto"}
 
 
 @pytest.mark.parametrize(
@@ -33,6 +47,7 @@ BACKENDS = ["plain", "fscrypt", "luks2"]
         ("rnd4k-q1t1-write:15%", [Rule(15.0, workload="rnd4k-q1t1-write", text="rnd4k-q1t1-write:15%")]),
         ("latency-p99:20%", [Rule(20.0, metric="latency-p99", text="latency-p99:20%")]),
         ("cpu-per-gib:25%", [Rule(25.0, metric="cpu-per-gib", text="cpu-per-gib:25%")]),
+        ("abs-throughput:8%", [Rule(8.0, metric="abs-throughput", text="abs-throughput:8%")]),
         ("luks2:seq-read:15%", [Rule(15.0, backend="luks2", workload="seq-read", text="luks2:seq-read:15%")]),
         (
             "fscrypt:write:latency-p999:2.5%",
@@ -75,110 +90,329 @@ def test_most_specific_rule_wins_per_metric() -> None:
     assert select_rule(rules, "plain", SEQ_READ, "latency-p99").text == "latency-p99:20%"
     assert select_rule(rules, "plain", SEQ_READ, "cpu-per-gib") is None
     assert select_rule(parse_rules("5%,10%"), "plain", SEQ_READ, "throughput").text == "10%"  # last wins
+    # vs-plain is the default metric's own name for an encrypted backend: its rules serve both
+    assert select_rule(parse_rules("vs-plain:7%"), "fscrypt", SEQ_READ, "throughput").text == "vs-plain:7%"
 
 
-def samples(center: float, spread: float = 0.001, n: int = 3) -> list[float]:
-    offsets = [0.0, spread, -spread, 2 * spread, -2 * spread, 3 * spread][:n]
-    return [center * (1 + o) for o in offsets]
+# ----------------------------------------------------------------------------- building runs
 
 
-def test_check_fails_only_when_worse_and_significant() -> None:
-    rule = Rule(10.0, text="10%")
-    regression = evaluate("baseline", "fscrypt", SEQ_READ, "throughput", samples(80), samples(100), rule)
-    assert regression.status == FAIL
-    assert regression.worse_percent == pytest.approx(20.0)
-    assert regression.p_value == pytest.approx(0.05)
-    assert regression.interval[1] < 1.0
-    improvement = evaluate("baseline", "fscrypt", SEQ_READ, "throughput", samples(150), samples(100), rule)
-    assert improvement.status == PASS
-    assert improvement.reason == "not worse"
+def spread(center: float, n: int, step: float = 0.001) -> list[float]:
+    """n values around center, +-step apart in relative terms: the median is exactly center."""
+    offsets = [0.0] + [sign * step * k for k in range(1, n) for sign in (1, -1)]
+    return [center * (1 + o) for o in offsets[:n]]
 
 
-@pytest.mark.parametrize(("current", "status"), [(90.0, PASS), (89.99, FAIL), (90.01, PASS)])
-def test_threshold_boundary(current: float, status: str) -> None:
-    rule = Rule(10.0, text="10%")
-    check = evaluate("baseline", "plain", SEQ_READ, "throughput", samples(current), samples(100), rule)
-    assert check.status == status
-
-
-def test_lower_is_better_metrics() -> None:
-    rule = Rule(20.0, metric="latency-p99", text="latency-p99:20%")
-    slower = evaluate("baseline", "plain", SEQ_READ, "latency-p99", samples(130), samples(100), rule)
-    assert slower.status == FAIL
-    assert slower.worse_percent == pytest.approx(30.0)
-    faster = evaluate("baseline", "plain", SEQ_READ, "latency-p99", samples(50), samples(100), rule)
-    assert faster.status == PASS
-
-
-def test_noise_and_too_few_rounds_are_reported_not_failed() -> None:
-    rule = Rule(5.0, text="5%")
-    noisy = evaluate(
-        "baseline", "plain", SEQ_READ, "throughput", samples(94, 0.2, 6), samples(100, 0.2, 6), rule
-    )
-    assert noisy.status == NOT_SIGNIFICANT
-    assert "not significant: p=" in noisy.reason
-    few = evaluate("baseline", "plain", SEQ_READ, "throughput", samples(50, n=2), samples(100, n=2), rule)
-    assert few.status == TOO_FEW_ROUNDS
-    assert "at least 3 rounds on each side" in few.reason
-
-
-def measurement(mb_per_s: float, block: int = MiB) -> Measurement:
+def measurement(
+    mb_per_s: float,
+    block: int = MiB,
+    *,
+    io_mode: str = "direct",
+    engine: str = "fio",
+    p99: float | None = None,
+) -> Measurement:
     moved = int(mb_per_s * 1e6)
-    return Measurement("t", "1", moved, 1.0, moved // block, 10.0, 100.0 / mb_per_s, 200.0, 0.1, "direct")
+    latency = (1e4 / mb_per_s if mb_per_s else 0.0) if p99 is None else p99
+    return Measurement(engine, "1", moved, 1.0, moved // block, 10.0, latency, 200.0, 0.1, io_mode)
 
 
-def result(backend: str, workload, values: list[float], base: list[float] | None = None) -> Result:
+def result(
+    backend: str, workload, volume: list[float], plain: list[float] | None = None, **kwargs: str
+) -> Result:
     block = workload.block_size
     return Result(
         backend,
         workload,
-        [measurement(v, block) for v in values],
-        [measurement(v, block) for v in (base or values)],
+        [measurement(v, block, **kwargs) for v in volume],
+        [measurement(v, block, **kwargs) for v in (plain or [100.0] * len(volume))],
     )
 
 
-def test_compare_runs_pairs_backend_and_workload_and_lists_the_rest() -> None:
-    reference = [result("fscrypt", SEQ_READ, samples(100)), result("fscrypt", SEQ_WRITE, samples(100))]
-    current = [result("fscrypt", SEQ_READ, samples(70)), result("fscrypt", RND4K_Q1T1_READ, samples(100))]
-    comparison = compare_runs(reference, current, parse_rules("10%,latency-p99:50%"))
-    assert [(c.workload, c.metric, c.status) for c in comparison.checks] == [
-        ("SEQ1M-Q8T1-read", "throughput", FAIL),
-        ("SEQ1M-Q8T1-read", "latency-p99", PASS),
+def run(label: str, *results: Result, settings: dict[str, str] | None = None) -> RunData:
+    return RunData(label, results, dict(SETTINGS if settings is None else settings))
+
+
+def only(verdict, backend: str = "fscrypt", metric: str = "throughput"):
+    (check,) = [c for c in verdict.checks if c.backend == backend and c.metric == metric]
+    return check
+
+
+# ----------------------------------------------------------------------------- paired ratios
+
+
+def test_encrypted_backend_is_judged_by_its_paired_ratio_to_plain() -> None:
+    reference = run("ref", result("fscrypt", SEQ_READ, spread(50, 10), spread(100, 10)))
+    # the whole machine got 20% slower: the ratio to plain did not move, nothing fails
+    drifted = run("now", result("fscrypt", SEQ_READ, spread(40, 3), spread(80, 3)))
+    check = only(judge(drifted, reference, parse_rules("10%")))
+    assert (check.evidence, check.unit, check.status) == (PAIRED, "x plain", PASS)
+    assert check.current == pytest.approx(0.5)
+    # the backend alone got 20% slower: the ratio catches it
+    slower = run("now", result("fscrypt", SEQ_READ, spread(40, 3), spread(100, 3)))
+    check = only(judge(slower, reference, parse_rules("10%")))
+    assert check.status == FAIL
+    assert check.change_percent == pytest.approx(-20, abs=0.2)
+    assert check.interval[1] < 0.9  # the whole interval is beyond the threshold
+    assert check.rounds == (3, 10)
+    assert check.p_adjusted == pytest.approx(1 / math.comb(13, 3))  # all 3 below all 10: the exact minimum
+
+
+def test_absolute_throughput_of_an_encrypted_backend_stays_available_and_is_not_gated_alone() -> None:
+    reference = run("ref", result("fscrypt", SEQ_READ, spread(50, 10), spread(100, 10)))
+    drifted = run("now", result("fscrypt", SEQ_READ, spread(40, 3), spread(80, 3)))
+    verdict = judge(drifted, reference, parse_rules("10%,abs-throughput:10%"))
+    absolute = only(verdict, metric="abs-throughput")
+    assert absolute.unit == "MB/s" and absolute.change_percent == pytest.approx(-20, abs=0.2)
+    assert (absolute.evidence, absolute.status, absolute.gated) == (ROUNDS, NOT_GATED, False)
+    assert f"at least {MIN_HISTORY} comparable saved runs (0 here" in absolute.reason
+    assert not verdict.failed
+
+
+def test_plain_is_checked_on_absolute_throughput_and_gated_only_with_history() -> None:
+    ref = result("fscrypt", SEQ_READ, spread(50, 10), spread(100, 10))
+    now = run("now", result("fscrypt", SEQ_READ, spread(40, 3), spread(80, 3)))
+    single = judge(now, run("ref", ref), parse_rules("10%"))
+    plain = only(single, backend="plain")
+    assert (plain.unit, plain.status, plain.evidence) == ("MB/s", NOT_GATED, ROUNDS)
+    assert not single.failed  # with one reference run only the paired ratios can fail
+    # four saved runs whose plain medians spread by about 1%: a 20% drop is far outside it
+    history = [
+        run(f"h{i}", result("fscrypt", SEQ_READ, spread(50 * f, 10), spread(100 * f, 10)))
+        for i, f in enumerate((1.0, 1.01, 0.99, 1.005))
     ]
-    assert comparison.only_in_reference == ["fscrypt SEQ1M-Q8T1-write"]
-    assert comparison.only_in_current == ["fscrypt RND4K-Q1T1-read"]
-    assert compare_runs(reference, current, []).checks[0].status == INFO  # shown, never failing
+    verdict = judge(now, history[0], parse_rules("10%"), history=history)
+    plain = only(verdict, backend="plain")
+    assert (plain.evidence, plain.history_runs, plain.status) == (HISTORY, 4, FAIL)
+    assert only(verdict).evidence == PAIRED_HISTORY and only(verdict).status == PASS
+    assert "history: 4 saved runs" not in str(verdict.notes)  # history is shown by the report
+    # plain within its run-to-run spread (2% down, spread 1%): worse than a 1% threshold but no failure
+    near = run("now", result("fscrypt", SEQ_READ, spread(49, 3), spread(98, 3)))
+    plain = only(judge(near, history[0], parse_rules("1%"), history=history), backend="plain")
+    assert plain.status == NOT_SIGNIFICANT
 
 
-def test_random_4k_rows_are_judged_by_iops() -> None:
-    reference = [result("plain", RND4K_Q1T1_READ, samples(40))]
-    current = [result("plain", RND4K_Q1T1_READ, samples(30))]
-    (check,) = compare_runs(reference, current, parse_rules("10%")).checks
-    assert check.unit == "IOPS"
-    assert check.reference == pytest.approx(40e6 / 4096, rel=0.01)
-
-
-def test_vs_plain_metric_cancels_machine_drift() -> None:
-    # the whole machine got 20% slower: absolute throughput fails, the paired ratio to plain does not
-    reference = [result("fscrypt", SEQ_READ, samples(50), samples(100))]
-    drifted = [result("fscrypt", SEQ_READ, samples(40), samples(80))]
-    checks = compare_runs(reference, drifted, parse_rules("10%,vs-plain:10%")).checks
-    assert [(c.metric, c.status) for c in checks] == [("throughput", FAIL), ("vs-plain", PASS)]
-    # the backend alone got 20% slower: the ratio catches it (throughput has no rule here: shown only)
-    slower = [result("fscrypt", SEQ_READ, samples(40), samples(100))]
-    checks = compare_runs(reference, slower, parse_rules("vs-plain:10%")).checks
-    assert [(c.metric, c.status, c.unit) for c in checks] == [
-        ("throughput", INFO, "MB/s"),
-        ("vs-plain", FAIL, "x plain"),
+def test_history_must_also_show_a_paired_regression_beyond_the_run_to_run_spread() -> None:
+    # saved ratios wander by about 15% from run to run: a 12% drop of the ratio is within that
+    history = [
+        run(f"h{i}", result("fscrypt", SEQ_READ, spread(50 * f, 10), spread(100, 10)))
+        for i, f in enumerate((1.0, 1.15, 0.87, 1.1))
     ]
-    assert checks[1].current == pytest.approx(0.4)
+    now = run("now", result("fscrypt", SEQ_READ, spread(44, 6), spread(100, 6)))
+    check = only(judge(now, history[0], parse_rules("10%"), history=history))
+    assert check.evidence == PAIRED_HISTORY
+    assert check.status == NOT_SIGNIFICANT
+    assert "within the run-to-run spread of 4 saved runs" in check.reason
+
+
+def test_improvement_never_fails_and_latency_is_direction_aware() -> None:
+    history = [
+        run(f"h{i}", result("fscrypt", SEQ_READ, spread(50 * f, 10))) for i, f in enumerate((1, 1.01, 0.99))
+    ]
+    faster = run("now", result("fscrypt", SEQ_READ, spread(75, 3)))
+    assert not judge(faster, history[0], parse_rules("1%,latency-p99:1%"), history=history).failed
+    slower = run("now", result("fscrypt", SEQ_READ, spread(40, 3)))  # p99 latency is 1e4 / MB/s: +25%
+    verdict = judge(slower, history[0], parse_rules("30%,latency-p99:20%"), history=history)
+    latency = only(verdict, metric="latency-p99")
+    assert (latency.status, latency.evidence, latency.unit) == (FAIL, HISTORY, "µs")
+    assert latency.worse_percent == pytest.approx(25, abs=0.5)
+    assert only(verdict).status == PASS  # 20% slower, within the 30% rule
+
+
+@pytest.mark.parametrize(("current", "status"), [(45.0, PASS), (44.9, FAIL)])
+def test_threshold_boundary(current: float, status: str) -> None:
+    reference = run("ref", result("fscrypt", SEQ_READ, spread(50, 9, 0.0001)))  # symmetric spreads:
+    now = run("now", result("fscrypt", SEQ_READ, spread(current, 5, 0.0001)))  # the estimate is exact
+    assert only(judge(now, reference, parse_rules("10%"))).status == status  # exactly 10% worse passes
+
+
+def test_significance_is_tested_against_half_the_threshold() -> None:
+    # 12% worse in the estimate, but the rounds cannot tell it from 5% worse: not significant
+    reference = run(
+        "ref", result("fscrypt", SEQ_READ, [50.0, 51.5, 48.5, 52.0, 48.0, 53.5, 47.0, 50.5, 49.5, 54.0])
+    )
+    now = run("now", result("fscrypt", SEQ_READ, [42.0, 49.0, 40.0, 48.0, 43.0]))
+    check = only(judge(now, reference, parse_rules("10%")))
+    assert check.worse_percent == pytest.approx(12.8, abs=0.1)
+    assert check.p_value == pytest.approx(0.0823, abs=1e-4)  # "worse by more than 5%": not shown
+    assert check.status == NOT_SIGNIFICANT
+    assert "not significant: adjusted p=" in check.reason
+
+
+def test_too_few_rounds_say_so() -> None:
+    reference = run("ref", result("fscrypt", SEQ_READ, spread(50, 2)))
+    now = run("now", result("fscrypt", SEQ_READ, spread(25, 2)))
+    check = only(judge(now, reference, parse_rules("5%")))
+    assert check.status == NOT_SIGNIFICANT
+    assert "2 vs 2 rounds cannot give p below 0.167" in check.reason
+    assert "more rounds are needed" in check.reason
+
+
+def test_random_4k_rows_are_judged_by_iops_ratio() -> None:
+    reference = run("ref", result("fscrypt", RND4K_Q1T1_READ, spread(40, 10), spread(80, 10)))
+    now = run("now", result("fscrypt", RND4K_Q1T1_READ, spread(30, 3), spread(80, 3)))
+    verdict = judge(now, reference, parse_rules("10%,abs-throughput:10%"))
+    assert only(verdict, metric="abs-throughput").unit == "IOPS"
+    assert only(verdict, metric="abs-throughput").reference == pytest.approx(40e6 / 4096, rel=0.01)
+    assert only(verdict).status == FAIL
+
+
+# ----------------------------------------------------------------------------- one family
+
+
+def test_family_of_checks_is_corrected_with_holm() -> None:
+    # each check alone: 3 rounds all below 10 reference rounds, p = 1/286 = 0.0035 < 0.05;
+    # sixteen such checks: Holm multiplies the smallest by 16 and none is significant any more
+    workloads = list(CDM)
+    reference = run("ref", *[result(b, w, spread(50, 10)) for b in ("fscrypt", "luks2") for w in workloads])
+    now = run("now", *[result(b, w, spread(40, 3)) for b in ("fscrypt", "luks2") for w in workloads])
+    checks = [c for c in judge(now, reference, parse_rules("10%")).checks if c.gated]
+    assert len(checks) == 16
+    assert {c.status for c in checks} == {NOT_SIGNIFICANT}
+    assert {round(c.p_adjusted, 6) for c in checks} == {round(16 / 286, 6)}
+    assert "16 checks share alpha 0.05" in checks[0].reason
+    # with one more round each, 1/1001 * 16 = 0.016 <= 0.05: all sixteen fail
+    now4 = run("now", *[result(b, w, spread(40, 4)) for b in ("fscrypt", "luks2") for w in workloads])
+    assert {c.status for c in judge(now4, reference, parse_rules("10%")).checks if c.gated} == {FAIL}
+
+
+# ----------------------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"settings": {**SETTINGS, "size": str(1024 * MiB)}}, "size 1024 MiB -> 256 MiB"),
+        ({"settings": {**SETTINGS, "runtime": "5.0"}}, "runtime 5.0 s -> 1.5 s"),
+        ({"settings": {**SETTINGS, "target": "directory"}}, "target directory -> container"),
+        ({"engine": "native"}, "engine native -> fio"),
+        ({"io_mode": "buffered"}, "I/O mode buffered -> direct"),
+        ({"workload": dataclasses.replace(SEQ_READ, iodepth=4)}, "iodepth=4"),
+    ],
+)
+def test_runs_measured_differently_are_not_comparable(change: dict, expected: str) -> None:
+    workload = change.get("workload", SEQ_READ)
+    kwargs = {key: change[key] for key in ("engine", "io_mode") if key in change}
+    reference = run(
+        "ref",
+        result("fscrypt", workload, spread(50, 10), **kwargs),
+        settings=change.get("settings", SETTINGS),
+    )
+    now = run("now", result("fscrypt", SEQ_READ, spread(20, 3)))
+    verdict = judge(now, reference, parse_rules("10%"))
+    check = only(verdict)
+    assert check.status == NOT_COMPARABLE
+    assert expected in check.reason
+    assert not verdict.failed  # shown, and a failure only under strict
+    assert any("not comparable" in item for item in verdict.incomplete)
+    assert judge(now, reference, parse_rules("10%"), strict=True).failed
+
+
+def test_ratios_across_io_modes_are_never_computed() -> None:
+    mixed = Result(
+        "fscrypt",
+        SEQ_READ,
+        [measurement(v, io_mode="buffered") for v in spread(40, 3)],
+        [measurement(v, io_mode="direct") for v in spread(100, 3)],
+    )
+    reference = run("ref", result("fscrypt", SEQ_READ, spread(50, 10)))
+    check = only(judge(run("now", mixed), reference, parse_rules("10%")))
+    assert check.status == NOT_COMPARABLE
+    assert "this run: I/O mode buffered vs plain direct" in check.reason
+    (overhead,) = overhead_checks([mixed], parse_rules("5%"))
+    assert overhead.status == NOT_COMPARABLE
+
+
+def test_unusable_samples_are_refused_with_backend_and_workload() -> None:
+    reference = run("ref", result("fscrypt", SEQ_READ, spread(50, 10)))
+    now = run(
+        "now", result("fscrypt", SEQ_READ, [40.0, 40.0, 40.0], [100.0, 0.0, 100.0])
+    )  # a plain round broke
+    check = only(judge(now, reference, parse_rules("10%")))
+    assert check.status == INVALID
+    assert (
+        "fscrypt SEQ1M-Q8T1-read throughput: this run has unusable samples (round 2 is infinite"
+        in check.reason
+    )
+    broken = Result("fscrypt", SEQ_READ, [measurement(40, p99=p) for p in (90.0, math.nan, 91.0)])
+    latency = only(judge(run("now", broken), reference, parse_rules("latency-p99:10%")), metric="latency-p99")
+    assert latency.status == INVALID
+    assert "latency-p99: this run has unusable samples (round 2 is NaN)" in latency.reason
+
+
+def test_zero_reference_median_cannot_let_anything_pass() -> None:
+    reference = run("ref", result("fscrypt", SEQ_READ, [0.0] * 10))
+    check = only(judge(run("now", result("fscrypt", SEQ_READ, spread(1, 3))), reference, parse_rules("10%")))
+    assert check.status == INVALID and "the reference has unusable samples" in check.reason
+
+
+def test_vanished_and_new_cells_are_listed_and_strict_fails_on_vanished() -> None:
+    reference = run(
+        "ref", result("fscrypt", SEQ_READ, spread(50, 10)), result("luks2", SEQ_READ, spread(50, 10))
+    )
+    now = run("now", result("fscrypt", SEQ_READ, spread(50, 3)), result("fscrypt", SEQ_WRITE, spread(50, 3)))
+    verdict = judge(now, reference, parse_rules("10%"))
+    assert verdict.only_in_reference == ["luks2 SEQ1M-Q8T1-read"]
+    assert verdict.only_in_current == ["fscrypt SEQ1M-Q8T1-write", "plain SEQ1M-Q8T1-write"]
+    assert verdict.incomplete == ["luks2 SEQ1M-Q8T1-read: in ref, not in this run"]
+    assert not verdict.failed
+    assert judge(now, reference, parse_rules("10%"), strict=True).failed
+
+
+def test_nothing_in_common_is_said_and_fails_under_strict() -> None:
+    reference = run("ref", result("luks2", SEQ_WRITE, spread(50, 10)))
+    now = run("now", result("fscrypt", SEQ_READ, spread(50, 3)))
+    verdict = judge(now, reference, parse_rules("10%"), strict=True)
+    assert "ref has no backend x workload in common with this run" in verdict.unchecked
+    assert verdict.failed
+
+
+def test_no_rule_is_shown_never_failing() -> None:
+    reference = run("ref", result("fscrypt", SEQ_READ, spread(50, 10)))
+    verdict = judge(run("now", result("fscrypt", SEQ_READ, spread(20, 3))), reference, [])
+    assert {c.status for c in verdict.checks} == {INFO}
+    assert not verdict.failed
+
+
+# ----------------------------------------------------------------------------- --encperf-max-overhead
 
 
 def test_overhead_checks_against_plain_in_the_same_run() -> None:
     results = [
-        result("fscrypt", SEQ_READ, samples(80), samples(100)),
-        result("fscrypt", SEQ_WRITE, samples(80), samples(100)),
+        result("fscrypt", SEQ_READ, spread(80, 5), spread(100, 5)),
+        result("fscrypt", SEQ_WRITE, spread(80, 5), spread(100, 5)),
     ]
-    checks = overhead_checks(results, parse_rules("fscrypt:seq-read:15%", BACKENDS))
-    assert [(c.workload, c.status, c.kind) for c in checks] == [("SEQ1M-Q8T1-read", FAIL, "overhead")]
-    assert [c.status for c in overhead_checks(results, parse_rules("25%"))] == [PASS, PASS]
+    verdict = judge(run("now", *results), None, [], parse_rules("fscrypt:seq-read:15%", BACKENDS))
+    assert [(c.workload, c.status, c.kind, c.evidence) for c in verdict.checks] == [
+        ("SEQ1M-Q8T1-read", FAIL, "overhead", IN_RUN)
+    ]
+    within = judge(run("now", *results), None, [], parse_rules("25%"))
+    assert [c.status for c in within.checks] == [PASS, PASS]
+
+
+# ----------------------------------------------------------------------------- confirmation
+
+
+def test_gate_asks_for_more_rounds_only_while_a_check_is_undecided() -> None:
+    rules = tuple(parse_rules("10%"))
+    reference = run("ref", result("fscrypt", SEQ_READ, spread(50, 10)))
+    gate = Gate(reference, rules, settings=SETTINGS, family_size=16)  # level 0.05 / 16
+    assert gate.level == pytest.approx(0.003125)
+    within = result("fscrypt", SEQ_READ, spread(48, 3))
+    assert gate.pending(within, 12) is None  # 4% worse: a pass whatever the rounds say
+    unsure = result("fscrypt", SEQ_READ, spread(40, 3))  # 20% worse, p = 1/286 > 0.003125
+    assert "throughput worse by 20.0% > 10%, p=0.0035 > 0.00313" in gate.pending(unsure, 12)
+    assert gate.pending(unsure, 0) is None  # no more pairs allowed: nothing to gain
+    decided = result("fscrypt", SEQ_READ, spread(40, 4))  # p = 1/1001, interval beyond 10%
+    assert gate.pending(decided, 12) is None
+    close = result("fscrypt", SEQ_READ, [44.0, 46.5, 43.0, 45.5])  # significant, interval reaches 10%
+    assert "significant, but the 95% interval reaches below 10%" in gate.pending(close, 12)
+    assert Gate(None, rules).pending(unsure, 12) is None  # nothing to compare with
+
+
+def test_expected_family_size_counts_the_gated_checks() -> None:
+    rules = parse_rules("10%,latency-p99:20%")
+    reference = run("ref", *[result("fscrypt", w, spread(50, 10)) for w in CDM])
+    # eight paired throughput checks; latency (absolute) and plain join only with a history
+    assert expected_family_size(["fscrypt"], CDM, rules, [], reference) == 8
+    assert expected_family_size(["fscrypt"], CDM, rules, [], reference, history_runs=3) == 8 + 8 + 8
+    assert expected_family_size(["fscrypt", "luks2"], CDM, [], parse_rules("seq:20%"), None) == 8

@@ -1,8 +1,10 @@
 """Saving, comparing and gating through pytester, with a scripted engine (no disks, exact numbers).
 
 The benchmark file swaps the runner's engine for one whose throughput is 100 MB/s times
-SCRIPTED_SCALE (volume side also times SCRIPTED_VOLUME_SCALE), with per-call noise from
-SCRIPTED_NOISE, so each scenario knows exactly what the gate sees.
+SCRIPTED_SCALE (the volume side also times SCRIPTED_VOLUME_SCALE), with per-call noise from
+SCRIPTED_NOISE, so each scenario knows exactly what the gate sees. ``fakecrypt`` and
+``othercrypt`` are plain directories that call themselves encrypted: the gate judges them by
+their paired ratio to plain, like any encrypted backend.
 """
 
 from __future__ import annotations
@@ -24,19 +26,18 @@ from pytest_encperf.model import Measurement
 
 
 class Scripted:
-    name = "scripted"
-
     def __init__(self):
         self.calls = 0
-        self.prepared = 0
+
+    @property
+    def name(self):
+        return os.environ.get("SCRIPTED_ENGINE", "scripted")
 
     def version(self):
         return "1"
 
     def prepare(self, directory, size):
-        # Runner.run prepares the volume's file first, then the baseline's
-        side = "volume" if self.prepared % 2 == 0 else "baseline"
-        self.prepared += 1
+        side = "baseline" if directory.parent.name.endswith("-plain") else "volume"
         path = directory / f"{side}.dat"
         path.touch()
         return path
@@ -53,9 +54,9 @@ class Scripted:
         self.calls += 1
         moved = int(100e6 * factor)
         return Measurement(
-            engine="scripted", engine_version="1", bytes=moved, seconds=1.0,
+            engine=self.name, engine_version="1", bytes=moved, seconds=1.0,
             ios=moved // workload.block_size, lat_p50_us=50 / factor, lat_p99_us=100 / factor,
-            lat_p999_us=200 / factor, cpu_seconds=0.1, io_mode="direct",
+            lat_p999_us=200 / factor, cpu_seconds=0.1, io_mode=os.environ.get("SCRIPTED_IO_MODE", "direct"),
         )
 
 
@@ -67,7 +68,27 @@ def test_workload(encperf, encperf_workload):
     encperf.run(encperf_workload)
 """
 
-LOW_NOISE = "0,0.001,-0.001"  # volume rounds get +0.1%, 0, -0.1%: median exactly the scale
+CONFTEST = """
+import os
+from pytest_encperf.backends.plain import PlainBackend
+
+
+class FakeCrypt(PlainBackend):
+    def describe(self, volume):
+        return {**super().describe(volume), "encryption": "fake"}
+
+
+def pytest_encperf_register_backends(config):
+    return {"fakecrypt": FakeCrypt, "othercrypt": FakeCrypt}
+
+
+def pytest_encperf_update_machine_info(config, machine_info):
+    for key in ("kernel", "cpu_model"):
+        if os.environ.get(f"SCRIPTED_{key.upper()}"):
+            machine_info[key] = os.environ[f"SCRIPTED_{key.upper()}"]
+"""
+
+LOW_NOISE = "0,0.001,-0.001"  # rounds get +0.1%, 0, -0.1%: medians exactly the scale
 # Spread of +-20%: a 6% median drop is well inside it.
 HIGH_NOISE = "0.2,-0.15,0.05,-0.2,0.15,-0.05,0.1,-0.1,0.0,0.18,-0.18,0.03"
 
@@ -75,23 +96,26 @@ HIGH_NOISE = "0.2,-0.15,0.05,-0.2,0.15,-0.05,0.1,-0.1,0.0,0.18,-0.18,0.03"
 @pytest.fixture
 def gate(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     pytester.makepyfile(test_bench=SCRIPTED_BENCHMARK)
+    pytester.makeconftest(CONFTEST)
     monkeypatch.setenv("SCRIPTED_NOISE", LOW_NOISE)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     return pytester
 
 
-def run(pytester: pytest.Pytester, *args: str, rounds: int = 3, **env: str) -> pytest.RunResult:
+def run(
+    pytester: pytest.Pytester, *args: str, rounds: int | None = 3, backends: str = "fakecrypt", **env: str
+) -> pytest.RunResult:
     mp = pytest.MonkeyPatch()
     try:
         for key, value in env.items():
             mp.setenv(key, value)
         return pytester.runpytest(
             "--encperf-target=directory",
-            "--encperf-backends=plain",
+            f"--encperf-backends={backends}",
             f"--encperf-dir={pytester.path}",
             f"--encperf-storage={pytester.path / '.encperf'}",
             "--encperf-size=1MiB",
-            f"--encperf-rounds={rounds}",
+            *([f"--encperf-rounds={rounds}"] if rounds else []),
             "--encperf-warmup=0",  # the scripted noise sequence starts with the counted rounds
             "-k",
             "Q8T1",
@@ -103,6 +127,12 @@ def run(pytester: pytest.Pytester, *args: str, rounds: int = 3, **env: str) -> p
         )
     finally:
         mp.undo()
+
+
+def baseline(pytester: pytest.Pytester, *args: str, backends: str = "fakecrypt", **env: str) -> None:
+    """Save a baseline the default way (10 rounds per workload)."""
+    result = run(pytester, "--encperf-save=main", *args, rounds=None, backends=backends, **env)
+    result.assert_outcomes(passed=2 * len(backends.split(",")))
 
 
 def saved(pytester: pytest.Pytester) -> list[storage.SavedRun]:
@@ -124,24 +154,52 @@ def test_save_writes_a_numbered_file_with_every_round(gate: pytest.Pytester) -> 
     assert len(entry["extra_info"]["encperf"]["rounds"]) == 3
     assert len(entry["extra_info"]["encperf"]["baseline_rounds"]) == 3
     assert doc["machine_info"]["machine_id"] == run_file.machine_id
+    assert doc["encperf"]["settings"]["size"] == str(1024 * 1024)
+
+
+def test_saving_a_baseline_takes_more_rounds_unless_rounds_are_given(gate: pytest.Pytester) -> None:
+    baseline(gate)
+    run(gate, "--encperf-save=main", rounds=None, ENCPERF_ROUNDS="4").assert_outcomes(passed=2)
+    run(gate, "--encperf-save=main", "--encperf-save-rounds=6", rounds=None).assert_outcomes(passed=2)
+    counts = [len(storage.load(r.path)[1][0].rounds) for r in saved(gate)]
+    assert counts == [10, 4, 6]
+
+
+def test_rounds_run_abba_and_their_start_times_are_saved(gate: pytest.Pytester) -> None:
+    run(gate, "--encperf-save=main", rounds=4).assert_outcomes(passed=2)
+    (result, *_) = storage.load(saved(gate)[0].path)[1]
+    order = sorted(
+        [(m.started, "plain") for m in result.baseline_rounds]
+        + [(m.started, "fakecrypt") for m in result.rounds]
+    )
+    assert [side for _, side in order] == ["plain", "fakecrypt", "fakecrypt", "plain"] * 2
 
 
 def test_identical_run_passes_the_gate(gate: pytest.Pytester) -> None:
-    run(gate, "--encperf-save=main").assert_outcomes(passed=2)
+    baseline(gate)
     result = run(gate, "--encperf-compare=main", "--encperf-fail=10%")
     assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines(["*compared with *0001_main.json*", "*gate: 0 failed, 2 passed*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*encperf: compared with *0001_main.json*",
+            "encperf: 0 regressions, 2 within threshold, 2 reported, not gated",
+            "*fakecrypt*SEQ1M-Q8T1-read*throughput*x plain*x plain*3/10*paired ratios*10%*pass",
+            "*2 absolute check(s) not gated: an absolute number is decided only against the run-to-run "
+            "spread of at least 3 comparable saved runs (1 here, see --encperf-history)*",
+        ]
+    )
 
 
-def test_twenty_percent_regression_fails_with_status_and_message(gate: pytest.Pytester) -> None:
-    run(gate, "--encperf-save=main").assert_outcomes(passed=2)
-    result = run(gate, "--encperf-compare=main", "--encperf-fail=10%", SCRIPTED_SCALE="0.8")
+def test_encrypted_regression_fails_with_status_and_message(gate: pytest.Pytester) -> None:
+    baseline(gate, SCRIPTED_VOLUME_SCALE="0.5")
+    result = run(gate, "--encperf-compare=main", "--encperf-fail=10%", SCRIPTED_VOLUME_SCALE="0.4")
     assert result.ret == EXIT_REGRESSION
     result.stdout.fnmatch_lines(
         [
-            "*FAIL: plain SEQ1M-Q8T1-read throughput: baseline 100.0 MB/s -> now 80.0 MB/s (-20.0%; rule 10%)"
-            ": worse by 20.0% > 10%, p=0.050 <= 0.05*Mann-Whitney U p=0.050 (3 vs 3 rounds), ratio 95% CI*",
-            "*gate: 2 failed, 0 passed*",
+            "encperf: 2 regressions, 0 within threshold, 2 reported, not gated",
+            "*FAIL: fakecrypt SEQ1M-Q8T1-read throughput: baseline 0.500 x plain -> now 0.400 x plain "
+            "(-20.0%, 95% interval -20.*..-19.*%; rule 10%): worse by 20.0% > 10%, adjusted p=0.00* <= 0.05; "
+            "evidence: paired ratios, adjusted p=0.00*, 3 vs 10 rounds (3 rounds)",
             "*exit status 7 (performance gate failed)*",
             "*= 2 passed, 6 deselected in *",  # pytest's own result line survives
         ]
@@ -149,102 +207,191 @@ def test_twenty_percent_regression_fails_with_status_and_message(gate: pytest.Py
     assert "Traceback" not in result.stdout.str()
 
 
-def test_noisy_six_percent_drop_is_not_significant_and_says_why(gate: pytest.Pytester) -> None:
-    run(gate, "--encperf-save=main", rounds=6, SCRIPTED_NOISE=HIGH_NOISE).assert_outcomes(passed=2)
+def test_drift_of_the_whole_machine_does_not_fail_an_encrypted_backend(gate: pytest.Pytester) -> None:
+    baseline(gate, SCRIPTED_VOLUME_SCALE="0.5")
+    result = run(gate, "--encperf-fail=10%", SCRIPTED_VOLUME_SCALE="0.5", SCRIPTED_SCALE="0.7")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["encperf: 0 regressions, 2 within threshold, 2 reported, not gated"])
+    result.stdout.fnmatch_lines(
+        ["*plain*SEQ1M-Q8T1-read*100.0 MB/s*70.0 MB/s*-30.0%*rounds of both runs*not gated"]
+    )
+
+
+def test_confirmation_rounds_decide_an_open_check_and_are_reported(gate: pytest.Pytester) -> None:
+    baseline(gate, "--encperf-save-rounds=5", SCRIPTED_VOLUME_SCALE="0.5")
+    # two gated checks: each is decided at 0.05 / 2. 2 rounds against 5 can give p >= 1/21 at
+    # best, so the runner adds a pair: 3 vs 5 gives 1/56 and decides
+    result = run(gate, "--encperf-fail=10%", rounds=2, SCRIPTED_VOLUME_SCALE="0.4")
+    assert result.ret == EXIT_REGRESSION
+    result.stdout.fnmatch_lines(
+        ["*SEQ1M-Q8T1-read*3/5 (+1)*paired ratios*FAIL", "*3 vs 5 rounds (2 rounds + 1 to confirm, decided)"]
+    )
+    off = run(gate, "--encperf-fail=10%", "--encperf-confirm-budget=0", rounds=2, SCRIPTED_VOLUME_SCALE="0.4")
+    assert off.ret == pytest.ExitCode.OK  # without them: 1/21 x 2 checks > 0.05
+    off.stdout.fnmatch_lines(["*SEQ1M-Q8T1-read*2/5 *paired ratios*not significant"])
+
+
+def test_plain_is_gated_against_the_history_of_saved_runs(gate: pytest.Pytester) -> None:
+    for noise in ("0.01,0.011,0.009", "-0.01,-0.011,-0.009", "0,0.001,-0.001"):  # medians 101, 99, 100
+        baseline(gate, SCRIPTED_VOLUME_SCALE="0.5", SCRIPTED_NOISE=noise)
+    result = run(gate, "--encperf-fail=10%", SCRIPTED_SCALE="0.8", SCRIPTED_VOLUME_SCALE="0.5")
+    assert result.ret == EXIT_REGRESSION
+    result.stdout.fnmatch_lines(
+        [
+            "encperf: 2 regressions, 2 within threshold",
+            "*history: 3 saved runs (*0003_main.json, *0002_main.json, *0001_main.json)",
+            "*FAIL: plain SEQ1M-Q8T1-read throughput: baseline 100.0 MB/s -> now 80.0 MB/s*"
+            "evidence: history*",
+        ]
+    )
+    assert "FAIL: fakecrypt" not in result.stdout.str()  # its ratio to plain did not change
+    within = run(gate, "--encperf-fail=10%", "--encperf-history=2", SCRIPTED_SCALE="0.8")
+    within.stdout.fnmatch_lines(["*2 absolute check(s) not gated*(2 here, see --encperf-history)*"])
+
+
+def test_noisy_drop_is_not_significant_and_says_why(gate: pytest.Pytester) -> None:
+    baseline(gate, SCRIPTED_VOLUME_SCALE="0.5", SCRIPTED_NOISE=HIGH_NOISE)
     result = run(
         gate,
-        "--encperf-compare",
         "--encperf-fail=5%",
+        "--encperf-confirm-budget=0",
         rounds=6,
         SCRIPTED_NOISE=HIGH_NOISE,
-        SCRIPTED_SCALE="0.94",
+        SCRIPTED_VOLUME_SCALE="0.47",
     )
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
         [
-            "*not significant: plain SEQ1M-Q8T1-read throughput*(-6.0%; rule 5%): worse by 6.0% > 5%, "
-            "but not significant: p=* > 0.05 (round-to-round CV *",
-            "*gate: 0 failed, 0 passed, 2 over the threshold but not significant*",
+            "encperf: 0 regressions, * over the threshold but not significant*",
+            "*not significant: fakecrypt SEQ1M-Q8T1-*throughput*worse by *% > 5%, but not significant: "
+            "adjusted p=* > 0.05*",
         ]
     )
 
 
-@pytest.mark.parametrize(
-    ("threshold", "expected"),
-    [
-        ("10%", pytest.ExitCode.OK),
-        ("10.0%", pytest.ExitCode.OK),
-        ("9.9%", EXIT_REGRESSION),
-        ("0%", EXIT_REGRESSION),
-    ],
-)
+@pytest.mark.parametrize(("threshold", "expected"), [("20%", pytest.ExitCode.OK), ("19.9%", EXIT_REGRESSION)])
 def test_boundary_thresholds(gate: pytest.Pytester, threshold: str, expected: int) -> None:
-    run(gate, "--encperf-save=main").assert_outcomes(passed=2)
-    result = run(gate, "--encperf-compare=1", f"--encperf-fail={threshold}", SCRIPTED_SCALE="0.9")
-    assert result.ret == expected  # exactly 10% worse: within a 10% threshold
+    baseline(gate, SCRIPTED_VOLUME_SCALE="0.5")
+    result = run(gate, "--encperf-compare=1", f"--encperf-fail={threshold}", SCRIPTED_VOLUME_SCALE="0.4")
+    assert result.ret == expected  # exactly 20% worse: within a 20% threshold
 
 
-def test_improvement_never_fails_and_latency_is_direction_aware(gate: pytest.Pytester) -> None:
-    run(gate, "--encperf-save=main").assert_outcomes(passed=2)
-    faster = run(gate, "--encperf-compare", "--encperf-fail=1%,latency-p99:1%", SCRIPTED_SCALE="1.5")
-    assert faster.ret == pytest.ExitCode.OK
-    # 0.8x throughput = 1.25x latency: the latency rule catches it, the loose throughput rule does not
-    slower = run(
-        gate, "--encperf-compare", "--encperf-fail=30%,seq-read:latency-p99:20%", SCRIPTED_SCALE="0.8"
+def test_too_few_rounds_are_reported_not_failed(gate: pytest.Pytester) -> None:
+    run(gate, "--encperf-save=main", rounds=2, SCRIPTED_VOLUME_SCALE="0.5").assert_outcomes(passed=2)
+    result = run(
+        gate, "--encperf-fail=5%", "--encperf-confirm-budget=0", rounds=2, SCRIPTED_VOLUME_SCALE="0.25"
     )
-    assert slower.ret == EXIT_REGRESSION
-    slower.stdout.fnmatch_lines(
-        ["*FAIL: plain SEQ1M-Q8T1-read latency-p99: baseline 100.0 µs -> now 125.0 µs*"]
-    )
-    assert "FAIL: plain SEQ1M-Q8T1-write" not in slower.stdout.str()
-
-
-def test_too_few_rounds_is_reported_not_failed(gate: pytest.Pytester) -> None:
-    run(gate, "--encperf-save=main", rounds=2).assert_outcomes(passed=2)
-    result = run(gate, "--encperf-compare", "--encperf-fail=5%", rounds=2, SCRIPTED_SCALE="0.5")
     assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines(["*2 vs 2 rounds cannot show significance at 0.05 (at least 3 rounds*"])
+    result.stdout.fnmatch_lines(["*2 vs 2 rounds cannot give p below 0.167*more rounds are needed*"])
 
 
 def test_failing_test_keeps_its_own_exit_status(gate: pytest.Pytester) -> None:
-    run(gate, "--encperf-save=main").assert_outcomes(passed=2)
+    baseline(gate, SCRIPTED_VOLUME_SCALE="0.5")
     gate.makepyfile(test_broken="def test_broken():\n    assert False\n")
-    result = run(
-        gate, "--encperf-compare", "--encperf-fail=10%", "-k", "Q8T1 or broken", SCRIPTED_SCALE="0.5"
-    )
+    result = run(gate, "--encperf-fail=10%", "-k", "Q8T1 or broken", SCRIPTED_VOLUME_SCALE="0.25")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*FAIL: plain SEQ1M-Q8T1-read throughput*"])
+    result.stdout.fnmatch_lines(["*FAIL: fakecrypt SEQ1M-Q8T1-read throughput*"])
 
 
 def test_max_overhead_within_one_run(gate: pytest.Pytester) -> None:
-    result = run(gate, "--encperf-max-overhead=plain:seq-read:15%", SCRIPTED_VOLUME_SCALE="0.8")
+    result = run(gate, "--encperf-max-overhead=fakecrypt:seq-read:15%", SCRIPTED_VOLUME_SCALE="0.8")
     assert result.ret == EXIT_REGRESSION
     result.stdout.fnmatch_lines(
-        ["*FAIL: plain SEQ1M-Q8T1-read throughput: plain in this run 100.0 MB/s -> now 80.0 MB/s (-20.0%*"]
+        [
+            "*FAIL: fakecrypt SEQ1M-Q8T1-read throughput: plain in this run 100.0 MB/s -> now 80.0 MB/s "
+            "(-20.*%*evidence: this run's plain rounds*to confirm, decided)",
+        ]
     )
-    assert (
-        "SEQ1M-Q8T1-write throughput: plain in this run" not in result.stdout.str()
-    )  # rule is seq-read only
+    assert "SEQ1M-Q8T1-write throughput: plain in this run" not in result.stdout.str()  # seq-read only
     within = run(gate, "--encperf-max-overhead=25%", SCRIPTED_VOLUME_SCALE="0.8")
     assert within.ret == pytest.ExitCode.OK
 
 
-def test_missing_baseline_is_a_clear_message_not_a_failure(gate: pytest.Pytester) -> None:
+def test_missing_baseline_is_said_and_fails_only_under_strict(gate: pytest.Pytester) -> None:
     result = run(gate, "--encperf-compare=main", "--encperf-fail=10%")
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
-        ["*no baseline to compare with: no saved run matches 'main' in *nothing was gated*"]
+        [
+            "encperf: nothing was checked (no baseline to compare with: no saved run matches 'main' in *",
+            "*not checked: no baseline to compare with*nothing was gated*",
+            "*--encperf-strict fails then",
+        ]
     )
+    strict = run(gate, "--encperf-fail=10%", "--encperf-strict")
+    assert strict.ret == EXIT_REGRESSION
+    strict.stdout.fnmatch_lines(["*not checked: no baseline to compare with: no saved run matches 'latest'*"])
+
+
+def test_a_backend_that_vanished_since_the_baseline_is_listed(gate: pytest.Pytester) -> None:
+    baseline(gate, backends="fakecrypt,othercrypt")
+    gone = run(gate, "--encperf-fail=10%")
+    assert gone.ret == pytest.ExitCode.OK
+    gone.stdout.fnmatch_lines(
+        [
+            "encperf: 0 regressions, 2 within threshold, 2 reported, not gated, 2 missing now",
+            "*not checked: othercrypt SEQ1M-Q8T1-read: in *0001_main.json, not in this run",
+        ]
+    )
+    assert run(gate, "--encperf-fail=10%", "--encperf-strict").ret == EXIT_REGRESSION
+    assert run(gate, "--encperf-fail=10%", ENCPERF_STRICT="1").ret == EXIT_REGRESSION
+    assert run(gate, "--encperf-fail=10%", backends="fakecrypt,othercrypt", ENCPERF_STRICT="1").ret == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"args": ("--encperf-size=2MiB",)}, "size 1 MiB -> 2 MiB"),
+        ({"env": {"SCRIPTED_ENGINE": "other"}}, "engine scripted -> other"),
+        ({"env": {"SCRIPTED_IO_MODE": "buffered"}}, "I/O mode direct -> buffered"),
+    ],
+)
+def test_runs_measured_differently_are_not_comparable(
+    gate: pytest.Pytester, change: dict, expected: str
+) -> None:
+    baseline(gate, SCRIPTED_VOLUME_SCALE="0.5")
+    args, env = change.get("args", ()), change.get("env", {})
+    result = run(gate, "--encperf-fail=10%", *args, SCRIPTED_VOLUME_SCALE="0.25", **env)
+    assert result.ret == pytest.ExitCode.OK  # a 50% drop, but not comparable: not a failure ...
+    result.stdout.fnmatch_lines(
+        [
+            "encperf: 0 regressions, 0 within threshold, 4 not comparable",
+            f"*not comparable: fakecrypt SEQ1M-Q8T1-read throughput: *{expected}*",
+        ]
+    )
+    assert not [line for line in result.stdout.lines if line.endswith(" pass")]  # ... and never a pass
+    assert run(gate, "--encperf-fail=10%", "--encperf-strict", *args, **env).ret == EXIT_REGRESSION
+
+
+def test_a_kernel_update_still_compares_and_shows_what_changed(gate: pytest.Pytester) -> None:
+    baseline(gate, SCRIPTED_VOLUME_SCALE="0.5", SCRIPTED_KERNEL="6.1.0-1-amd64")
+    result = run(gate, "--encperf-fail=10%", SCRIPTED_VOLUME_SCALE="0.4", SCRIPTED_KERNEL="6.1.0-2-amd64")
+    assert result.ret == EXIT_REGRESSION  # the new kernel made the backend slower: caught
+    result.stdout.fnmatch_lines(
+        [
+            "*encperf: compared with x86_64-*/0001_main.json*",
+            "*this machine differs from the baseline's: kernel 6.1.0-1-amd64 -> 6.1.0-2-amd64*",
+            "*FAIL: fakecrypt SEQ1M-Q8T1-read*",
+        ]
+    )
+    assert "comes from another machine" not in result.stdout.str()
+
+
+def test_other_hardware_is_used_only_when_named_and_with_a_warning(gate: pytest.Pytester) -> None:
+    baseline(gate, SCRIPTED_VOLUME_SCALE="0.5", SCRIPTED_CPU_MODEL="Other CPU")
+    latest = run(gate, "--encperf-fail=10%")
+    latest.stdout.fnmatch_lines(["*not checked: no baseline to compare with: no saved run matches 'latest'*"])
+    named = run(gate, "--encperf-compare=main", "--encperf-fail=10%")
+    named.stdout.fnmatch_lines(["*warning: baseline x86_64-*/0001_main.json comes from another machine*"])
 
 
 def test_corrupted_baseline_names_the_file_and_overwrites_nothing(gate: pytest.Pytester) -> None:
-    run(gate, "--encperf-save=main").assert_outcomes(passed=2)
-    (baseline,) = saved(gate)
-    baseline.path.write_text('{"benchmarks": [')
+    baseline(gate)
+    (first,) = saved(gate)
+    first.path.write_text('{"benchmarks": [')
     result = run(gate, "--encperf-compare=main", "--encperf-fail=10%", "--encperf-save=main")
     assert result.ret == EXIT_REGRESSION
-    result.stdout.fnmatch_lines([f"*cannot use the baseline: {baseline.path}: corrupted (not valid JSON*"])
-    assert baseline.path.read_text() == '{"benchmarks": ['
+    result.stdout.fnmatch_lines([f"*cannot use the baseline: {first.path}: corrupted (not valid JSON*"])
+    assert first.path.read_text() == '{"benchmarks": ['
     assert [r.path.name for r in saved(gate)] == ["0001_main.json", "0002_main.json"]
 
 
@@ -256,6 +403,9 @@ def test_corrupted_baseline_names_the_file_and_overwrites_nothing(gate: pytest.P
         ("--encperf-fail=latency-p99:seq-read:5%", "workload 'seq-read' repeated or out of order"),
         ("--encperf-max-overhead=luks2:seq-read:-5%", "it must end with a percentage"),
         ("--encperf-save=../escape", "bad run name '../escape'"),
+        ("--encperf-confirm-budget=soon", "bad duration 'soon'"),
+        ("--encperf-history=-1", "bad saved runs '-1': expected a whole number >= 0"),
+        ("--encperf-save-rounds=0", "bad rounds '0'"),
     ],
 )
 def test_bad_gate_options_are_usage_errors_with_the_grammar(
@@ -300,16 +450,29 @@ def test_reports_json_markdown_github_summary_and_junit(
     results = storage.results_of(json.loads((gate.path / "out/results.json").read_text()))
     assert sorted(r.workload.name for r in results) == ["SEQ1M-Q8T1-read", "SEQ1M-Q8T1-write"]
     markdown = (gate.path / "report.md").read_text()
-    assert "| plain     | SEQ1M-Q8T1-read" in markdown
-    assert "**Gate: ✅ passed**" in markdown
+    assert markdown.startswith("## encperf\n\n**✅ encperf: 0 regressions, 2 within threshold**\n")
+    assert "| fakecrypt | SEQ1M-Q8T1-read" in markdown
+    assert "| this run's plain rounds | 50%    | pass      |" in markdown  # the check table
     assert summary.read_text() == "earlier step\n" + markdown
     properties = {
         prop.get("name"): prop.get("value")
         for prop in ET.parse(gate.path / "junit.xml").getroot().iter("property")
     }
-    assert float(properties["encperf.plain.SEQ1M-Q8T1-read.mb_per_s"]) == pytest.approx(100.0, rel=0.01)
-    assert "encperf.plain.SEQ1M-Q8T1-write.vs_plain_percent" in properties
-    assert "encperf.plain.SEQ1M-Q8T1-read.lat_p99_us" in properties
+    assert float(properties["encperf.fakecrypt.SEQ1M-Q8T1-read.mb_per_s"]) == pytest.approx(100.0, rel=0.01)
+    assert "encperf.fakecrypt.SEQ1M-Q8T1-write.vs_plain_percent" in properties
+    assert "encperf.fakecrypt.SEQ1M-Q8T1-read.lat_p99_us" in properties
+
+
+def test_markdown_of_a_failed_gate_leads_with_the_verdict(gate: pytest.Pytester) -> None:
+    baseline(gate, SCRIPTED_VOLUME_SCALE="0.5")
+    run(gate, "--encperf-fail=10%", f"--encperf-markdown={gate.path / 'r.md'}", SCRIPTED_VOLUME_SCALE="0.4")
+    lines = (gate.path / "r.md").read_text().splitlines()
+    assert lines[
+        2
+    ] == "**❌ encperf: 2 regressions, 0 within threshold, 2 reported, not gated** (baseline " + (
+        f"`{saved(gate)[0].label}`)"
+    )
+    assert any(line.startswith("- FAIL: fakecrypt SEQ1M-Q8T1-read throughput") for line in lines)
 
 
 def test_autosave_from_environment_names_the_run_after_commit_and_time(gate: pytest.Pytester) -> None:
@@ -323,7 +486,7 @@ def test_autosave_from_environment_names_the_run_after_commit_and_time(gate: pyt
 def test_update_machine_info_hook_changes_info_and_id(gate: pytest.Pytester) -> None:
     run(gate, "--encperf-save=before").assert_outcomes(passed=2)
     gate.makeconftest(
-        "def pytest_encperf_update_machine_info(config, machine_info):\n"
+        CONFTEST + "\n\ndef pytest_encperf_update_machine_info(config, machine_info):\n"
         "    machine_info['device_model'] = 'ci-pool-a'\n"
         "    machine_info['runner'] = 'r1'\n"
     )
@@ -335,19 +498,6 @@ def test_update_machine_info_hook_changes_info_and_id(gate: pytest.Pytester) -> 
     assert doc["machine_info"]["runner"] == "r1"
 
 
-def test_other_machines_baseline_is_used_with_a_warning(gate: pytest.Pytester) -> None:
-    run(gate, "--encperf-save=main").assert_outcomes(passed=2)
-    (original,) = saved(gate)
-    other = original.path.parent.parent / "x86_64-000000000000"
-    other.mkdir()
-    original.path.rename(other / original.path.name)
-    result = run(gate, "--encperf-compare=main", "--encperf-fail=10%")
-    assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines(
-        ["*warning: baseline x86_64-000000000000/0001_main.json comes from another machine*"]
-    )
-
-
 def test_xdist_workers_results_reach_the_controller(gate: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     gate.makepyfile(
@@ -357,10 +507,11 @@ def test_xdist_workers_results_reach_the_controller(gate: pytest.Pytester) -> No
         "-n",
         "2",
         "--encperf-target=directory",
-        "--encperf-backends=plain",
+        "--encperf-backends=fakecrypt",
         f"--encperf-dir={gate.path}",
         f"--encperf-storage={gate.path / '.encperf'}",
         "--encperf-size=1MiB",
+        "--encperf-rounds=3",
         "--encperf-save=parallel",
         f"--junitxml={gate.path / 'junit.xml'}",
         "-p",
@@ -370,7 +521,7 @@ def test_xdist_workers_results_reach_the_controller(gate: pytest.Pytester) -> No
     (run_file,) = saved(gate)
     assert len(storage.load(run_file.path)[1]) == 8
     names = {p.get("name") for p in ET.parse(gate.path / "junit.xml").getroot().iter("property")}
-    assert "encperf.plain.RND4K-Q1T1-write.iops" in names
+    assert "encperf.fakecrypt.RND4K-Q1T1-write.iops" in names
 
 
 def test_pytest_benchmark_compare_reads_saved_runs(gate: pytest.Pytester) -> None:
@@ -391,7 +542,7 @@ def test_pytest_benchmark_compare_reads_saved_runs(gate: pytest.Pytester) -> Non
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "SEQ1M-Q8T1-read[plain]" in proc.stdout
+    assert "SEQ1M-Q8T1-read[fakecrypt]" in proc.stdout
     assert "Median" in proc.stdout
     assert "Failed to load" not in proc.stdout + proc.stderr
 

@@ -77,10 +77,11 @@ def runner(tmp_path: Path, engine: FakeEngine, **kwargs) -> Runner:
 
 
 def test_warmup_rounds_are_run_on_both_sides_and_discarded(tmp_path: Path) -> None:
-    engine = FakeEngine([1.0, 1.0, 100.0, 200.0, 100.0, 200.0])  # the warm-up pair is 1 MB/s, then 100 / 200
+    # the warm-up pair is 1 MB/s, then plain 100 and the volume 200, in A B B A order
+    engine = FakeEngine([1.0, 1.0, 100.0, 200.0, 200.0, 100.0])
     result = runner(tmp_path, engine, warmup=1).run(SEQ_READ)
-    assert len(engine.runs) == 6  # (1 warm-up + 2 counted) x 2 sides, alternating
-    assert [p.parent.name for _, p in engine.runs] == ["base", "vol"] * 3
+    assert len(engine.runs) == 6  # (1 warm-up + 2 counted) x 2 sides
+    assert [p.parent.name for _, p in engine.runs] == ["base", "vol", "base", "vol", "vol", "base"]
     assert [m.mb_per_s for m in result.baseline_rounds] == [100.0, 100.0]
     assert [m.mb_per_s for m in result.rounds] == [200.0, 200.0]
     assert result.warmup_rounds == 1 and result.stop_reason == "2 rounds"

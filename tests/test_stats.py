@@ -1,12 +1,27 @@
-"""Mann-Whitney U, bootstrap interval, CV: pure statistics against known values."""
+"""Mann-Whitney U (exact with ties), Hodges-Lehmann interval, Holm, Student's t, CV: pure
+statistics against scipy's values, brute-force enumeration and hand-computed examples."""
 
 from __future__ import annotations
 
+import itertools
 import math
+import random
 
 import pytest
 
-from pytest_encperf.stats import bootstrap_ratio_ci, cv, mann_whitney_u, median, min_p_value
+from pytest_encperf.stats import (
+    _ranks,
+    cv,
+    holm,
+    invalid_values,
+    mann_whitney_u,
+    median,
+    min_p_value,
+    predict,
+    shift_interval,
+    t_ppf,
+    t_sf,
+)
 
 # (x, y, alternative, method, U, p) from scipy 1.17.1 scipy.stats.mannwhitneyu(x, y, alternative=...,
 # method=...) ("asymptotic" there is "normal" here; continuity correction on, as scipy's default).
@@ -31,7 +46,7 @@ SCIPY = [
     ([19, 22, 16, 29, 24], [20, 11, 17, 12], "less", "exact", 17.0, 0.9682539682539683),
     (A7, B6, "two-sided", "exact", 35.0, 0.05128205128205128),
     (A7, B6, "greater", "normal", 35.0, 0.02689204443119914),
-    # ties: only the normal approximation (with tie correction) is defined
+    # ties: the normal approximation with tie correction, as scipy (the exact method is tested below)
     (TIED_X, TIED_Y, "two-sided", "normal", 14.5, 0.1286480339540388),
     (TIED_X, TIED_Y, "less", "normal", 14.5, 0.0643240169770194),
     (LONG_X, LONG_Y, "two-sided", "exact", 253.0, 0.003193540818593945),
@@ -50,10 +65,51 @@ def test_mann_whitney_matches_scipy(
     assert result.method == method
 
 
-def test_auto_method_is_exact_without_ties_and_normal_with_them() -> None:
+def test_auto_method_is_exact_for_small_samples_ties_or_not() -> None:
     assert mann_whitney_u([1, 2, 3], [4, 5, 6]).method == "exact"
-    assert mann_whitney_u([1, 2, 2], [4, 5, 6]).method == "normal"
-    assert mann_whitney_u(list(range(30)), list(range(100, 130))).method == "normal"  # n1 + n2 > 50
+    assert mann_whitney_u([1, 2, 2], [4, 5, 6]).method == "exact"
+    assert mann_whitney_u(list(range(31)), list(range(100, 130))).method == "normal"  # n1 + n2 > 60
+
+
+def brute_force_p(x: list[float], y: list[float], alternative: str) -> float:
+    """Every way to split the pooled values into groups of len(x) and len(y): the share whose
+    mid-rank sum of the first group is at least as extreme as the observed one."""
+    pooled = [*x, *y]
+    ranks = _ranks(pooled)
+    observed = sum(ranks[: len(x)])
+    sums = [sum(ranks[i] for i in c) for c in itertools.combinations(range(len(pooled)), len(x))]
+    if alternative == "less":
+        return sum(s <= observed + 1e-9 for s in sums) / len(sums)
+    return sum(s >= observed - 1e-9 for s in sums) / len(sums)
+
+
+def test_exact_p_with_ties_is_the_permutation_distribution_of_these_ranks() -> None:
+    rng = random.Random(4)
+    for _ in range(300):
+        x = [rng.randint(1, 4) for _ in range(rng.randint(1, 6))]
+        y = [rng.randint(1, 4) for _ in range(rng.randint(1, 6))]
+        for alternative in ("less", "greater"):
+            exact = mann_whitney_u(x, y, alternative=alternative, method="exact").p_value
+            assert exact == pytest.approx(brute_force_p(x, y, alternative), abs=1e-12), (x, y)
+
+
+def test_ties_never_give_a_p_value_below_what_the_data_support() -> None:
+    # 3 vs 3, each side tied: the normal approximation said 0.023; no split can be more extreme
+    # than "all three below", which is 1 of C(6, 3) = 20 splits
+    assert mann_whitney_u([1, 1, 1], [2, 2, 2], "less", method="normal").p_value == pytest.approx(
+        0.0234, abs=1e-4
+    )
+    assert mann_whitney_u([1, 1, 1], [2, 2, 2], "less").p_value == pytest.approx(1 / 20)
+    # 4 vs 4 small integers: the approximation passes at 0.05 where the exact p is 5/70 = 0.071
+    assert mann_whitney_u([2, 2, 2, 3], [3, 3, 3, 3], "less", method="normal").p_value < 0.05
+    assert mann_whitney_u([2, 2, 2, 3], [3, 3, 3, 3], "less").p_value == pytest.approx(5 / 70)
+    found = [
+        (x, y)
+        for x in itertools.combinations_with_replacement(range(1, 4), 4)
+        for y in itertools.combinations_with_replacement(range(1, 4), 4)
+        if mann_whitney_u(x, y, "less").p_value <= 0.05 < brute_force_p(list(x), list(y), "less")
+    ]
+    assert found == []
 
 
 def test_identical_constant_samples_are_never_significant() -> None:
@@ -76,15 +132,72 @@ def test_min_p_value_states_the_minimum_rounds() -> None:
     assert min_p_value(5, 5) == pytest.approx(1 / 252)
 
 
-def test_bootstrap_interval_is_reproducible_and_brackets_the_ratio() -> None:
-    current = [80.0, 81.0, 79.0, 80.5, 79.5]
-    baseline = [100.0, 101.0, 99.0, 100.5, 99.5]
-    low, high = bootstrap_ratio_ci(current, baseline)
-    assert low <= 0.8 <= high
-    assert high < 1.0  # a clear 20% drop excludes "no change"
-    assert bootstrap_ratio_ci(current, baseline) == (low, high)
-    wide = bootstrap_ratio_ci([60.0, 100.0, 140.0], [90.0, 100.0, 110.0])
-    assert wide[0] < 1.0 < wide[1]
+def test_shift_interval_by_hand() -> None:
+    # x = y - 5 exactly: the pairwise differences are -9 .. -1, their median -5
+    shift = shift_interval([1.0, 2.0, 3.0, 4.0, 5.0], [6.0, 7.0, 8.0, 9.0, 10.0])
+    assert shift.estimate == -5.0
+    # 5 vs 5: P(U <= 2) = 4/252 <= 0.025 < P(U <= 3) = 7/252, so the interval runs from the 3rd
+    # smallest to the 3rd largest of the 25 differences: -8 .. -2, covering 1 - 2 * 4/252
+    assert (shift.low, shift.high) == (-8.0, -2.0)
+    assert shift.confidence == pytest.approx(1 - 8 / 252)
+    assert shift_interval([1.0, 2.0], [3.0, 4.0]).low == -math.inf  # 2 vs 2 cannot reach 95%
+
+
+def test_shift_interval_covers_the_true_shift_at_least_95_percent_of_the_time() -> None:
+    rng = random.Random(11)
+    covered = 0
+    for _ in range(1000):
+        x = [rng.gauss(-0.2, 0.07) for _ in range(4)]
+        y = [rng.gauss(0.0, 0.07) for _ in range(10)]
+        shift = shift_interval(x, y)
+        covered += shift.low <= -0.2 <= shift.high
+    assert covered >= 940  # nominal >= 95% (exact level 96.4% for 4 vs 10), binomial slack
+
+
+def test_holm_by_hand() -> None:
+    # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> kept at 0.06
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert holm([]) == []
+
+
+# (t or q, df, value) from scipy 1.17.1 scipy.stats.t.sf and .ppf
+T_SF = [
+    (2.0, 5, 0.050969739414929174), (-1.3, 3, 0.8577662456360515), (12.9, 2, 0.002977812202518396),
+    (3.2, 16, 0.002788853152388212), (0.5, 40, 0.3099073676167241), (6.0, 1, 0.05256845671125344),
+]  # fmt: skip
+T_PPF = [(0.975, 4, 2.7764451051977934), (0.975, 16, 2.1199052992212546), (0.95, 2, 2.9199855803537242)]
+
+
+@pytest.mark.parametrize(("t", "df", "expected"), T_SF)
+def test_t_sf_matches_scipy(t: float, df: int, expected: float) -> None:
+    assert t_sf(t, df) == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize(("q", "df", "expected"), T_PPF)
+def test_t_ppf_matches_scipy(q: float, df: int, expected: float) -> None:
+    assert t_ppf(q, df) == pytest.approx(expected, rel=1e-9)
+
+
+def test_prediction_against_a_history() -> None:
+    history = [0.0, 0.02, -0.02, 0.01, -0.01]  # mean 0, sample sd 0.0158
+    inside = predict(0.01, history)
+    assert inside.df == 4 and inside.p_below > 0.5
+    outside = predict(-0.2, history)
+    scale = 0.015811388300841896 * math.sqrt(1 + 1 / 5)
+    assert outside.t == pytest.approx(-0.2 / scale)
+    assert outside.p_below == pytest.approx(t_sf(0.2 / scale, 4))
+    pooled = predict(-0.2, history, spread=0.05, df=30)  # a wider pooled spread: less surprising
+    assert pooled.p_below > outside.p_below
+    with pytest.raises(ValueError, match="at least two"):
+        predict(0.0, [0.0])
+
+
+def test_invalid_values_name_their_round() -> None:
+    assert invalid_values([1.0, 2.5]) == []
+    assert invalid_values([1.0, math.nan, math.inf, 0.0, -1.0]) == [
+        "round 2 is NaN", "round 3 is infinite", "round 4 is 0", "round 5 is -1",
+    ]  # fmt: skip
 
 
 def test_median_and_cv() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -20,8 +21,9 @@ def sample_results() -> list[Result]:
     return [Result("fscrypt:contents=adiantum", CDM[0], [m, m, m], [m, m, m], {"cipher": "adiantum"})]
 
 
-def doc() -> dict:
-    return storage.document(sample_results(), {"cpu_model": "x"}, "m1", {"id": "abc"}, {"rounds": "3"}, NOW)
+def doc(**info: str) -> dict:
+    machine = {"cpu_model": "x", "kernel": "6.1.0-1", **info}
+    return storage.document(sample_results(), machine, "m1", {"id": "abc"}, {"rounds": "3"}, NOW)
 
 
 def test_results_round_trip_through_a_saved_file(tmp_path: Path) -> None:
@@ -110,6 +112,49 @@ def test_resolve_references(tmp_path: Path) -> None:
         storage.resolve(tmp_path, "1", None)
     with pytest.raises(storage.StorageError, match="no saved run matches 'main'"):
         storage.resolve(tmp_path / "empty", "main", "m1")
+
+
+def test_latest_and_names_cross_a_kernel_update_but_not_other_hardware(tmp_path: Path) -> None:
+    # m1 and m2 are one machine before and after a kernel update; m3 is another CPU
+    storage.save(tmp_path, "m1", "main", doc())
+    storage.save(tmp_path, "m3", "main", doc(cpu_model="y"))
+    storage.save(tmp_path, "m3", "other", doc(cpu_model="y"))
+    now = {"cpu_model": "x", "kernel": "6.1.0-2"}
+    run, warning = storage.resolve(tmp_path, "latest", "m2", now)
+    assert (run.label, warning) == ("m1/0001_main.json", None)
+    assert storage.resolve(tmp_path, "main", "m2", now) == (run, None)
+    with pytest.raises(storage.NoSavedRun):
+        storage.resolve(tmp_path, "1", "m2", now)  # numbers are per machine id
+    other, warning = storage.resolve(tmp_path, "other", "m2", now)  # named: allowed, with a warning
+    assert other.label == "m3/0002_other.json" and "comes from another machine" in warning
+    with pytest.raises(storage.NoSavedRun):
+        storage.resolve(tmp_path, "latest", "m4", {"cpu_model": "z"})  # never other hardware
+
+
+def test_history_is_the_reference_and_earlier_runs_of_this_hardware(tmp_path: Path) -> None:
+    for machine, name in [("m1", "main"), ("m1", "pr"), ("m2", "main"), ("m1", "main"), ("m3", "main")]:
+        path = storage.save(tmp_path, machine, name, doc(cpu_model="y" if machine == "m3" else "x"))
+        os.utime(path, (len(list(tmp_path.rglob("*.json"))),) * 2)  # saved in this order
+    reference = storage.resolve(tmp_path, "main", "m1")[0]
+    assert reference.label == "m1/0003_main.json"
+    labels = [run.label for run in storage.history(tmp_path, reference, "main", 5)]
+    assert labels == ["m1/0003_main.json", "m2/0001_main.json", "m1/0001_main.json"]  # same name only
+    labels = [run.label for run in storage.history(tmp_path, reference, "latest", 3)]
+    assert labels == ["m1/0003_main.json", "m2/0001_main.json", "m1/0002_pr.json"]
+    assert storage.history(tmp_path, reference, "main", 0) == []
+    older = storage.resolve(tmp_path, "m1/2", None)[0]
+    assert [run.label for run in storage.history(tmp_path, older, "2", 5)] == [
+        "m1/0002_pr.json",
+        "m1/0001_main.json",
+    ]  # nothing saved after the reference
+
+
+def test_load_run_keeps_settings_and_machine(tmp_path: Path) -> None:
+    storage.save(tmp_path, "m1", "main", doc())
+    run = storage.load_run(storage.resolve(tmp_path, "main", "m1")[0])
+    assert (run.label, run.settings) == ("m1/0001_main.json", {"rounds": "3"})
+    assert run.machine_info["cpu_model"] == "x" and run.machine_info["machine_id"] == "m1"
+    assert run.results == tuple(sample_results())
 
 
 @pytest.mark.parametrize("name", ["main", "v1.2", "pr-17", "a_b+c"])
