@@ -233,7 +233,7 @@ class Cell:
         return {
             "engine": "/".join(sorted({m.engine for m in rounds})) or "-",
             "I/O mode": "/".join(sorted({m.io_mode for m in rounds})) or "-",
-            "workload": _workload_text(self.workload),
+            **_workload_fields(self.workload),
         }
 
     def mode_mismatch(self) -> str | None:
@@ -250,8 +250,9 @@ def _ratio(value: float, plain: float) -> float:
 
 
 @cache
-def _workload_text(workload: Workload) -> str:
-    return ",".join(f"{key}={value}" for key, value in asdict(workload).items() if key != "label")
+def _workload_fields(workload: Workload) -> dict[str, str]:
+    """The workload's definition (what its profile made of it), field by field, without its label."""
+    return {f"workload {key}": str(value) for key, value in asdict(workload).items() if key != "label"}
 
 
 def cells_of(results: Iterable[Result]) -> dict[tuple[str, str], Cell]:

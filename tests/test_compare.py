@@ -286,7 +286,7 @@ def test_family_of_checks_is_corrected_with_holm() -> None:
         ({"settings": {**SETTINGS, "target": "directory"}}, "target directory -> container"),
         ({"engine": "native"}, "engine native -> fio"),
         ({"io_mode": "buffered"}, "I/O mode buffered -> direct"),
-        ({"workload": dataclasses.replace(SEQ_READ, iodepth=4)}, "iodepth=4"),
+        ({"workload": dataclasses.replace(SEQ_READ, iodepth=4)}, "workload iodepth 4 -> 8"),
     ],
 )
 def test_runs_measured_differently_are_not_comparable(change: dict, expected: str) -> None:

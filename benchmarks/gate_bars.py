@@ -1,0 +1,125 @@
+"""The gate on real runs (a script, not a timed test): false alarms and catches on this machine.
+
+    python benchmarks/gate_bars.py aa [--backends gocryptfs --runs 5 --fail 10%]
+    python benchmarks/gate_bars.py quota [--backends gocryptfs --runs 3 --cpus 0.5]
+
+Both save a baseline first (the default way: 10 rounds per workload) unless ``--storage`` already
+holds one, then run ``pytest benchmarks/test_crystaldiskmark.py`` ``--runs`` times with
+``--encperf-fail`` against it and print, per run, its exit status, the verdict's header line and
+its wall time. ``aa`` changes nothing between the runs (every failure is a false alarm);
+``quota`` runs each checking run in a cgroup limited to ``--cpus`` CPUs (cgroup v2 ``cpu.max``,
+or v1 ``cpu.cfs_quota_us``): a FUSE backend's crypto runs in its daemon inside that cgroup and
+slows down, plain's I/O barely does. Needs root; every run tears down what it made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HEADER = re.compile(r"^encperf: (\d+ regressions?.*|nothing was checked.*)$", re.M)
+CGROUP_NAME = f"encperf-gate-bars-{os.getpid()}"
+
+
+def pytest_run(
+    args: argparse.Namespace, *options: str, enter: Callable[[], None] | None = None
+) -> tuple[int, str, float]:
+    """One benchmark session; (exit status, verdict header, seconds)."""
+    command = [
+        sys.executable, "-m", "pytest", str(ROOT / "benchmarks" / "test_crystaldiskmark.py"), "-q",
+        "-p", "no:cacheprovider", f"--encperf-backends={args.backends}", f"--encperf-storage={args.storage}",
+        f"--encperf-dir={args.dir}", *options,
+    ]  # fmt: skip
+    started = time.monotonic()
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, preexec_fn=enter, check=False)
+    seconds = time.monotonic() - started
+    (args.storage / "logs").mkdir(parents=True, exist_ok=True)
+    log = args.storage / "logs" / f"run-{int(time.time())}-{proc.returncode}.log"
+    log.write_text(proc.stdout + proc.stderr)
+    match = HEADER.search(proc.stdout)
+    return proc.returncode, match.group(0) if match else f"(no verdict; see {log})", seconds
+
+
+def ensure_baseline(args: argparse.Namespace) -> None:
+    if list(args.storage.glob("*/*_gate-bars.json")):
+        return
+    status, _, seconds = pytest_run(args, "--encperf-save=gate-bars")
+    print(f"baseline saved in {seconds:.0f} s (exit {status})")
+
+
+class CpuQuota:
+    """A cgroup limited to ``cpus`` CPUs; ``enter`` moves the calling process into it."""
+
+    def __init__(self, cpus: float) -> None:
+        period = 100_000
+        quota = int(cpus * period)
+        v2 = Path("/sys/fs/cgroup/cgroup.controllers")
+        if v2.exists():
+            self.path = Path("/sys/fs/cgroup") / CGROUP_NAME
+            self.path.mkdir()
+            (self.path / "cpu.max").write_text(f"{quota} {period}\n")
+            self.procs = self.path / "cgroup.procs"
+        else:
+            self.path = Path("/sys/fs/cgroup/cpu") / CGROUP_NAME
+            self.path.mkdir()
+            (self.path / "cpu.cfs_period_us").write_text(f"{period}\n")
+            (self.path / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+            self.procs = self.path / "tasks"
+
+    def enter(self) -> None:
+        self.procs.write_text(f"{os.getpid()}\n")
+
+    def remove(self) -> None:
+        self.path.rmdir()  # empty again: every process of the run has exited
+
+
+def checking_runs(args: argparse.Namespace, enter: Callable[[], None] | None = None) -> list[int]:
+    statuses = []
+    for index in range(1, args.runs + 1):
+        status, header, seconds = pytest_run(
+            args, "--encperf-compare=gate-bars", f"--encperf-fail={args.fail}", enter=enter
+        )
+        statuses.append(status)
+        print(f"run {index}: exit {status}, {seconds:.0f} s: {header}")
+    return statuses
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("mode", choices=("aa", "quota"))
+    parser.add_argument("--backends", default="gocryptfs")
+    parser.add_argument("--runs", type=int, default=None, help="checking runs (aa: 5, quota: 3)")
+    parser.add_argument("--fail", default="10%")
+    parser.add_argument("--cpus", type=float, default=0.5, help="quota: CPUs the checking runs get")
+    parser.add_argument("--storage", type=Path, default=None, help="saved runs (default: a new temp dir)")
+    parser.add_argument("--dir", type=Path, default=Path(os.environ.get("ENCPERF_DIR", "/var/tmp")))
+    args = parser.parse_args()
+    args.runs = args.runs or (5 if args.mode == "aa" else 3)
+    args.storage = (args.storage or Path(tempfile.mkdtemp(prefix="gate-bars-"))).resolve()
+    print(f"{args.mode}: {args.backends} vs plain, --encperf-fail={args.fail}, storage {args.storage}")
+    ensure_baseline(args)
+    if args.mode == "aa":
+        statuses = checking_runs(args)
+        print(f"false failures: {sum(s == 7 for s in statuses)} of {len(statuses)}")
+        return 0
+    quota = CpuQuota(args.cpus)
+    try:
+        statuses = checking_runs(args, quota.enter)
+    finally:
+        quota.remove()
+    print(f"caught under a {args.cpus:g}-CPU quota: {sum(s == 7 for s in statuses)} of {len(statuses)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
