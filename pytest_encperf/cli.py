@@ -29,9 +29,7 @@ from .settings import (
     OPTIONS,
     default_directory,
     parse_choice,
-    parse_count,
     parse_directory,
-    parse_fail_rules,
     parse_path,
 )
 from .targets import Target, container_size
@@ -89,32 +87,27 @@ def run_list(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- compare
 
 
+def add_shared_option(parser: argparse.ArgumentParser, name: str, flag: str, also: str = "") -> None:
+    """An option of the plugin's table (settings.OPTIONS) under a shorter CLI flag: same parser,
+    same accepted forms, same default."""
+    option = _option(name)
+    parser.add_argument(
+        flag,
+        type=argument_type(option.parse),
+        default=option.parse(option.default_text()),
+        metavar=option.metavar,
+        help=f"{option.help}{also} (default: {option.default_display()})".replace("%", "%%"),
+    )
+
+
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "baseline", help="the reference run: number, name, MACHINE-ID/RUN, latest or .json path"
     )
     parser.add_argument("current", help="the run to judge (same forms)")
-    parser.add_argument(
-        "--fail",
-        type=argument_type(parse_fail_rules),
-        default=[],
-        metavar=_option("fail").metavar,
-        help=f"{_option('fail').help} (same grammar as --encperf-fail)".replace("%", "%%"),
-    )
-    parser.add_argument(
-        "--max-overhead",
-        type=argument_type(parse_fail_rules),
-        default=[],
-        metavar=_option("max-overhead").metavar,
-        help=f"{_option('max-overhead').help} (in the current run)".replace("%", "%%"),
-    )
-    parser.add_argument(
-        "--history",
-        type=argument_type(parse_count("saved runs")),
-        default=int(_option("history").default_text()),
-        metavar="N",
-        help=f"{_option('history').help} (default: %(default)s)",
-    )
+    add_shared_option(parser, "fail", "--fail", " (same grammar as --encperf-fail)")
+    add_shared_option(parser, "max-overhead", "--max-overhead", " (in the current run)")
+    add_shared_option(parser, "history", "--history")
     parser.add_argument("--strict", action="store_true", help=_option("strict").help)
     parser.add_argument(
         "--markdown", type=argument_type(parse_path), metavar="PATH", help="also write Markdown"

@@ -269,10 +269,15 @@ def _format_p(value: float | None) -> str:
     return f"{value:.3f}" if value >= 0.001 else f"{value:.1e}"
 
 
+_STOPS = (("decided", "decided"), ("budget spent", "budget spent"), ("the most for one workload", "at most"))
+
+
 def _rounds_cell(check: Check) -> str:
+    """``4/10 (+1 decided)``: rounds now/before, and the confirmation pairs and why they stopped."""
     now, before = check.rounds
-    text = f"{now}/{before}"
-    return f"{text} (+{check.confirm_rounds})" if check.confirm_rounds else text
+    why = next((short for text, short in _STOPS if text in check.stop), "")
+    added = f"+{check.confirm_rounds} " if check.confirm_rounds else ""
+    return f"{now}/{before} ({added}{why})" if why else f"{now}/{before}"
 
 
 def _check_row(check: Check) -> list[str]:
