@@ -289,7 +289,7 @@ def _check_row(check: Check) -> list[str]:
         _format_metric(check.current, check.unit),
         "-" if math.isnan(check.change_percent) else _format_change(check.change_percent),
         _format_interval(check),
-        _format_p(check.p_adjusted if check.gated else check.p_value),
+        _format_p(check.p_adjusted) if check.gated else f"({_format_p(check.p_value)})",
         _rounds_cell(check),
         check.evidence,
         check.rule or "-",
@@ -311,6 +311,14 @@ CHECK_HEADERS = [
     "rule",
     "verdict",
 ]
+
+
+CHECK_LEGEND = (
+    "change: Hodges-Lehmann estimate of now/before with its 95% interval; p (adj.): one-sided, "
+    "for 'worse by more than half the threshold', Holm-adjusted over the gated checks (in "
+    "parentheses: unadjusted, for checks that are not gated); rounds now/before: (+N) confirmation "
+    "pairs and why they stopped"
+)
 
 
 def check_table(checks: list[Check], tablefmt: str = "simple") -> str:
@@ -417,7 +425,7 @@ def verdict_report(verdict: Verdict) -> list[Line]:
     lines.append(("line", colour, verdict_header(verdict)))
     table = check_table(verdict.checks)
     if table:
-        lines.append(("line", "", table))
+        lines += [("line", "", table), ("line", "", CHECK_LEGEND)]
     lines += [("line", tone, f"encperf: {message}") for tone, message in messages]
     if verdict.failed:
         lines.append(
@@ -468,5 +476,5 @@ def markdown_report(results: list[Result], verdict: Verdict | None, title: str =
     if verdict is not None:
         parts += [f"- {message}" for _, message in verdict_messages(verdict)]
         if verdict.checks:
-            parts += ["", check_table(verdict.checks, tablefmt="github")]
+            parts += ["", check_table(verdict.checks, tablefmt="github"), "", CHECK_LEGEND]
     return "\n".join(parts) + "\n"
