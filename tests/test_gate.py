@@ -224,7 +224,10 @@ def test_confirmation_rounds_decide_an_open_check_and_are_reported(gate: pytest.
     result = run(gate, "--encperf-fail=10%", rounds=2, SCRIPTED_VOLUME_SCALE="0.4")
     assert result.ret == EXIT_REGRESSION
     result.stdout.fnmatch_lines(
-        ["*SEQ1M-Q8T1-read*3/5 (+1 decided)*paired ratios*FAIL", "*3 vs 5 rounds (2 rounds + 1 to confirm, decided)"]
+        [
+            "*SEQ1M-Q8T1-read*3/5 (+1 decided)*paired ratios*FAIL",
+            "*3 vs 5 rounds (2 rounds + 1 to confirm, decided)",
+        ]
     )
     off = run(gate, "--encperf-fail=10%", "--encperf-confirm-budget=0", rounds=2, SCRIPTED_VOLUME_SCALE="0.4")
     assert off.ret == pytest.ExitCode.OK  # without them: 1/21 x 2 checks > 0.05
