@@ -444,12 +444,6 @@ def remove_dm(name: str) -> None:
         run(["dmsetup", "remove", "--retry", name])
 
 
-def wipe_signatures(device: Path) -> None:
-    """Erase the file system / LUKS signatures we wrote on a partition (``wipefs --all``), so the
-    next run finds it as empty as the user gave it."""
-    run(["wipefs", "--all", "--quiet", str(device)])
-
-
 # ---------------------------------------------------------------- mounts
 
 

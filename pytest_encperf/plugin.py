@@ -33,9 +33,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             form = {"action": "store_const", "const": option.const}
         elif option.form == "optional":
             form = {"metavar": option.metavar, "nargs": "?", "const": option.const}
-        help_text = (
-            f"{option.help} (ini: {option.ini}, env: {option.env}; default: {option.default_display()})"
-        )
+        twins = "command line only" if option.command_line_only else f"ini: {option.ini}, env: {option.env}"
+        help_text = f"{option.help} ({twins}; default: {option.default_display()})"
         group.addoption(
             option.flag,
             dest=f"encperf_{option.name.replace('-', '_')}",
@@ -60,7 +59,10 @@ def pytest_configure(config: pytest.Config) -> None:
     cli = {name: config.getoption(attr) for name, attr in dest.items()}
     ini = {option.name: config.getini(option.ini) for option in OPTIONS}
     try:
-        settings = resolve(cli, ini)
+        # the arguments typed for this run, without addopts (an xdist worker's come from the
+        # controller, which has checked them)
+        typed = None if hasattr(config, "workerinput") else [str(a) for a in config.invocation_params.args]
+        settings = resolve(cli, ini, typed=typed)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     session = EncperfSession(config, settings)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import host
-from .backends import BackendBase, BackendError, Volume
+from .backends import BackendBase, BackendError, Volume, placement_problems
 from .engines import Engine
 from .engines.observe import Observe
 from .host import HostError, signals_deferred
@@ -87,7 +87,7 @@ class MountedVolume:
 
 def open_volume(backend: BackendBase, target: Target, workdir: Path) -> MountedVolume:
     """Check, create and mount; on any failure everything made so far is torn down."""
-    problems = backend.problems(target)
+    problems = backend.problems(target) + placement_problems(backend, target)
     if problems:
         raise Unavailable("; ".join(problems))
     workdir.mkdir(parents=True, exist_ok=False)

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from . import host, journal, machine, storage
-from .backends import BASELINE, BackendSpec, make_backend
+from .backends import BASELINE, BackendSpec, make_backend, placement_problems
 from .ceiling import CipherCeiling, measure_ceiling
 from .compare import EXIT_REGRESSION, Gate, Verdict, expected_family_size, judge
 from .engines import Engine, select_engine
@@ -39,7 +39,7 @@ from .runner import (
     slug,
 )
 from .settings import Settings
-from .targets import Target, container_size
+from .targets import DeviceClaim, Target, container_size
 from .workloads import PROFILES, MiB, Workload, profile_workloads
 
 # Fixtures that create volumes: a session collecting none of them needs no room on the target.
@@ -79,6 +79,10 @@ class EncperfSession:
         self._reference: Reference | None = None
         self._gate: Gate | None = None
         self._confirm_budget: ConfirmBudget | None = None
+        # partition target: the device held exclusively between volumes, or why it cannot be
+        self._claim: DeviceClaim | None = None
+        self._device_refused = ""
+        self._device_lost = ""
 
     # ------------------------------------------------------------- selection
 
@@ -131,34 +135,74 @@ class EncperfSession:
         finally:
             self.close(mounted)
 
+    def hold_device(self) -> str:
+        """Partition target: hold the device exclusively (O_EXCL) from before the first write
+        (see targets.DeviceClaim). Returns why it cannot be held (every backend is then
+        skipped); fails the test when something took it while a volume of ours had it."""
+        if self._device_lost:
+            pytest.fail(self._device_lost, pytrace=False)
+        if self._claim is None and not self._device_refused:
+            assert self.target.device is not None
+            claim = DeviceClaim(self.target.device)
+            try:
+                claim.acquire()
+            except host.HostError as exc:
+                self._device_refused = str(exc)
+            else:
+                self._claim = claim
+        return self._device_refused
+
     def open(self, spec_text: str) -> MountedVolume:
         """Create and mount a volume; pytest.skip with the reason when the backend can't run here."""
-        if self.sequential and spec_text != BASELINE and spec_text not in self._measured_baseline:
-            if spec_text in self.skipped:
-                pytest.skip(f"{spec_text}: {self.skipped[spec_text]}")
-            self._measured_baseline[spec_text] = self.measure_baseline()  # before
         if spec_text in self.skipped:
             pytest.skip(f"{spec_text}: {self.skipped[spec_text]}")
         if spec_text in self.errors:
             pytest.fail(self.errors[spec_text], pytrace=False)
         backend = make_backend(BackendSpec.parse(spec_text))
+        if self.sequential:
+            # checked before anything is measured or written for this backend
+            problems = backend.problems(self.target) + placement_problems(backend, self.target)
+            refused = "; ".join(problems) or self.hold_device()
+            if refused:
+                self.skipped[spec_text] = refused
+                pytest.skip(f"{spec_text}: {refused}")
+            if spec_text != BASELINE and spec_text not in self._measured_baseline:
+                self._measured_baseline[spec_text] = self.measure_baseline()  # before
         workdir = self.run_dir() / f"{next(self._counter):02d}-{slug(spec_text)}"
+        if self._claim is not None:
+            self._claim.release()  # lent to the volume: its mount or mapping holds the device now
         try:
             mounted = open_volume(backend, self.target, workdir)
         except Unavailable as exc:
             self.skipped[spec_text] = str(exc)
+            self._take_device_back()
             pytest.skip(f"{spec_text}: {exc}")
-        except Exception as exc:
-            self.errors[spec_text] = f"{exc}"
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                self.errors[spec_text] = f"{exc}"
+            self._take_device_back()
             raise
         self._open.append(mounted)
         return mounted
+
+    def _take_device_back(self) -> None:
+        if self._claim is None or self._claim.held:
+            return
+        try:
+            self._claim.acquire()
+        except host.HostError as exc:
+            self._device_lost = (
+                f"{self.target.device} was taken by something else between two volumes of this run; "
+                f"stopping: {exc}"
+            )
+            raise host.HostError(self._device_lost) from None
 
     def close(self, mounted: MountedVolume) -> None:
         with host.signals_deferred():
             if mounted in self._open:
                 self._open.remove(mounted)
             close_volume(mounted)
+            self._take_device_back()
         if self.sequential and mounted.spec != BASELINE:
             after = self.measure_baseline()  # the partition again, now that the volume is gone
             for result in self.results:
@@ -185,6 +229,8 @@ class EncperfSession:
                     errors.append(str(exc))
                 self._run_cleanup = None
                 self._run_dir = None
+            if self._claim is not None:
+                self._claim.release()
         if errors:
             raise host.HostError("; ".join(errors))
 

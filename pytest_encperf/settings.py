@@ -8,6 +8,10 @@ Precedence, highest first:
 3. the ini file (pytest.ini, pyproject.toml, tox.ini, setup.cfg);
 4. the default below.
 
+The consent to erase a device (``--encperf-allow-destroy``, ``--encperf-force``) is taken from the
+command line typed for this run only: a value in the environment, an ini file or ``addopts``
+(``PYTEST_ADDOPTS``) is a usage error, so a forgotten setting never erases a disk.
+
 Parsers raise ValueError whose message lists the accepted forms; the plugin turns it into
 ``pytest.UsageError``.
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -216,6 +220,8 @@ class Option:
     # the bare form meaning ``const``. Each keeps the command-line default None, so precedence holds.
     form: str = "value"
     const: str | None = None
+    # consent to destroy data: accepted from the command line of this run only
+    command_line_only: bool = False
 
     @property
     def flag(self) -> str:
@@ -244,9 +250,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("device", "DEV", "partition target: the block device to overwrite (e.g. /dev/sdb1)",
            parse_device, ""),
     Option("allow-destroy", "DEV", "partition target: repeat --encperf-device exactly to allow erasing it",
-           parse_text, ""),
+           parse_text, "", command_line_only=True),
     Option("force", "0|1", "partition target: overwrite a device that carries a signature (1)",
-           parse_bool, "0"),
+           parse_bool, "0", command_line_only=True),
     Option("dir", "DIR", "directory (on the disk to measure) for containers and volumes",
            parse_directory, default_directory),
     Option("size", "SIZE", "size of each workload file (CrystalDiskMark's default is 1GiB)",
@@ -337,16 +343,24 @@ class Settings:
 
 
 def resolve(
-    cli: dict[str, str | None], ini: dict[str, str | None], environ: dict[str, str] | None = None
+    cli: dict[str, str | None],
+    ini: dict[str, str | None],
+    environ: dict[str, str] | None = None,
+    typed: Sequence[str] | None = None,
 ) -> Settings:
     """Apply the precedence (CLI, environment, ini, default) and parse every option.
 
-    Raises ValueError naming the option, where its value came from and the accepted forms.
+    ``typed``: the arguments given on this run's command line (pytest's invocation arguments,
+    without ``addopts``), when known: a consent option in ``cli`` but not in ``typed`` came from
+    ``addopts`` or ``PYTEST_ADDOPTS``. Raises ValueError naming the option, where its value
+    came from and the accepted forms.
     """
     environ = dict(os.environ) if environ is None else environ
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for option in OPTIONS:
+        if option.command_line_only:
+            check_consent_source(option, cli, ini, environ, typed)
         candidates = (
             (option.flag, cli.get(option.name)),
             (option.env, environ.get(option.env)),
@@ -366,6 +380,30 @@ def resolve(
         values["rounds"] = values["save_rounds"]  # a baseline: more rounds, see --encperf-save-rounds
         sources["rounds"] = "--encperf-save-rounds (saving a baseline)"
     return Settings(**values, sources=sources)
+
+
+def check_consent_source(
+    option: Option,
+    cli: dict[str, str | None],
+    ini: dict[str, str | None],
+    environ: dict[str, str],
+    typed: Sequence[str] | None,
+) -> None:
+    """Consent to erase a device counts only when typed on this run's command line."""
+    elsewhere = []
+    if environ.get(option.env) not in (None, ""):
+        elsewhere.append(f"the environment ({option.env})")
+    if ini.get(option.name) not in (None, ""):
+        elsewhere.append(f"the ini file ({option.ini})")
+    given = cli.get(option.name) not in (None, "")
+    typed_here = typed is None or any(a == option.flag or a.startswith(f"{option.flag}=") for a in typed)
+    if given and not typed_here:
+        elsewhere.append("addopts or PYTEST_ADDOPTS")
+    if elsewhere:
+        raise ValueError(
+            f"{option.flag}: consent to erase a device is taken from this run's command line only, "
+            f"not from {' or '.join(elsewhere)}: remove it there and type {option.flag}=... with the command"
+        )
 
 
 def check_partition_options(values: dict[str, Any]) -> None:

@@ -2,17 +2,21 @@
 
 ``container``: a sparse file in the run directory, attached with ``losetup --direct-io=on`` so
 that I/O reaches the disk below instead of the host's page cache (checked in sysfs).
-``partition``: a block device the user names twice (``--encperf-device=/dev/X
---encperf-allow-destroy=/dev/X``); everything on it is overwritten, so it is refused while
-mounted, when it is (on) the root disk, holds swap or is held by another device (dm, md), and
-when it carries a file system or partition table signature unless ``--encperf-force``.
+``partition``: a block device the user names twice on the command line (``--encperf-device=/dev/X
+--encperf-allow-destroy=/dev/X``); everything on it is overwritten, so it is refused when it
+is, sits under or holds a mounted file system, swap, an active device-mapper/LVM/MD device or
+the stack holding /, when another program holds it, and when it carries a file system or
+partition table signature unless ``--encperf-force``. A run holds it exclusively (O_EXCL)
+from before its first write (see DeviceClaim).
 ``directory``: a directory on the host filesystem; needs no root, but only file-level
 backends (plain, fscrypt where the host filesystem supports it, FUSE) can use it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import stat
 from dataclasses import dataclass
@@ -43,8 +47,8 @@ class Target:
             if self.device is None:
                 return ["partition target needs --encperf-device=/dev/X"]
             found += partition_problems(self.device, force=self.force)
-            sysfs = _sysfs_block(self.device) if self.device.exists() else None
-            if sysfs is not None and int((sysfs / "size").read_text()) * 512 < container_size(self.size):
+            size = device_size(self.device)
+            if size is not None and size < container_size(self.size):
                 found.append(f"{self.device} is smaller than a volume for {self.size // MiB} MiB workloads")
         if not self.directory.is_dir():
             found.append(f"{self.directory} is not a directory")
@@ -102,67 +106,259 @@ def create_container(target: Target, workdir: Path, cleanup: host.Cleanup) -> ho
 
 
 # ---------------------------------------------------------------- partitions
+#
+# What is in use is read from the kernel, never guessed from names or device numbers: the
+# block-device stack in sysfs (each device's slaves, the devices it is built on, and its
+# holders, the devices built on it, followed recursively, plus a whole disk's partitions), the
+# mount table (/proc/self/mountinfo, what findmnt reads, matched by device number and by mount
+# source: a btrfs mount shows an anonymous 0:N number), the members of mounted btrfs file
+# systems (/sys/fs/btrfs), /proc/swaps and, last, an exclusive open (O_EXCL), which the kernel
+# refuses while a mount, device-mapper or MD device, swap or any other program holds the device.
 
 
-def _sysfs_block(device: Path) -> Path | None:
-    """/sys/class/block/<name> of a block device (follows /dev symlinks such as by-id)."""
-    entry = Path("/sys/class/block") / Path(os.path.realpath(device)).name
-    return entry if entry.exists() else None
+def _unescape(text: str) -> str:
+    """The kernel's octal escapes in /proc/self/mountinfo and /proc/swaps (``\\040`` = space)."""
+    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), text)
 
 
-def _dev_numbers(sysfs: Path) -> str:
-    return (sysfs / "dev").read_text().strip()
+@dataclass(frozen=True)
+class BlockStack:
+    """The host's block devices, mounts and swaps as the partition rules read them.
+
+    The paths are parameters so that tests can lay out what this machine does not have (a root
+    file system on LVM or LUKS, btrfs); devices are named by their kernel names (``sda1``,
+    ``dm-0``, ``loop3p1``).
+    """
+
+    sys_block: Path = Path("/sys/class/block")
+    mountinfo: tuple[Path, ...] = (Path("/proc/self/mountinfo"),)
+    # where "/" is looked up: this process's mount namespace and init's (a container's root
+    # is an overlay; the host's root disk is in init's namespace when it is visible)
+    root_mountinfo: tuple[Path, ...] = (Path("/proc/self/mountinfo"), Path("/proc/1/mountinfo"))
+    swaps: Path = Path("/proc/swaps")
+    btrfs: Path = Path("/sys/fs/btrfs")
+
+    def name_of(self, device: Path) -> str | None:
+        """Kernel name of a block device node, by its device number (None when it is not one)."""
+        try:
+            st = os.stat(device)
+        except OSError:
+            return None
+        if not stat.S_ISBLK(st.st_mode):
+            return None
+        return self.by_number(f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}")
+
+    def _entries(self, name: str, folder: str) -> list[str]:
+        path = self.sys_block / name / folder
+        return sorted(entry.name for entry in path.iterdir()) if path.is_dir() else []
+
+    def holders(self, name: str) -> list[str]:
+        return self._entries(name, "holders")
+
+    def slaves(self, name: str) -> list[str]:
+        return self._entries(name, "slaves")
+
+    def is_partition(self, name: str) -> bool:
+        return (self.sys_block / name / "partition").exists()
+
+    def disk_of(self, name: str) -> str:
+        """The whole disk a partition belongs to (the device itself otherwise)."""
+        return (self.sys_block / name).resolve().parent.name if self.is_partition(name) else name
+
+    def partitions(self, name: str) -> list[str]:
+        if self.is_partition(name):
+            return []
+        folder = (self.sys_block / name).resolve()
+        return sorted(child.name for child in folder.iterdir() if (child / "partition").exists())
+
+    def label(self, name: str) -> str:
+        """``dm-3 (vg-root)`` for device-mapper devices (their mapper name), else the name."""
+        try:
+            return f"{name} ({(self.sys_block / name / 'dm' / 'name').read_text().strip()})"
+        except OSError:
+            return name
+
+    def above(self, name: str) -> list[str]:
+        """The device, its partitions and everything built on them (holders, recursively)."""
+        found: list[str] = []
+        todo = [name]
+        while todo:
+            current = todo.pop(0)
+            if current in found:
+                continue
+            found.append(current)
+            todo += self.partitions(current) + self.holders(current)
+        return found
+
+    def below(self, name: str) -> list[str]:
+        """The device, the disk it is a partition of and everything it is built on (slaves,
+        recursively). A loop device's backing file is not below it: writing the loop device
+        writes only that file."""
+        found: list[str] = []
+        todo = [name]
+        while todo:
+            current = todo.pop(0)
+            if current in found:
+                continue
+            found.append(current)
+            todo += [self.disk_of(current), *self.slaves(current)]
+        return found
+
+    def by_number(self, numbers: str) -> str | None:
+        for entry in self.sys_block.iterdir():
+            with contextlib.suppress(OSError):
+                if (entry / "dev").read_text().strip() == numbers:
+                    return entry.name
+        return None
+
+    def by_source(self, source: str) -> str | None:
+        """The device a mount or swap source names (``/dev/mapper/NAME``, ``/dev/sda2``)."""
+        if not source.startswith("/dev/"):
+            return None
+        if source.startswith("/dev/mapper/"):
+            wanted = source.removeprefix("/dev/mapper/")
+            for entry in self.sys_block.glob("dm-*"):
+                with contextlib.suppress(OSError):
+                    if (entry / "dm" / "name").read_text().strip() == wanted:
+                        return entry.name
+        for candidate in (Path(os.path.realpath(source)).name, Path(source).name):
+            if (self.sys_block / candidate).exists():
+                return candidate
+        return None
+
+    def _mounts(self, files: tuple[Path, ...]) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for path in files:
+            try:
+                lines = path.read_text().splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                fields = line.split()
+                if "-" not in fields[6:]:
+                    continue
+                separator = fields.index("-", 6)
+                mountpoint = _unescape(fields[4])
+                source = _unescape(fields[separator + 2]) if len(fields) > separator + 2 else ""
+                names = {self.by_number(fields[2]), self.by_source(source)} - {None}
+                for name in names:
+                    points = found.setdefault(str(name), [])
+                    if mountpoint not in points:
+                        points.append(mountpoint)
+        return found
+
+    def mounts(self) -> dict[str, list[str]]:
+        """Device name -> its mount points; every member of a mounted multi-device btrfs counts."""
+        found = self._mounts(self.mountinfo)
+        filesystems = sorted(self.btrfs.iterdir()) if self.btrfs.is_dir() else []
+        for fs in filesystems:  # /sys/fs/btrfs/<fsid> exists while that file system is mounted
+            members = [entry.name for entry in (fs / "devices").glob("*")]
+            points = sorted({point for member in members for point in found.get(member, [])})
+            for member in members:
+                found.setdefault(member, points or [f"(btrfs {fs.name}, mounted in another namespace)"])
+        return found
+
+    def swaps_on(self) -> dict[str, str]:
+        """Device name -> the swap area /proc/swaps names on it."""
+        found = {}
+        with contextlib.suppress(OSError):
+            for line in self.swaps.read_text().splitlines()[1:]:
+                if line.strip():
+                    source = _unescape(line.split()[0])
+                    name = self.by_source(source)
+                    if name is not None:
+                        found[name] = source
+        return found
+
+    def root_devices(self) -> list[str]:
+        """The devices mounted on / (by number and by source, as for any mount)."""
+        found: list[str] = []
+        for path in self.root_mountinfo:
+            try:
+                lines = path.read_text().splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                fields = line.split()
+                if len(fields) > 4 and fields[4] == "/" and "-" in fields[6:]:
+                    source = _unescape(fields[fields.index("-", 6) + 2])
+                    for name in (self.by_number(fields[2]), self.by_source(source)):
+                        if name is not None and name not in found:
+                            found.append(name)
+        return found
+
+    def root_stack(self) -> list[str]:
+        """The devices holding / and everything below them, root first."""
+        return list(dict.fromkeys(d for root in self.root_devices() for d in self.below(root)))
 
 
-def _family(sysfs: Path) -> tuple[Path, set[str]]:
-    """The whole disk a device belongs to, and the major:minor of that disk and all its partitions."""
-    disk = sysfs.resolve()
-    if (disk / "partition").exists():
-        disk = disk.parent
-    numbers = {_dev_numbers(disk)}
-    for child in disk.iterdir():
-        if (child / "partition").exists():
-            numbers.add(_dev_numbers(child))
-    return disk, numbers
+class DeviceClaim:
+    """The partition held exclusively (``O_EXCL``) by this process between its volumes.
+
+    The kernel grants one exclusive holder at a time: while we hold it, nothing can mount it,
+    build a device-mapper or MD device on it, swap on it or format it (mkfs, wipefs and
+    cryptsetup open their device O_EXCL too). It is taken after the rules pass and before the
+    first write, and lent to each volume for its life (its mount or mapping then holds the
+    device the same way); taking it back after a volume fails when anything else took the
+    device meanwhile, and the run stops.
+    """
+
+    _held: set[str] = set()  # real paths this process holds, so the rules' own O_EXCL probe skips them
+
+    def __init__(self, device: Path) -> None:
+        self.device = device
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        """Take the device; HostError naming the rule when something else holds it."""
+        if self._fd is not None:
+            return
+        try:
+            self._fd = os.open(self.device, os.O_RDONLY | os.O_EXCL | os.O_CLOEXEC)
+        except OSError as exc:
+            raise host.HostError(_exclusive_refusal(self.device, exc)) from None
+        DeviceClaim._held.add(os.path.realpath(self.device))
+
+    def release(self) -> None:
+        if self._fd is not None:
+            DeviceClaim._held.discard(os.path.realpath(self.device))
+            os.close(self._fd)
+            self._fd = None
+
+    @classmethod
+    def holds(cls, device: Path) -> bool:
+        return os.path.realpath(device) in cls._held
 
 
-def _mounted_numbers() -> dict[str, str]:
-    """major:minor -> mount point, from /proc/self/mountinfo (field 3)."""
-    found = {}
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        fields = line.split()
-        found.setdefault(fields[2], fields[4].replace("\\040", " "))
-    return found
+def _exclusive_refusal(device: Path, exc: OSError) -> str:
+    return (
+        f"partition rule 'not in use': {device} cannot be opened exclusively (O_EXCL: {exc.strerror}): "
+        "something else holds it (a mount, perhaps in another mount namespace, a device-mapper, MD "
+        "or btrfs member, swap, or another program)"
+    )
 
 
-def partition_problems(device: Path, *, force: bool = False) -> list[str]:
-    """Why ``device`` must not be overwritten; each message names the rule that refuses it."""
-    sysfs = _sysfs_block(device) if device.exists() else None
-    if not device.exists() or not stat.S_ISBLK(os.stat(device).st_mode) or sysfs is None:
+def partition_problems(device: Path, *, force: bool = False, stack: BlockStack | None = None) -> list[str]:
+    """Why ``device`` must not be overwritten; each message names the rule that refuses it.
+
+    Refused: anything that is, sits under, or holds a mounted file system, swap, an active
+    device-mapper, LVM or MD device, or the stack holding / (see stack_problems); a device
+    another program holds exclusively; and, unless ``force``, one that carries a signature.
+    """
+    stack = stack or BlockStack()
+    name = stack.name_of(device)
+    if name is None:
         return [f"partition rule 'block device': {device} is not a block device"]
-    found = []
-    own = _dev_numbers(sysfs)
-    disk, family = _family(sysfs)
-    whole_disk = not (sysfs.resolve() / "partition").exists()
-    mounted = _mounted_numbers()
-    if own in mounted:
-        found.append(f"partition rule 'not mounted': {device} is mounted on {mounted[own]}")
-    elif whole_disk and family & set(mounted):
-        where = sorted(mounted[n] for n in family & set(mounted))
-        found.append(
-            f"partition rule 'not mounted': a partition of {device} is mounted on {', '.join(where)}"
-        )
-    root = next((numbers for numbers, mountpoint in mounted.items() if mountpoint == "/"), None)
-    if root is not None and root in family:
-        found.append(f"partition rule 'not the root disk': {device} is on {disk.name}, the disk holding /")
-    swaps = [line.split()[0] for line in Path("/proc/swaps").read_text().splitlines()[1:] if line.strip()]
-    for swap in swaps:
-        swap_sysfs = _sysfs_block(Path(swap)) if swap.startswith("/dev/") else None
-        if swap_sysfs is not None and _dev_numbers(swap_sysfs) in ({own} if not whole_disk else family):
-            found.append(f"partition rule 'no swap': {device} holds swap ({swap})")
-    holders = sorted(p.name for p in (sysfs / "holders").iterdir()) if (sysfs / "holders").is_dir() else []
-    if holders:
-        found.append(f"partition rule 'not in use': {device} is held by {', '.join(holders)} (dm, md or LVM)")
+    found = stack_problems(device, name, stack)
+    if not found and not DeviceClaim.holds(device):
+        try:
+            os.close(os.open(device, os.O_RDONLY | os.O_EXCL | os.O_CLOEXEC))
+        except OSError as exc:
+            found.append(_exclusive_refusal(device, exc))
     if not force:
         try:
             signature = device_signature(device)
@@ -176,17 +372,90 @@ def partition_problems(device: Path, *, force: bool = False) -> list[str]:
     return found
 
 
-def device_signature(device: Path) -> str:
-    """What a low-level probe finds on ``device`` (file system, RAID member, partition table)."""
+def stack_problems(device: Path, name: str, stack: BlockStack) -> list[str]:
+    """The rules that read the block stack: ``device`` (kernel name ``name``) is refused when it,
+    one of its partitions or anything built on them is mounted or swap, when anything is built
+    on it, and when it shares a device with the stack holding /."""
+    found = []
+    own_partitions = stack.partitions(name)
+    up = stack.above(name)
+
+    def relation(other: str) -> str:
+        if other == name:
+            return f"{device} is"
+        if other in own_partitions:
+            return f"{device} has a partition, /dev/{other}, that is"
+        return f"{device} is under {stack.label(other)}, which is"
+
+    mounts = stack.mounts()
+    for other in up:
+        if other in mounts:
+            found.append(
+                f"partition rule 'not mounted': {relation(other)} mounted on {', '.join(mounts[other])}"
+            )
+    swaps = stack.swaps_on()
+    for other in up:
+        if other in swaps:
+            found.append(f"partition rule 'no swap': {relation(other)} active swap ({swaps[other]})")
+    held = [holder for part in (name, *own_partitions) for holder in stack.holders(part)]
+    if held:
+        found.append(
+            f"partition rule 'not in use': {device} is held by {', '.join(map(stack.label, held))} "
+            "(an active device-mapper, LVM, dm-crypt or MD device is built on it)"
+        )
+    root_stack = stack.root_stack()
+    chain = " on ".join(["/", *map(stack.label, root_stack)])
+    below, above = stack.below(name), up[1:]
+    if name in root_stack:
+        found.append(f"partition rule 'not the root disk': {device} is in the stack holding / ({chain})")
+    elif any(d in root_stack for d in below):
+        shared = next(d for d in below if d in root_stack)
+        found.append(
+            f"partition rule 'not the root disk': {device} is on {stack.label(shared)}, "
+            f"in the stack holding / ({chain})"
+        )
+    elif any(d in root_stack for d in above):
+        shared = next(d for d in above if d in root_stack)
+        found.append(
+            f"partition rule 'not the root disk': {device} holds {stack.label(shared)}, "
+            f"in the stack holding / ({chain})"
+        )
+    return found
+
+
+def device_size(device: Path) -> int | None:
+    """Bytes of a block device, from sysfs (None when it is not one)."""
+    stack = BlockStack()
+    name = stack.name_of(device)
+    return None if name is None else int((stack.sys_block / name / "size").read_text()) * 512
+
+
+def probe_signature(device: Path) -> dict[str, str]:
+    """What ``blkid -p`` (a low-level probe, no cache) finds on ``device``; empty when nothing."""
     try:
         out = host.run(["blkid", "-p", "-o", "export", str(device)])
     except host.HostError as exc:
         if "exit 2" in str(exc):  # blkid: nothing found
-            return ""
+            return {}
         raise
-    values = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def device_signature(device: Path) -> str:
+    """What a low-level probe finds on ``device`` (file system, RAID member, partition table)."""
+    values = probe_signature(device)
     if "PTTYPE" in values:
         return f"a {values['PTTYPE']} partition table"
     if "TYPE" in values:
         return f"a {values['TYPE']} signature"
     return ""
+
+
+def wipe_own_signature(device: Path, uuid: str) -> None:
+    """Erase the signature a run wrote on the partition (ext4, LUKS), recognised by the UUID it
+    gave it, so the next run finds the partition as empty as the user gave it. A format that
+    failed before writing leaves no such UUID, and then nothing is wiped: a failed destructive
+    step is never followed by another one. ``wipefs`` opens the device O_EXCL (no --force), so
+    it refuses a device that something mounted meanwhile."""
+    if probe_signature(device).get("UUID") == uuid:
+        host.run(["wipefs", "--all", "--quiet", str(device)])

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
+import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from pytest_encperf import host
@@ -46,3 +50,40 @@ def mounts_and_loops_left(path: Path) -> list[str]:
             if backing.read_text().strip() == "/":
                 found.append(f"orphaned loop device /dev/{entry.name} (backing file of a vanished mount)")
     return found
+
+
+def write_mbr(target: Path, start: int = 2048, sectors: int = 32 * MiB // 512) -> None:
+    """An MBR with one Linux partition (what fdisk writes), without needing fdisk."""
+    entry = struct.pack("<B3sB3sII", 0, b"\0\0\0", 0x83, b"\0\0\0", start, sectors)
+    fd = os.open(target, os.O_WRONLY)
+    try:
+        os.pwrite(fd, entry, 446)
+        os.pwrite(fd, b"\x55\xaa", 510)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def partitioned_loop(image: Path, size: int = 96 * MiB) -> Iterator[tuple[Path, Path]]:
+    """A loop device over a new ``image`` with one 32 MiB partition: (whole device, partition)."""
+    with image.open("wb") as handle:
+        handle.truncate(size)
+    write_mbr(image)
+    out = subprocess.run(
+        ["losetup", "--find", "--show", "--partscan", str(image)], capture_output=True, text=True, check=True
+    )
+    device = Path(out.stdout.strip())
+    try:
+        part = Path(f"{device}p1")
+        if not part.exists():  # a kernel without the MBR parser: add it the way partx does (BLKPG)
+            subprocess.run(["partx", "--add", str(device)], check=True, capture_output=True)
+        for _ in range(50):  # devtmpfs makes the node right after
+            if part.exists():
+                break
+            time.sleep(0.05)
+        assert part.exists(), f"{part} did not appear"
+        yield device, part
+    finally:
+        subprocess.run(["partx", "--delete", str(device)], capture_output=True)
+        host.detach_loop(device, image)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
-import struct
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf import host
-from pytest_encperf.backends import BackendSpec, make_backend
+from pytest_encperf.backends import BackendError, BackendSpec, make_backend, placement_problems
 from pytest_encperf.runner import open_volume
 from pytest_encperf.settings import resolve
-from pytest_encperf.targets import Target, partition_problems
+from pytest_encperf.targets import DeviceClaim, Target, partition_problems, probe_signature
 from pytest_encperf.workloads import MiB
-from tests.support import disk_dir, mounts_and_loops_left
+from tests.support import disk_dir, mounts_and_loops_left, partitioned_loop, write_mbr
 
 pytestmark = pytest.mark.integration
 
@@ -34,15 +36,34 @@ def scratch() -> Iterator[Path]:
 
 @pytest.fixture
 def partition(scratch: Path) -> Iterator[Path]:
-    """A fresh, empty 96 MiB loop device standing in for a partition."""
+    """A fresh, empty 128 MiB loop device standing in for a partition (btrfs needs 109 MiB)."""
     image = scratch / "disk.img"
     with image.open("wb") as handle:
-        handle.truncate(96 * MiB)
+        handle.truncate(128 * MiB)
     loop = host.attach_loop(image, direct_io=True)
     try:
         yield loop.path
     finally:
         host.detach_loop(loop.path, image)
+
+
+@pytest.fixture
+def disk(scratch: Path) -> Iterator[tuple[Path, Path]]:
+    """A 96 MiB loop device with one 32 MiB partition: (disk, partition)."""
+    with partitioned_loop(scratch / "whole.img") as devices:
+        yield devices
+
+
+@contextlib.contextmanager
+def mounted(device: Path, mountpoint: Path, fstype: str = "ext4") -> Iterator[Path]:
+    mkfs = ["mkfs.btrfs", "-q", "-f"] if fstype == "btrfs" else ["mkfs.ext4", "-q", "-F"]
+    subprocess.run([*mkfs, str(device)], check=True, capture_output=True)
+    mountpoint.mkdir()
+    host.mount(device, mountpoint, fstype)
+    try:
+        yield mountpoint
+    finally:
+        host.unmount(mountpoint)
 
 
 def rules(problems: list[str]) -> list[str]:
@@ -70,15 +91,7 @@ def test_file_system_signature_is_refused_unless_forced(partition: Path) -> None
 
 
 def test_partition_table_is_refused(partition: Path) -> None:
-    # an MBR with one Linux partition (what fdisk writes), without needing fdisk
-    entry = struct.pack("<B3sB3sII", 0, b"\0\0\0", 0x83, b"\0\0\0", 2048, 32 * MiB // 512)
-    fd = os.open(partition, os.O_WRONLY)
-    try:
-        os.pwrite(fd, entry, 446)
-        os.pwrite(fd, b"\x55\xaa", 510)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_mbr(partition)
     assert any("carries a dos partition table" in p for p in partition_problems(partition))
 
 
@@ -117,6 +130,117 @@ def test_root_disk_is_refused() -> None:
         pytest.skip(f"/ is not on a block device here ({root})")
     found = rules(partition_problems(device, force=True))
     assert "not the root disk" in found and "not mounted" in found
+
+
+def test_whole_disk_with_a_mounted_partition_is_refused(disk: tuple[Path, Path], scratch: Path) -> None:
+    whole, part = disk
+    with mounted(part, scratch / "mnt") as point:
+        problems = partition_problems(whole, force=True)
+        assert problems == [
+            f"partition rule 'not mounted': {whole} has a partition, {part}, that is mounted on {point}"
+        ]
+        assert rules(partition_problems(part, force=True)) == ["not mounted"]
+    assert partition_problems(whole, force=True) == []
+
+
+def test_mounted_btrfs_is_found_although_its_device_number_is_anonymous(
+    partition: Path, scratch: Path
+) -> None:
+    if shutil.which("mkfs.btrfs") is None:
+        pytest.skip("needs mkfs.btrfs (apt-get install btrfs-progs)")
+    with mounted(partition, scratch / "mnt", "btrfs") as point:
+        numbers = next(
+            line.split()[2]
+            for line in Path("/proc/self/mountinfo").read_text().splitlines()
+            if line.split()[4] == str(point)
+        )
+        rdev = partition.stat().st_rdev
+        assert numbers != f"{os.major(rdev)}:{os.minor(rdev)}"  # what the old rule compared
+        assert partition_problems(partition, force=True) == [
+            f"partition rule 'not mounted': {partition} is mounted on {point}"
+        ]
+
+
+def test_a_device_another_program_holds_exclusively_is_refused(partition: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import os, sys; os.open({str(partition)!r}, os.O_RDONLY | os.O_EXCL); "
+         "print('held', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        assert partition_problems(partition) == [
+            f"partition rule 'not in use': {partition} cannot be opened exclusively (O_EXCL: Device or "
+            "resource busy): something else holds it (a mount, perhaps in another mount namespace, a "
+            "device-mapper, MD or btrfs member, swap, or another program)"
+        ]
+    finally:
+        holder.communicate("")
+    assert partition_problems(partition) == []
+
+
+def test_the_claim_keeps_everything_else_off_the_device_until_released(
+    partition: Path, scratch: Path
+) -> None:
+    claim = DeviceClaim(partition)
+    claim.acquire()
+    try:
+        assert partition_problems(partition) == []  # our own claim is not "in use"
+        mkfs = subprocess.run(["mkfs.ext4", "-q", "-F", str(partition)], capture_output=True, text=True)
+        assert mkfs.returncode != 0 and "in use" in mkfs.stderr
+        other = DeviceClaim(partition)
+        with pytest.raises(host.HostError, match=r"partition rule 'not in use'.*Device or resource busy"):
+            other.acquire()
+    finally:
+        claim.release()
+    assert not claim.held and not DeviceClaim.holds(partition)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(partition)], check=True)
+
+
+def test_a_failed_format_wipes_nothing(
+    partition: Path, scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the wipe registered ahead of mkfs erased the user's file system when mkfs failed."""
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "users-data", str(partition)], check=True)
+    before = probe_signature(partition)
+
+    def failing_mkfs(device: Path, **_: object) -> None:
+        raise host.HostError(f"mkfs.ext4 {device}: exit 1: simulated failure")
+
+    monkeypatch.setattr("pytest_encperf.backends.plain.make_ext4", failing_mkfs)
+    target = Target("partition", scratch, 16 * MiB, device=partition, force=True)
+    with pytest.raises(BackendError, match="simulated failure"):
+        open_volume(make_backend(BackendSpec("plain")), target, scratch / "volume")
+    assert probe_signature(partition) == before and before["LABEL"] == "users-data"
+
+
+@pytest.mark.parametrize(
+    ("name", "where"),
+    [
+        ("gocryptfs", "its encrypted store would be a directory under --encperf-dir"),
+        ("encfs", "its encrypted store would be a directory under --encperf-dir"),
+        ("qemu-luks", "its LUKS image would be a file under --encperf-dir"),
+        ("fscrypt", "not implemented yet"),
+        ("tcrypt:image=/srv/vc.img,password-file=/srv/pw", "image= is copied to a file under --encperf-dir"),
+        ("bitlocker:image=/srv/bl.img,password-file=/srv/pw", "it reads the BitLocker volume its spec names"),
+    ],
+)
+def test_backends_whose_data_lives_elsewhere_refuse_the_partition(
+    name: str, where: str, scratch: Path
+) -> None:
+    target = Target("partition", scratch, 16 * MiB, device=Path("/dev/sdz1"))
+    backend = make_backend(BackendSpec.parse(name))
+    (problem,) = placement_problems(backend, target)
+    assert problem.startswith(f"{backend.name}: refused on the partition target: {where}")
+    for on_partition in (
+        "plain",
+        "luks2",
+        "dm-plain",
+        "veracrypt:tool=native",
+        "bitlk:device=/dev/sdz1,password-file=/srv/pw",
+    ):
+        assert placement_problems(make_backend(BackendSpec.parse(on_partition)), target) == []
+    assert placement_problems(backend, Target("container", scratch, 16 * MiB)) == []
 
 
 def test_allow_destroy_must_repeat_the_device_exactly() -> None:
@@ -158,6 +282,7 @@ def test_session_refuses_unconsented_partition(pytester: pytest.Pytester) -> Non
 
 
 SEQUENTIAL_CONFTEST = """
+import errno
 import os
 from pathlib import Path
 from pytest_encperf import host
@@ -165,6 +290,7 @@ from pytest_encperf.backends import BackendBase, Volume
 
 LOG = Path(__file__).parent / "lifecycle.log"
 DEVICE = os.environ["ENCPERF_TEST_PARTITION"]
+GRABBED = []
 
 def log(line):
     with LOG.open("a") as f:
@@ -173,14 +299,26 @@ def log(line):
 def device_mounted():
     return any(line.split()[0] == DEVICE for line in Path("/proc/self/mounts").read_text().splitlines())
 
+def exclusive():
+    \"\"\"What another program gets when it opens the device O_EXCL now.\"\"\"
+    try:
+        os.close(os.open(DEVICE, os.O_RDONLY | os.O_EXCL))
+        return "free"
+    except OSError as exc:
+        return "busy" if exc.errno == errno.EBUSY else str(exc)
+
 class Recording(BackendBase):
+    def partition_refusal(self, target):
+        return None  # a stand-in for a backend that formats the partition
+
     def problems(self, target):
+        log(f"{self.name} problems: device {exclusive()}")
         return []
 
     def create(self, target, workdir):
-        log(f"create device_mounted={device_mounted()}")
+        log(f"{self.name} create device_mounted={device_mounted()} device {exclusive()}")
         volume = Volume(self, target, workdir)
-        volume.created.push("destroy", lambda: log("destroy"))
+        volume.created.push("destroy", lambda: log(f"{self.name} destroy"))
         return volume
 
     def mount(self, volume):
@@ -190,48 +328,131 @@ class Recording(BackendBase):
     def describe(self, volume):
         return {"encryption": "none"}
 
+class Grabbing(Recording):
+    \"\"\"Its destroy lets another program take the device (and keep it) between volumes.\"\"\"
+    def destroy(self, volume):
+        super().destroy(volume)
+        GRABBED.append(os.open(DEVICE, os.O_RDONLY | os.O_EXCL))
+
 def pytest_encperf_register_backends(config):
-    return {"recording": Recording}
+    return {"recording": Recording, "recording2": Recording, "grabbing": Grabbing}
 
 def pytest_sessionfinish(session):
     import json
     encperf = session.config.stash[__import__("pytest_encperf.plugin", fromlist=["x"]).session_key]
-    rounds = {r.workload.name: [len(r.rounds), len(r.baseline_rounds), r.description.get("baseline")]
-              for r in encperf.results}
+    rounds = {f"{r.backend} {r.workload.name}":
+              [len(r.rounds), len(r.baseline_rounds), r.description.get("baseline")] for r in encperf.results}
     (Path(__file__).parent / "rounds.json").write_text(json.dumps(rounds))
+
+def pytest_unconfigure(config):
+    for fd in GRABBED:
+        os.close(fd)
 """
 
 
-def test_partition_session_measures_baseline_before_and_after(
-    pytester: pytest.Pytester, partition: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("ENCPERF_TEST_PARTITION", str(partition))
+def run_sequential(pytester: pytest.Pytester, partition: Path, backends: str) -> pytest.RunResult:
     pytester.makeconftest(SEQUENTIAL_CONFTEST)
     pytester.makepyfile(
         test_bench="def test_w(encperf, encperf_workload):\n    encperf.run(encperf_workload)"
     )
-    result = pytester.runpytest(
+    return pytester.runpytest(
         "--encperf-target=partition",
         f"--encperf-device={partition}",
         f"--encperf-allow-destroy={partition}",
         f"--encperf-dir={pytester.path}",
-        "--encperf-backends=recording",
+        f"--encperf-backends={backends}",
         "--encperf-size=4MiB",
         "--encperf-runtime=0.02",
         "--encperf-rounds=2",
+        "--encperf-warmup=0",
         "-k",
-        "SEQ1M-Q1T1",
+        "SEQ1M-Q1T1-read",
+        "-rs",
         "-p",
         "no:cacheprovider",
     )
-    result.assert_outcomes(passed=2)
-    # the baseline's ext4 was gone from the partition before the other volume was created
-    assert (pytester.path / "lifecycle.log").read_text().splitlines() == [
-        "create device_mounted=False",
-        "destroy",
-    ]
-    import json
 
+
+def test_partition_session_measures_baseline_before_and_after_and_holds_the_device(
+    pytester: pytest.Pytester, partition: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENCPERF_TEST_PARTITION", str(partition))
+    result = run_sequential(pytester, partition, "recording,recording2")
+    result.assert_outcomes(passed=2)
+    assert (pytester.path / "lifecycle.log").read_text().splitlines() == [
+        "recording problems: device free",  # checked before the run takes the device ...
+        "recording problems: device free",  # ... and as the volume is opened: lent to it
+        "recording create device_mounted=False device free",
+        "recording destroy",
+        "recording2 problems: device busy",  # between volumes the run holds it (O_EXCL)
+        "recording2 problems: device free",
+        # the baseline's ext4 was gone from the partition before the other volume was created
+        "recording2 create device_mounted=False device free",
+        "recording2 destroy",
+    ]
     rounds = json.loads((pytester.path / "rounds.json").read_text())
-    assert rounds and all(v == [2, 4, "before/after"] for v in rounds.values()), rounds
+    assert rounds == {
+        "recording SEQ1M-Q1T1-read": [2, 4, "before/after"],
+        "recording2 SEQ1M-Q1T1-read": [2, 4, "before/after"],
+    }
     assert partition_problems(partition) == [], "partition not left as we got it"
+
+
+def test_a_device_taken_between_volumes_stops_the_run(
+    pytester: pytest.Pytester, partition: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENCPERF_TEST_PARTITION", str(partition))
+    result = run_sequential(pytester, partition, "grabbing,recording")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [f"*{partition} was taken by something else between two volumes of this run; stopping:*O_EXCL*"]
+    )
+    log = (pytester.path / "lifecycle.log").read_text()
+    assert "recording create" not in log  # nothing was written after the device was lost
+    assert partition_problems(partition) == []
+
+
+def test_a_device_held_elsewhere_skips_every_backend(
+    pytester: pytest.Pytester, partition: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENCPERF_TEST_PARTITION", str(partition))
+    holder = os.open(partition, os.O_RDONLY | os.O_EXCL)
+    try:
+        result = run_sequential(pytester, partition, "recording")
+    finally:
+        os.close(holder)
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED*partition rule 'not in use'*cannot be opened exclusively*"])
+    assert not (pytester.path / "lifecycle.log").read_text().count("create")
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("env", "not from the environment (ENCPERF_FORCE)"),
+        ("ini", "not from the ini file (encperf_force)"),
+        ("addopts", "not from addopts or PYTEST_ADDOPTS"),
+    ],
+)
+def test_consent_is_taken_from_the_command_line_only(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, where: str, message: str
+) -> None:
+    pytester.makepyfile(test_x="def test_x(): pass")
+    args = ["--encperf-target=partition", "--encperf-device=/dev/sdz1", "--encperf-allow-destroy=/dev/sdz1"]
+    if where == "env":
+        monkeypatch.setenv("ENCPERF_FORCE", "1")
+    elif where == "ini":
+        pytester.makeini("[pytest]\nencperf_force = 1\n")
+    else:
+        monkeypatch.setenv("PYTEST_ADDOPTS", "--encperf-force=1")
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert (
+        f"--encperf-force: consent to erase a device is taken from this run's command line only, {message}"
+        in result.stderr.str()
+    )
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
+    monkeypatch.setenv("ENCPERF_ALLOW_DESTROY", "/dev/sdz1")
+    result = pytester.runpytest("--encperf-target=partition", "--encperf-device=/dev/sdz1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--encperf-allow-destroy: consent to erase a device" in result.stderr.str()

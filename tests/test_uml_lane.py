@@ -1,4 +1,5 @@
-"""The real-kernel lane: the dm-crypt tests inside user-mode Linux (see tests/uml.py).
+"""The real-kernel lane: the dm-crypt and device-mapper partition tests inside user-mode Linux
+(see tests/uml.py).
 
 Runs where the host kernel has no device-mapper (this project's CI); where it has one, the
 same tests run directly and this lane is skipped.
@@ -19,7 +20,7 @@ from . import uml
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[1]
-LANE_TESTS = ["tests/test_dmcrypt_integration.py"]
+LANE_TESTS = ["tests/test_dmcrypt_integration.py", "tests/test_partition_integration.py"]
 # Each must have run and passed in the guest: the lane is worthless if they all skip.
 MUST_PASS = [
     "test_create_mount_write_remount_read_destroy[luks2]",
@@ -30,6 +31,11 @@ MUST_PASS = [
     "test_native_veracrypt_volume_life_cycle_and_tcrypt_dump[veracrypt:tool=native]",
     "test_luks2_on_a_partition_target",
     "test_full_session_with_dm_crypt_backends",
+    "test_lvm_like_stack_under_a_mounted_file_system",
+    "test_a_mapping_on_a_partition_refuses_the_whole_disk",
+    "test_root_on_a_mapping_refuses_the_device_under_it",
+    "test_a_failed_luks_format_wipes_nothing",
+    "test_luks2_on_a_partition_leaves_it_as_it_was",
 ]
 
 

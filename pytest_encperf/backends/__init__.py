@@ -147,6 +147,13 @@ class BackendBase:
     def name(self) -> str:
         return self.spec.name
 
+    def partition_refusal(self, target: Target) -> str | None:
+        """Why this backend's volume would not live on the partition target's device, or None
+        when it does (it formats that device, as the plain baseline does). A volume whose data
+        lives elsewhere would be compared with plain measured on another disk. A backend that
+        formats the target's device overrides this."""
+        return "it does not say that its volume lives on the partition (a backend must format the device)"
+
     @contextlib.contextmanager
     def undo_on_failure(self, volume: Volume, step: str, undo: Callable[[Volume], None]) -> Iterator[None]:
         """Run a step of create() or mount(); if it fails, Ctrl-C included, ``undo`` (destroy or
@@ -173,6 +180,14 @@ class BackendBase:
             volume.created.release()
         except Exception as exc:
             raise BackendError(f"{self.spec}: destroy: {exc}") from exc
+
+
+def placement_problems(backend: BackendBase, target: Target) -> list[str]:
+    """The partition target's rule for every backend: its volume lives on the partition."""
+    if target.kind != "partition":
+        return []
+    reason = backend.partition_refusal(target)
+    return [] if reason is None else [f"{backend.name}: refused on the partition target: {reason}"]
 
 
 def register(name: str, backend: str | type[BackendBase]) -> None:

@@ -81,6 +81,15 @@ class BitlockerBackend(BackendBase):
         self.source = Path(source) if source else None
         self.unlock = (given[0], Path(params[given[0]])) if given else None
 
+    def partition_refusal(self, target: Target) -> str | None:
+        if self.source is not None and str(self.source) == str(target.device):
+            return None  # device= names the partition itself
+        return (
+            f"it reads the BitLocker volume its spec names ({self.source}), not {target.device} where "
+            "the plain baseline runs: the table would compare two different disks (name the partition "
+            f"with device={target.device})"
+        )
+
     def problems(self, target: Target) -> list[str]:
         found = target.problems()
         name = self.name

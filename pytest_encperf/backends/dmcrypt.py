@@ -23,9 +23,10 @@ import os
 import shutil
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 from .. import host
-from ..targets import Target, create_container
+from ..targets import Target, create_container, wipe_own_signature
 from . import BackendBase, BackendError, BackendSpec, Volume
 from .ext4 import e2fsprogs_version, make_ext4, mount_ext4
 
@@ -124,6 +125,9 @@ class CryptsetupBackend(BackendBase):
     def uses_container(self, target: Target) -> bool:
         """Whether the volume lives on the target's block device (container file or partition)."""
         return target.kind in ("container", "partition")
+
+    def partition_refusal(self, target: Target) -> str | None:
+        return None  # formatted (or opened) on the partition itself
 
     # -- what subclasses provide
     def prepare_device(self, volume: Volume) -> Path:
@@ -263,8 +267,10 @@ class LuksBackend(CryptsetupBackend):
             found.append(f"{self.name}: integrity needs the kernel's dm-integrity target (dm_integrity)")
         return found
 
-    def format_command(self, device: Path, key_file: Path) -> list[str]:
+    def format_command(self, device: Path, key_file: Path, uuid: str | None = None) -> list[str]:
         argv = ["cryptsetup", "luksFormat", "--batch-mode", "--type", self.luks_type]
+        if uuid:
+            argv += ["--uuid", uuid]
         if self.cipher:
             argv += ["--cipher", self.cipher]
         if self.key_size:
@@ -280,9 +286,13 @@ class LuksBackend(CryptsetupBackend):
         return argv
 
     def format(self, volume: Volume, device: Path) -> None:
+        uuid = None
         if volume.target.kind == "partition":
-            volume.created.push(f"wipe signatures on {device}", lambda: host.wipe_signatures(device))
-        host.run(self.format_command(device, self.secret_key_file(volume)), timeout=300)
+            uuid = str(uuid4())
+            # wipes only the LUKS header with this UUID: a luksFormat that failed before
+            # writing it (a busy device, a bad parameter) is not followed by a wipe
+            volume.created.push(f"wipe our LUKS header on {device}", lambda: wipe_own_signature(device, uuid))
+        host.run(self.format_command(device, self.secret_key_file(volume), uuid), timeout=300)
 
     def open_command(self, volume: Volume, device: Path, name: str) -> tuple[list[str], bytes | None]:
         argv = [
@@ -381,6 +391,15 @@ class ExistingVolumeBackend(CryptsetupBackend):
 
     def uses_container(self, target: Target) -> bool:
         return target.kind == "partition" and self.device is not None
+
+    def partition_refusal(self, target: Target) -> str | None:
+        if self.device is not None:
+            return None  # the device= check in problems() makes it the partition
+        return (
+            f"image= is copied to a file under --encperf-dir ({target.directory}), not onto "
+            f"{target.device} where the plain baseline runs: the table would compare two different "
+            f"disks (name the partition with device={target.device})"
+        )
 
     def problems(self, target: Target) -> list[str]:
         found = super().problems(target)

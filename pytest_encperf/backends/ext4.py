@@ -12,8 +12,12 @@ from . import Volume
 MKFS_OPTIONS = ["-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0"]
 
 
-def make_ext4(device: Path, *, features: list[str] | None = None, label: str = "encperf") -> None:
+def make_ext4(
+    device: Path, *, features: list[str] | None = None, label: str = "encperf", uuid: str | None = None
+) -> None:
     argv = ["mkfs.ext4", *MKFS_OPTIONS, "-L", label]
+    if uuid:
+        argv += ["-U", uuid]
     if features:
         argv += ["-O", ",".join(features)]
     host.run([*argv, str(device)], timeout=300)

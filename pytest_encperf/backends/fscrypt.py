@@ -123,10 +123,11 @@ class FscryptBackend(BackendBase):
         if self.filenames not in FILENAMES_MODES:
             raise ValueError(f"fscrypt: filenames must be one of {', '.join(FILENAMES_MODES)}")
 
+    def partition_refusal(self, target: Target) -> str | None:
+        return "not implemented yet (it needs ext4 with the encrypt feature made on the partition)"
+
     def problems(self, target: Target) -> list[str]:
         found = target.problems()
-        if target.kind == "partition":
-            found.append("fscrypt: the partition target is not supported yet (use container or directory)")
         if target.kind == "container":
             if not Path("/sys/fs/ext4/features/encryption").exists():
                 feature = "/sys/fs/ext4/features/encryption"

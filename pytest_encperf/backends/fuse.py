@@ -191,6 +191,12 @@ class FuseBackend(BackendBase):
     secret_via = "stdin"  # "stdin" or "file": how the daemon gets the password
     store_below = True
 
+    def partition_refusal(self, target: Target) -> str | None:
+        return (
+            f"its encrypted store would be a directory under --encperf-dir ({target.directory}), not on "
+            f"{target.device} where the plain baseline runs: the table would compare two different disks"
+        )
+
     def problems(self, target: Target) -> list[str]:
         found = target.problems()
         found += tool_problems(self.name, self.binary, self.package)

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 from .. import host
-from ..targets import Target, create_container
+from ..targets import Target, create_container, wipe_own_signature
 from . import BackendBase, Volume
 from .ext4 import e2fsprogs_version, make_ext4, mount_ext4
 
@@ -23,14 +24,20 @@ class PlainBackend(BackendBase):
             found += [f"needs {tool} (e2fsprogs)" for tool in host.missing_tools("mkfs.ext4")]
         return found
 
+    def partition_refusal(self, target: Target) -> str | None:
+        return None  # ext4 on the partition itself
+
     def create(self, target: Target, workdir: Path) -> Volume:
         volume = Volume(self, target, workdir)
         if target.kind == "partition":
             device = target.device
             assert device is not None
             volume.state["device"] = device
-            volume.created.push(f"wipe signatures on {device}", lambda: host.wipe_signatures(device))
-            make_ext4(device)
+            uuid = str(uuid4())
+            # registered first (an interrupted mkfs may have written), but wipes only the file
+            # system with this UUID: when mkfs wrote nothing, nothing is wiped
+            volume.created.push(f"wipe our ext4 on {device}", lambda: wipe_own_signature(device, uuid))
+            make_ext4(device, uuid=uuid)
         elif target.kind == "container":
             with self.undo_on_failure(volume, "create", self.destroy):
                 loop = create_container(target, workdir, volume.created)

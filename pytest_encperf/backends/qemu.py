@@ -56,6 +56,12 @@ class QemuLuksBackend(BackendBase):
             raise ValueError(f"qemu-luks: key-size must be 128, 256, 384 or 512 bits, not {text!r}")
         self.key_size = int(text)
 
+    def partition_refusal(self, target: Target) -> str | None:
+        return (
+            f"its LUKS image would be a file under --encperf-dir ({target.directory}), not on "
+            f"{target.device} where the plain baseline runs: the table would compare two different disks"
+        )
+
     def problems(self, target: Target) -> list[str]:
         found = target.problems()
         name = self.name

@@ -94,6 +94,11 @@ class VeracryptBackend(CryptsetupBackend):
             raise ValueError(f"veracrypt: hash must be one of {', '.join(CLI_HASHES)}")
 
     # ------------------------------------------------------------ checks
+    def partition_refusal(self, target: Target) -> str | None:
+        if self.tool == "native":
+            return None  # formats the partition, as luks2 does
+        return "tool=cli supports the container target only (tool=native formats the partition)"
+
     def problems(self, target: Target) -> list[str]:
         if self.tool == "native":
             found = super().problems(target)
@@ -112,7 +117,7 @@ class VeracryptBackend(CryptsetupBackend):
                 found.append("veracrypt: native format needs the Python package cryptography")
             return found
         found = target.problems() if target.kind == "container" else []
-        if target.kind != "container":
+        if target.kind == "directory":  # a partition: see partition_refusal
             found.append(
                 "veracrypt: tool=cli supports the container target only (tool=native: partitions too)"
             )

@@ -1,0 +1,222 @@
+"""The partition rules' reading of the block stack, on sysfs layouts this machine does not have.
+
+Each layout is a small fake of /sys/class/block (device numbers, partitions, slaves and
+holders, device-mapper names), a mountinfo and a swaps file. The real stacks (loop devices,
+device-mapper) are in tests/test_partition.py and tests/test_partition_integration.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from pytest_encperf.targets import BlockStack, stack_problems
+
+
+@dataclass
+class Dev:
+    numbers: str
+    partition_of: str | None = None
+    slaves: list[str] = field(default_factory=list)
+    dm_name: str | None = None
+
+
+def layout(
+    tmp_path: Path,
+    devices: dict[str, Dev],
+    mounts: list[tuple[str, str, str, str]],
+    *,
+    swaps: list[str] = (),  # type: ignore[assignment]
+    btrfs: dict[str, list[str]] | None = None,
+) -> BlockStack:
+    """A BlockStack over a fake sysfs. ``mounts``: (major:minor, mount point, type, source)."""
+    root = tmp_path / "sys"
+    block = root / "class" / "block"
+    block.mkdir(parents=True)
+    folders: dict[str, Path] = {}
+    for name, dev in devices.items():  # parents first: dict order
+        parent = folders[dev.partition_of] if dev.partition_of else root / "devices" / "virtual" / "block"
+        folder = parent / name
+        folder.mkdir(parents=True)
+        (folder / "dev").write_text(dev.numbers + "\n")
+        (folder / "holders").mkdir()
+        (folder / "slaves").mkdir()
+        if dev.partition_of:
+            (folder / "partition").write_text("1\n")
+        if dev.dm_name:
+            (folder / "dm").mkdir()
+            (folder / "dm" / "name").write_text(dev.dm_name + "\n")
+        (block / name).symlink_to(folder)
+        folders[name] = folder
+    for name, dev in devices.items():
+        for slave in dev.slaves:
+            (folders[name] / "slaves" / slave).symlink_to(folders[slave])
+            (folders[slave] / "holders" / name).symlink_to(folders[name])
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(
+        "".join(
+            f"{20 + i} 1 {numbers} / {point} rw,relatime shared:1 - {fstype} {source} rw\n"
+            for i, (numbers, point, fstype, source) in enumerate(mounts)
+        )
+    )
+    swaps_file = tmp_path / "swaps"
+    swaps_file.write_text(
+        "Filename\tType\tSize\tUsed\tPriority\n" + "".join(f"{s}\tpartition\t1024\t0\t-2\n" for s in swaps)
+    )
+    btrfs_dir = tmp_path / "btrfs"
+    for fsid, members in (btrfs or {}).items():
+        (btrfs_dir / fsid / "devices").mkdir(parents=True)
+        for member in members:
+            (btrfs_dir / fsid / "devices" / member).symlink_to(folders[member])
+    return BlockStack(
+        sys_block=block,
+        mountinfo=(mountinfo,),
+        root_mountinfo=(mountinfo,),
+        swaps=swaps_file,
+        btrfs=btrfs_dir,
+    )
+
+
+def check(stack: BlockStack, name: str) -> list[str]:
+    return stack_problems(Path(f"/dev/{name}"), name, stack)
+
+
+def rules(problems: list[str]) -> list[str]:
+    return [p.split("'")[1] for p in problems]
+
+
+# One disk vda: vda1 is /boot, vda2 a physical volume with the root LV and a scratch LV.
+LVM = {
+    "vda": Dev("254:0"),
+    "vda1": Dev("254:1", partition_of="vda"),
+    "vda2": Dev("254:2", partition_of="vda"),
+    "vdb": Dev("254:16"),
+    "dm-0": Dev("253:0", slaves=["vda2"], dm_name="vg-root"),
+    "dm-1": Dev("253:1", slaves=["vda2"], dm_name="vg-scratch"),
+}
+
+
+def test_root_on_lvm_refuses_the_disk_the_physical_volume_and_a_sibling_volume(tmp_path: Path) -> None:
+    stack = layout(tmp_path, LVM, [("253:0", "/", "ext4", "/dev/mapper/vg-root")])
+    assert stack.root_stack() == ["dm-0", "vda2", "vda"]
+    chain = "/ on dm-0 (vg-root) on vda2 on vda"
+    assert check(stack, "vda") == [
+        "partition rule 'not mounted': /dev/vda is under dm-0 (vg-root), which is mounted on /",
+        "partition rule 'not in use': /dev/vda is held by dm-0 (vg-root), dm-1 (vg-scratch) "
+        "(an active device-mapper, LVM, dm-crypt or MD device is built on it)",
+        f"partition rule 'not the root disk': /dev/vda is in the stack holding / ({chain})",
+    ]
+    assert check(stack, "dm-1") == [
+        f"partition rule 'not the root disk': /dev/dm-1 is on vda2, in the stack holding / ({chain})"
+    ]
+    # an unmounted partition of the root disk: the old rule (device numbers) accepted it
+    assert rules(check(stack, "vda1")) == ["not the root disk"]
+    assert rules(check(stack, "vda2")) == ["not mounted", "not in use", "not the root disk"]
+    assert check(stack, "vdb") == []  # another disk: free
+
+
+def test_root_on_luks_refuses_the_partition_under_the_mapping(tmp_path: Path) -> None:
+    devices = {
+        "nvme0n1": Dev("259:0"),
+        "nvme0n1p1": Dev("259:1", partition_of="nvme0n1"),
+        "nvme0n1p2": Dev("259:2", partition_of="nvme0n1"),
+        "dm-0": Dev("253:0", slaves=["nvme0n1p2"], dm_name="luks-3f2a"),
+    }
+    stack = layout(tmp_path, devices, [("253:0", "/", "ext4", "/dev/mapper/luks-3f2a")])
+    assert check(stack, "nvme0n1p2") == [
+        "partition rule 'not mounted': /dev/nvme0n1p2 is under dm-0 (luks-3f2a), which is mounted on /",
+        "partition rule 'not in use': /dev/nvme0n1p2 is held by dm-0 (luks-3f2a) "
+        "(an active device-mapper, LVM, dm-crypt or MD device is built on it)",
+        "partition rule 'not the root disk': /dev/nvme0n1p2 is in the stack holding / "
+        "(/ on dm-0 (luks-3f2a) on nvme0n1p2 on nvme0n1)",
+    ]
+    assert rules(check(stack, "nvme0n1p1")) == ["not the root disk"]
+    # naming the whole disk: its partition is held, and it is in the root stack
+    assert rules(check(stack, "nvme0n1")) == ["not mounted", "not in use", "not the root disk"]
+
+
+def test_root_on_btrfs_is_found_by_its_source_not_its_anonymous_device_number(tmp_path: Path) -> None:
+    devices = {
+        "sda": Dev("8:0"),
+        "sda1": Dev("8:1", partition_of="sda"),
+        "sda2": Dev("8:2", partition_of="sda"),
+    }
+    # btrfs shows an anonymous device number (0:33) in mountinfo; the source names the disk
+    stack = layout(
+        tmp_path, devices, [("0:33", "/", "btrfs", "/dev/sda2"), ("0:33", "/home", "btrfs", "/dev/sda2")]
+    )
+    assert check(stack, "sda2") == [
+        "partition rule 'not mounted': /dev/sda2 is mounted on /, /home",
+        "partition rule 'not the root disk': /dev/sda2 is in the stack holding / (/ on sda2 on sda)",
+    ]
+    assert check(stack, "sda") == [
+        "partition rule 'not mounted': /dev/sda has a partition, /dev/sda2, that is mounted on /, /home",
+        "partition rule 'not the root disk': /dev/sda is in the stack holding / (/ on sda2 on sda)",
+    ]
+
+
+def test_every_member_of_a_mounted_multi_device_btrfs_counts_as_mounted(tmp_path: Path) -> None:
+    devices = {"vda": Dev("254:0"), "vdc": Dev("254:32"), "vdd": Dev("254:48")}
+    stack = layout(
+        tmp_path,
+        devices,
+        [("254:0", "/", "ext4", "/dev/vda"), ("0:40", "/srv", "btrfs", "/dev/vdc")],
+        btrfs={"6e1c0f5a-0000-4000-8000-000000000001": ["vdc", "vdd"]},
+    )
+    # mountinfo names vdc only; vdd is the second device of the same file system
+    assert check(stack, "vdd") == ["partition rule 'not mounted': /dev/vdd is mounted on /srv"]
+
+
+def test_md_member_and_a_file_system_on_the_array(tmp_path: Path) -> None:
+    devices = {
+        "vda": Dev("254:0"),
+        "sdb": Dev("8:16"),
+        "sdb1": Dev("8:17", partition_of="sdb"),
+        "sdc": Dev("8:32"),
+        "md0": Dev("9:0", slaves=["sdb1", "sdc"]),
+    }
+    stack = layout(
+        tmp_path,
+        devices,
+        [("254:0", "/", "ext4", "/dev/vda"), ("9:0", "/srv/raid\\040data", "ext4", "/dev/md0")],
+    )
+    # the whole disk: holders of its partitions count, and what is built on them is mounted
+    assert check(stack, "sdb") == [
+        "partition rule 'not mounted': /dev/sdb is under md0, which is mounted on /srv/raid data",
+        "partition rule 'not in use': /dev/sdb is held by md0 "
+        "(an active device-mapper, LVM, dm-crypt or MD device is built on it)",
+    ]
+    assert rules(check(stack, "sdc")) == ["not mounted", "not in use"]
+    assert rules(check(stack, "md0")) == ["not mounted"]
+
+
+def test_swap_on_a_volume_built_on_the_device(tmp_path: Path) -> None:
+    devices = {
+        "vda": Dev("254:0"),
+        "sdb": Dev("8:16"),
+        "sdb1": Dev("8:17", partition_of="sdb"),
+        "dm-2": Dev("253:2", slaves=["sdb1"], dm_name="vg2-swap"),
+    }
+    stack = layout(tmp_path, devices, [("254:0", "/", "ext4", "/dev/vda")], swaps=["/dev/mapper/vg2-swap"])
+    assert check(stack, "sdb")[0] == (
+        "partition rule 'no swap': /dev/sdb is under dm-2 (vg2-swap), which is active swap "
+        "(/dev/mapper/vg2-swap)"
+    )
+    assert rules(check(stack, "sdb1")) == ["no swap", "not in use"]
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("loop7", ["loop7", "loop7p1", "dm-3"]), ("loop7p1", ["loop7p1", "dm-3"]), ("dm-3", ["dm-3"])],
+)
+def test_above_follows_partitions_then_holders(tmp_path: Path, name: str, expected: list[str]) -> None:
+    devices = {
+        "loop7": Dev("7:7"),
+        "loop7p1": Dev("259:9", partition_of="loop7"),
+        "dm-3": Dev("253:3", slaves=["loop7p1"], dm_name="lv"),
+    }
+    stack = layout(tmp_path, devices, [])
+    assert stack.above(name) == expected
+    assert stack.below("dm-3") == ["dm-3", "loop7p1", "loop7"]
