@@ -11,6 +11,23 @@ from .workloads import GiB, Workload
 # A read round whose device reads are below this fraction of its logical reads came from memory.
 CACHED_FRACTION = 0.5
 
+# Why a round's numbers may not measure what its row says: recorded per round (``caveats``, in the
+# JSON too), counted and explained in the tables.
+CAVEATS = {
+    "loop-dio-off": "a loop device under the volume has direct I/O off (/sys/block/loopN/loop/dio "
+    "= 0): the host's page cache sits between it and the disk",
+    "cache-not-dropped": "a buffered read round without root: only the test file's own pages were "
+    "dropped, not the page cache below it (/proc/sys/vm/drop_caches needs root)",
+}
+
+# What a round's latency percentiles measure (``latency`` of each round; "" in runs saved before
+# it was recorded, when fio's figures were completion latency, clat).
+LATENCY_TOTAL = "total"
+LATENCY_MEANING = (
+    "total latency of each I/O, from its submission to its completion (fio's lat_ns; the native "
+    "engine times the same span); small files: create + write + fsync of each file"
+)
+
 
 @dataclass(frozen=True)
 class Measurement:
@@ -42,6 +59,8 @@ class Measurement:
     engine_cpu_seconds: float | None = None  # the engine's own process(es), user + system
     daemon_cpu_seconds: float | None = None  # the backend's daemons (FUSE ...), by pid
     started: float | None = None  # wall-clock time the round started (time.time(); the round order)
+    caveats: tuple[str, ...] = ()  # keys of CAVEATS that apply to this round
+    latency: str = ""  # what lat_* measure: LATENCY_TOTAL ("" in older saved runs: fio's clat)
 
     @property
     def cached(self) -> bool | None:
@@ -90,6 +109,8 @@ class Measurement:
         values = {key: value for key, value in data.items() if key in names}
         if "physical" in values:  # JSON turned the tuples into lists
             values["physical"] = tuple(tuple(device) for device in values["physical"])
+        if "caveats" in values:
+            values["caveats"] = tuple(values["caveats"])
         return cls(**values)
 
 
@@ -129,20 +150,34 @@ class Result:
         return sum(bool(m.cached) for m in self.rounds), sum(bool(m.cached) for m in self.baseline_rounds)
 
     @property
+    def caveats(self) -> dict[str, tuple[int, int]]:
+        """Each caveat (CAVEATS) found in the rounds: how many rounds of (volume, baseline)."""
+        found = sorted({key for m in (*self.rounds, *self.baseline_rounds) for key in m.caveats})
+
+        def count(key: str, rounds: list[Measurement]) -> int:
+            return sum(key in m.caveats for m in rounds)
+
+        return {key: (count(key, self.rounds), count(key, self.baseline_rounds)) for key in found}
+
+    @property
     def comparable(self) -> bool:
-        """Both sides ran in the same I/O mode; otherwise no ratio is computed."""
-        vol, base = self.io_modes
-        return not self.baseline_rounds or vol == base
+        """Every round of both sides ran in one I/O mode; otherwise no ratio is computed."""
+        modes = {m.io_mode for m in (*self.rounds, *self.baseline_rounds)}
+        return not self.baseline_rounds or len(modes) <= 1
+
+    @property
+    def cipher_ceiling(self) -> str | None:
+        """The cipher (as ceiling.measure names it) this backend encrypts with, when it said so."""
+        value = self.description.get("cipher_ceiling")
+        return str(value) if value else None
 
     def efficiency(self, cipher_ceiling_mb_s: float | None) -> float | None:
         """Throughput / min(plain throughput, cipher ceiling): how much of what is physically
-        possible (the disk, or the CPU's AES-XTS) this backend delivers."""
-        if not self.rounds or not self.baseline_rounds:
+        possible (the disk, or the speed of this backend's own cipher on this CPU) it delivers.
+        None without a measured ceiling for its cipher, and between different I/O modes."""
+        if not self.rounds or not self.baseline_rounds or not cipher_ceiling_mb_s or not self.comparable:
             return None
-        limits = [self.median("mb_per_s", baseline=True)]
-        if cipher_ceiling_mb_s:
-            limits.append(cipher_ceiling_mb_s)
-        limit = min(limits)
+        limit = min(self.median("mb_per_s", baseline=True), cipher_ceiling_mb_s)
         return self.median("mb_per_s") / limit if limit > 0 else None
 
     @property
@@ -169,9 +204,12 @@ class Result:
 
     @property
     def io_modes(self) -> tuple[str, str]:
-        vol = self.rounds[-1].io_mode if self.rounds else "-"
-        base = self.baseline_rounds[-1].io_mode if self.baseline_rounds else "-"
-        return vol, base
+        """The I/O mode(s) of each side's rounds (``direct+buffered`` when they changed)."""
+
+        def modes(rounds: list[Measurement]) -> str:
+            return "+".join(dict.fromkeys(m.io_mode for m in rounds)) or "-"
+
+        return modes(self.rounds), modes(self.baseline_rounds)
 
     def to_dict(self) -> dict[str, Any]:
         return {

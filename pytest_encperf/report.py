@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from tabulate import tabulate
 
@@ -22,10 +22,9 @@ from .compare import (
     Check,
     Verdict,
 )
-from .model import Measurement, Result
+from .model import CAVEATS, Measurement, Result
 from .workloads import GiB, KiB, Workload
 
-BASELINE_LABEL = "plain (baseline)"
 DIRECTIONS = ("read", "write", "mixed")
 TRANSPOSE_AFTER = 6  # more workload labels than this: labels become rows
 
@@ -56,14 +55,6 @@ def _columns(workloads: Iterable[Workload]) -> list[tuple[str, str, list[str]]]:
     return [(label, unit, sorted(directions[label], key=DIRECTIONS.index)) for label, unit in units.items()]
 
 
-def _baseline_rounds(results: list[Result]) -> dict[str, list[Measurement]]:
-    """Every baseline round per workload name, whichever backend it was paired with."""
-    rounds: dict[str, list[Measurement]] = {}
-    for result in results:
-        rounds.setdefault(result.workload.name, []).extend(result.baseline_rounds)
-    return rounds
-
-
 def _metric(workload: Workload) -> str:
     return "iops" if workload.reports_iops else "mb_per_s"
 
@@ -72,13 +63,30 @@ def _pick(values: list[float], value: str) -> float:
     return max(values) if value == "best" else statistics.median(values)
 
 
-def _change_cell(result: Result) -> str:
+# what each caveat (model.CAVEATS) is called in a summary cell and in the detail table
+CAVEAT_MARKS = {"loop-dio-off": "loop dio off", "cache-not-dropped": "cache not dropped"}
+
+
+def _shown_change(result: Result, value: str) -> float | None:
+    """The change the summary shows: the backend's figure against its own plain rounds' figure
+    (both ``value``: best or median), so that it follows from the two numbers shown."""
+    if not result.comparable or not result.rounds or not result.baseline_rounds:
+        return None
+    metric = result.primary_metric
+    plain = _pick([getattr(m, metric) for m in result.baseline_rounds], value)
+    mine = _pick([getattr(m, metric) for m in result.rounds], value)
+    return (mine / plain - 1.0) * 100.0 if plain else None
+
+
+def _change_cell(result: Result, value: str) -> str:
     if not result.comparable:
         vol, base = result.io_modes
         return f"modes differ ({vol} vs {base})"
-    text = _format_change(result.change_percent)
+    text = _format_change(_shown_change(result, value))
     if any(result.cached_rounds):
         text += " cached!"
+    for caveat in result.caveats:
+        text += f" {CAVEAT_MARKS.get(caveat, caveat)}!"
     return text
 
 
@@ -92,9 +100,10 @@ def summary_table(
     mean_column: bool = False,
 ) -> str:
     """One row per backend, a column per workload label with its directions' values
-    (read / write) and, under them, the change against the plain baseline measured in the same
-    rounds. ``value`` is ``median`` or ``best`` (what CrystalDiskMark shows). ``mean_column``
-    adds the mean change over all the table's cells (the iozone-style grid's summary).
+    (read / write), under them the same figure of the plain rounds interleaved with this
+    backend's (``plain ...``), and the change between the two: each line follows from the
+    numbers above it. ``value`` is ``median`` or ``best`` (what CrystalDiskMark shows).
+    ``mean_column`` adds the mean change over all the table's cells (the iozone-style grid).
 
     Every selected backend gets a row: measured, skipped (with the reason) or not measured.
     """
@@ -102,50 +111,43 @@ def summary_table(
     mine = [r for r in results if r.workload.name in names]
     columns = _columns(selected)
     by_key = {(r.backend, r.workload.label, r.workload.direction): r for r in mine}
-    workloads = {w.name: w for w in selected}
-    base = _baseline_rounds(mine)
     headers = ["backend", *(f"{label}\n{unit} {' / '.join(dirs)}" for label, unit, dirs in columns)]
     if mean_column:
         headers.append("mean vs plain\nover all cells")
 
     rows: list[list[str]] = []
-    if mine:
-        row = [BASELINE_LABEL]
-        for label, _, directions in columns:
-            cells = []
-            for direction in directions:
-                name = f"{label.replace(' ', '-')}-{direction}"
-                if base.get(name):
-                    metric = _metric(workloads[name])
-                    cells.append(_format_value(_pick([getattr(m, metric) for m in base[name]], value)))
-                else:
-                    cells.append("-")
-            row.append(" / ".join(cells))
-        if mean_column:
-            row.append("")
-        rows.append(row)
     width = len(columns) + (1 if mean_column else 0)
     for backend in backends:
         if backend in skipped:
             rows.append([backend, f"skipped: {skipped[backend]}", *([""] * (width - 1))])
             continue
-        values, changes, all_changes = [], [], []
+        values, plains, changes, all_changes = [], [], [], []
         for label, _, directions in columns:
-            value_cells, change_cells = [], []
+            value_cells, plain_cells, change_cells = [], [], []
             for direction in directions:
                 result = by_key.get((backend, label, direction))
                 if result is None or not result.rounds:
                     value_cells.append("-")
+                    plain_cells.append("-")
                     continue
                 metric = result.primary_metric
                 value_cells.append(_format_value(_pick([getattr(m, metric) for m in result.rounds], value)))
-                change_cells.append(_change_cell(result))
-                if result.change_percent is not None:
-                    all_changes.append(result.change_percent)
+                base = [getattr(m, metric) for m in result.baseline_rounds]
+                plain_cells.append(_format_value(_pick(base, value)) if base else "-")
+                change_cells.append(_change_cell(result, value))
+                change = _shown_change(result, value)
+                if change is not None:
+                    all_changes.append(change)
             values.append(" / ".join(value_cells))
+            measured = any(cell != "-" for cell in value_cells)
+            plains.append("plain " + " / ".join(plain_cells) if measured else "")
             changes.append(" / ".join(change_cells))
         if any(v.strip("-/ ") for v in values):
-            row = [backend, *(f"{v}\n{c}" for v, c in zip(values, changes, strict=True))]
+            cells = [
+                "\n".join(line for line in (v, p, c) if line)
+                for v, p, c in zip(values, plains, changes, strict=True)
+            ]
+            row = [backend, *cells]
             if mean_column:
                 row.append(_format_change(statistics.fmean(all_changes)) if all_changes else "n/a")
             rows.append(row)
@@ -180,21 +182,40 @@ def _physical(rounds: list[Measurement], is_read: bool) -> str:
     return text + (f" CACHED {cached}/{len(rounds)}" if cached else "")
 
 
-def detail_table(results: list[Result], cipher_ceiling_mb_s: float | None = None) -> str:
+def _caveats_cell(result: Result) -> str:
+    """``loop dio off 3/3, plain 0/3``: rounds of each side a caveat applies to."""
+    mine, plain = len(result.rounds), len(result.baseline_rounds)
+    counts = [
+        f"{CAVEAT_MARKS.get(key, key)} {n}/{mine}, plain {n_plain}/{plain}"
+        for key, (n, n_plain) in result.caveats.items()
+    ]
+    return "; ".join(counts) or "-"
+
+
+def _engines(rounds: list[Measurement]) -> str:
+    return "+".join(dict.fromkeys(m.engine for m in rounds)) or "-"
+
+
+def detail_table(results: list[Result], ceilings: Mapping[str, float | None] | None = None) -> str:
     """Every backend x workload: throughput (median, best, CV), latency, CPU cost, change vs
-    plain, efficiency, I/O mode and what reached the device."""
+    plain, efficiency, the engine, I/O mode, what reached the device and the caveats.
+
+    ``ceilings``: MB/s of each cipher a backend names (``cipher_ceiling``, see ceiling.py);
+    efficiency is shown only for a backend whose cipher has one."""
+    ceilings = ceilings or {}
     headers = [
         "backend", "workload", "MB/s", "best", "IOPS", "p50 µs", "p99 µs", "CV %",
-        "CPU s/GiB", "daemon", "plain MB/s", "plain CPU", "vs plain", "eff.", "I/O", "device/logical",
-        "rounds",
+        "CPU s/GiB", "daemon", "plain MB/s", "plain CPU", "vs plain", "eff.", "engine", "I/O",
+        "device/logical", "caveats", "rounds",
     ]  # fmt: skip
     rows = []
     notes: dict[str, str] = {}
+    caveats: set[str] = set()
     for result in results:
         if not result.rounds:
             continue
         mode, base_mode = result.io_modes
-        if base_mode != mode:
+        if not result.comparable:
             mode = f"{mode}, plain {base_mode} (NOT COMPARED)"
         o_direct = result.description.get("o_direct")
         if o_direct and o_direct != "direct" and "buffered" in mode:
@@ -206,13 +227,17 @@ def detail_table(results: list[Result], cipher_ceiling_mb_s: float | None = None
         if all(d is not None for d in daemon):
             moved = sum(m.bytes for m in result.rounds) / GiB
             daemon_text = _format_value(sum(daemon) / moved) if moved else "-"  # type: ignore[arg-type]
-        encrypted = result.description.get("encryption", "none") != "none"
-        efficiency = result.efficiency(cipher_ceiling_mb_s) if encrypted else None
+        cipher = result.cipher_ceiling
+        efficiency = result.efficiency(ceilings.get(cipher)) if cipher else None
         is_read = result.workload.is_read or result.workload.kind == "files"
         physical = _physical(result.rounds, is_read)
         base_physical = _physical(result.baseline_rounds, is_read)
         if "CACHED" in base_physical:
             physical += f" (plain {base_physical})"
+        caveats.update(result.caveats)
+        engine = _engines(result.rounds)
+        if result.baseline_rounds and _engines(result.baseline_rounds) != engine:
+            engine += f", plain {_engines(result.baseline_rounds)}"
         rows.append([
             result.backend,
             result.workload.name,
@@ -228,8 +253,10 @@ def detail_table(results: list[Result], cipher_ceiling_mb_s: float | None = None
             _format_value(result.median("cpu_s_per_gib", baseline=True)) if result.baseline_rounds else "-",
             _format_change(result.change_percent),
             "-" if efficiency is None else f"{efficiency:.0%}",
+            engine,
             mode,
             physical,
+            _caveats_cell(result),
             str(len(result.rounds)),
         ])  # fmt: skip
     if not rows:
@@ -240,6 +267,8 @@ def detail_table(results: list[Result], cipher_ceiling_mb_s: float | None = None
             f"* {backend}: O_DIRECT gives {o_direct} on this volume, so both sides ran buffered "
             "(page cache dropped before each round)"
         )
+    for key in sorted(caveats):
+        lines.append(f"{CAVEAT_MARKS.get(key, key)}: {CAVEATS.get(key, key)}")
     return "\n".join(lines)
 
 

@@ -79,9 +79,21 @@ class MountedVolume:
         resources = [*self.volume.created.resources, *self.volume.mounted.resources]
         return tuple(int(r.ident) for r in resources if r.kind == "process" and r.ident.isdigit())
 
+    @property
+    def caveats(self) -> tuple[str, ...]:
+        """What holds for every round on this volume (model.CAVEATS): a loop device among its
+        devices whose direct I/O is off (the container's attach asked for it; the kernel or the
+        file below can refuse, as a FUSE export does)."""
+        loops = [name for name in self.devices if (Path("/sys/block") / name / "loop").is_dir()]
+        off = [name for name in loops if not host.loop_direct_io(Path("/dev") / name)]
+        return ("loop-dio-off",) if off else ()
+
     def observe(self) -> Observe:
         return Observe(
-            devices=self.devices, daemon_pids=self.daemon_pids, store_below=self.backend.store_below
+            devices=self.devices,
+            daemon_pids=self.daemon_pids,
+            store_below=self.backend.store_below,
+            caveats=self.caveats,
         )
 
 

@@ -23,7 +23,7 @@ import pytest
 
 from . import host, journal, machine, storage
 from .backends import BASELINE, BackendSpec, make_backend, placement_problems
-from .ceiling import CipherCeiling, measure_ceiling
+from .ceiling import Ceiling, kernel_xts_driver, measure_ciphers
 from .compare import EXIT_REGRESSION, Gate, Verdict, expected_family_size, judge
 from .engines import Engine, select_engine
 from .model import Measurement, Result, RunData
@@ -74,7 +74,7 @@ class EncperfSession:
         self._run_cleanup: host.Cleanup | None = None
         # partition target: baseline rounds measured before each encrypted volume, by spec
         self._measured_baseline: dict[str, dict[str, list[Measurement]]] = {}
-        self._ceiling: CipherCeiling | None = None
+        self._ceilings: dict[str, Ceiling] = {}
         self._machine: tuple[dict[str, Any], str] | None = None
         self._reference: Reference | None = None
         self._gate: Gate | None = None
@@ -259,12 +259,13 @@ class EncperfSession:
             confirm_budget=self._confirm_budget,
         )
 
-    def ceiling(self) -> CipherCeiling:
-        """The CPU's AES-256-XTS speed and the kernel's driver, measured once per session (a
+    def ceilings(self) -> dict[str, Ceiling]:
+        """The speed of each cipher the measured backends name, measured once per session (a
         method: pytest reads plugin properties while collecting fixtures)."""
-        if self._ceiling is None:
-            self._ceiling = measure_ceiling()
-        return self._ceiling
+        wanted = [c for c in dict.fromkeys(r.cipher_ceiling for r in self.results) if c]
+        missing = [c for c in wanted if c not in self._ceilings]
+        self._ceilings.update(measure_ciphers(missing))
+        return {c: self._ceilings[c] for c in wanted}
 
     # ------------------------------------------------------------- hooks
 
@@ -495,34 +496,52 @@ class EncperfSession:
                 mean_column=profile.mean_column,
             )
             if table:
-                tr.write_line(f"{profile.title} [{name}]: {profile.value} of the rounds, change vs plain")
+                tr.write_line(
+                    f"{profile.title} [{name}]: {profile.value} of the rounds; under each backend, the "
+                    f"{profile.value} of the plain rounds interleaved with its own and the change "
+                    "between the two"
+                )
                 tr.write_line(table)
             shown_names.update(w.name for w in workloads)
         others = [r.workload for r in self.results if r.workload.name not in shown_names]
         if others:
             table = summary_table(self.results, skipped, shown, others)
             if table:
-                tr.write_line("other workloads: median of the rounds, change vs plain")
+                tr.write_line(
+                    "other workloads: median of the rounds; under each backend the median of the plain "
+                    "rounds interleaved with its own, and the change between the two"
+                )
                 tr.write_line(table)
         if BASELINE in self.skipped:
             tr.write_line(f"baseline unavailable: {BASELINE}: {self.skipped[BASELINE]}", yellow=True)
         if not self.results:
             return
-        ceiling = self.ceiling()
-        details = detail_table(self.results, ceiling.mb_per_s)
+        ceilings = self.ceilings()
+        details = detail_table(self.results, {cipher: c.mb_per_s for cipher, c in ceilings.items()})
         if details:
             tr.write_line("")
             tr.write_line(details)
             tr.write_line(
-                "vs plain: median of per-round ratios (positive = faster than plain); never computed "
-                "between different I/O modes. CV: coefficient of variation of the rounds. "
-                "CPU s/GiB: system-wide busy CPU seconds per GiB moved; daemon: the backend's own "
-                "processes. eff.: throughput / min(plain, cipher ceiling). device/logical: bytes "
-                "the volume's block device read (r) or wrote (w) per byte the workload moved, and "
-                "the average size of its requests (KiB/req); CACHED = a read round mostly served "
-                "by the page cache."
+                "vs plain: median of per-round ratios to the plain round run just before each "
+                "(positive = faster than plain; the gate's vs-plain metric); never computed between "
+                "different I/O modes. p50/p99: total latency of each I/O, submission to completion "
+                "(fio's lat, not clat); small files: create + write + fsync of each file. "
+                "CV: coefficient of variation of the rounds. CPU s/GiB: system-wide busy CPU "
+                "seconds per GiB moved; daemon: the backend's own processes. eff.: median MB/s / "
+                "min(plain median MB/s, the speed of the backend's own cipher on this CPU), only "
+                "where that cipher was measured and both sides ran in one I/O mode. "
+                "device/logical: bytes the volume's block device read (r) or wrote (w) per byte the "
+                "workload moved, and the average size of its requests (KiB/req); CACHED = a read "
+                "round mostly served by the page cache. caveats: rounds of each side a caveat "
+                "applies to."
             )
-            tr.write_line(f"cipher ceiling: {ceiling.describe()}")
+            for ceiling in ceilings.values():
+                tr.write_line(f"cipher ceiling: {ceiling.describe()}")
+            if not ceilings:
+                tr.write_line(
+                    "cipher ceiling: no backend here names a cipher this run can measure (eff. empty)"
+                )
+            tr.write_line(f"kernel xts(aes) driver: {kernel_xts_driver()}")
 
     def _write_verdict(self, tr: pytest.TerminalReporter) -> None:
         if self.verdict is None:

@@ -27,7 +27,7 @@ from pytest_benchmark.stats import Stats  # the same statistics pytest-benchmark
 from pytest_benchmark.utils import get_commit_info
 
 from . import __version__, machine
-from .model import Result, RunData
+from .model import LATENCY_MEANING, Result, RunData
 
 FORMAT = 1  # extra_info["encperf"]["format"]
 _FILE = re.compile(r"^(\d{4})_(.+)\.json$")
@@ -105,6 +105,9 @@ def benchmark_entry(result: Result) -> dict[str, Any]:
             "lat_p99_us": result.median("lat_p99_us") if result.rounds else None,
             "cpu_s_per_gib": result.median("cpu_s_per_gib") if result.rounds else None,
             "vs_plain_percent": None if ratio is None else (ratio - 1) * 100,
+            "latency": LATENCY_MEANING,  # what lat_p99_us (and each round's lat_*) measures
+            # rounds of (this backend, its plain baseline) each caveat applies to (model.CAVEATS)
+            "caveats": {key: list(counts) for key, counts in result.caveats.items()},
             "encperf": {"format": FORMAT, **result.to_dict()},
         },
     }

@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import stat
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -178,31 +179,27 @@ class BlockStack:
         except OSError:
             return name
 
-    def above(self, name: str) -> list[str]:
-        """The device, its partitions and everything built on them (holders, recursively)."""
+    @staticmethod
+    def _closure(name: str, step: Callable[[str], list[str]]) -> list[str]:
+        """``name`` and every device reached from it by ``step``, breadth first, each once."""
         found: list[str] = []
         todo = [name]
         while todo:
             current = todo.pop(0)
-            if current in found:
-                continue
-            found.append(current)
-            todo += self.partitions(current) + self.holders(current)
+            if current not in found:
+                found.append(current)
+                todo += step(current)
         return found
+
+    def above(self, name: str) -> list[str]:
+        """The device, its partitions and everything built on them (holders, recursively)."""
+        return self._closure(name, lambda current: [*self.partitions(current), *self.holders(current)])
 
     def below(self, name: str) -> list[str]:
         """The device, the disk it is a partition of and everything it is built on (slaves,
         recursively). A loop device's backing file is not below it: writing the loop device
         writes only that file."""
-        found: list[str] = []
-        todo = [name]
-        while todo:
-            current = todo.pop(0)
-            if current in found:
-                continue
-            found.append(current)
-            todo += [self.disk_of(current), *self.slaves(current)]
-        return found
+        return self._closure(name, lambda current: [self.disk_of(current), *self.slaves(current)])
 
     def by_number(self, numbers: str) -> str | None:
         for entry in self.sys_block.iterdir():
@@ -226,8 +223,8 @@ class BlockStack:
                 return candidate
         return None
 
-    def _mounts(self, files: tuple[Path, ...]) -> dict[str, list[str]]:
-        found: dict[str, list[str]] = {}
+    def _mount_entries(self, files: tuple[Path, ...]) -> Iterator[tuple[str, list[str]]]:
+        """(mount point, the devices it is on: by device number and by source) per mountinfo line."""
         for path in files:
             try:
                 lines = path.read_text().splitlines()
@@ -238,13 +235,17 @@ class BlockStack:
                 if "-" not in fields[6:]:
                     continue
                 separator = fields.index("-", 6)
-                mountpoint = _unescape(fields[4])
                 source = _unescape(fields[separator + 2]) if len(fields) > separator + 2 else ""
-                names = {self.by_number(fields[2]), self.by_source(source)} - {None}
-                for name in names:
-                    points = found.setdefault(str(name), [])
-                    if mountpoint not in points:
-                        points.append(mountpoint)
+                names = [self.by_number(fields[2]), self.by_source(source)]
+                yield _unescape(fields[4]), [name for name in dict.fromkeys(names) if name is not None]
+
+    def _mounts(self, files: tuple[Path, ...]) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for mountpoint, names in self._mount_entries(files):
+            for name in names:
+                points = found.setdefault(name, [])
+                if mountpoint not in points:
+                    points.append(mountpoint)
         return found
 
     def mounts(self) -> dict[str, list[str]]:
@@ -272,20 +273,8 @@ class BlockStack:
 
     def root_devices(self) -> list[str]:
         """The devices mounted on / (by number and by source, as for any mount)."""
-        found: list[str] = []
-        for path in self.root_mountinfo:
-            try:
-                lines = path.read_text().splitlines()
-            except OSError:
-                continue
-            for line in lines:
-                fields = line.split()
-                if len(fields) > 4 and fields[4] == "/" and "-" in fields[6:]:
-                    source = _unescape(fields[fields.index("-", 6) + 2])
-                    for name in (self.by_number(fields[2]), self.by_source(source)):
-                        if name is not None and name not in found:
-                            found.append(name)
-        return found
+        on_root = [names for point, names in self._mount_entries(self.root_mountinfo) if point == "/"]
+        return list(dict.fromkeys(name for names in on_root for name in names))
 
     def root_stack(self) -> list[str]:
         """The devices holding / and everything below them, root first."""

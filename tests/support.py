@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import struct
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,6 +54,16 @@ def mounts_and_loops_left(path: Path) -> list[str]:
     return found
 
 
+@contextlib.contextmanager
+def scratch_dir(prefix: str) -> Iterator[Path]:
+    """A new directory under disk_dir(), checked for mounts and loop devices of ours and removed
+    when the test is done with it."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=disk_dir()))
+    yield path
+    assert mounts_and_loops_left(path) == [], "mount or loop device left behind"
+    shutil.rmtree(path)
+
+
 def write_mbr(target: Path, start: int = 2048, sectors: int = 32 * MiB // 512) -> None:
     """An MBR with one Linux partition (what fdisk writes), without needing fdisk."""
     entry = struct.pack("<B3sB3sII", 0, b"\0\0\0", 0x83, b"\0\0\0", start, sectors)
@@ -62,6 +74,18 @@ def write_mbr(target: Path, start: int = 2048, sectors: int = 32 * MiB // 512) -
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def loop_device(image: Path, size: int) -> Iterator[Path]:
+    """A loop device (direct I/O) over a new sparse ``image`` of ``size`` bytes, detached after."""
+    with image.open("wb") as handle:
+        handle.truncate(size)
+    loop = host.attach_loop(image, direct_io=True)
+    try:
+        yield loop.path
+    finally:
+        host.detach_loop(loop.path, image)
 
 
 @contextlib.contextmanager

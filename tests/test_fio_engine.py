@@ -1,4 +1,5 @@
-"""The fio engine: JSON from real fio runs (tests/data), the command line, a real small run."""
+"""The fio engine: JSON from real fio runs (tests/data: fio 3.33 with --lat_percentiles=1
+--clat_percentiles=0, as fio_args asks), the command line, a real small run."""
 
 from __future__ import annotations
 
@@ -24,30 +25,42 @@ def fixture(name: str) -> dict:
     return json.loads((DATA / name).read_text())
 
 
-def test_sequential_read_maps_bw_iops_percentiles_and_cpu() -> None:
+def test_sequential_read_maps_bw_iops_total_latency_percentiles_and_cpu() -> None:
     data = fixture("fio-read.json")
     job = data["jobs"][0]
     fields = parse_fio_json(data, "read")
-    assert fields["bytes"] == job["read"]["io_bytes"] == 277872640
-    assert fields["ios"] == job["read"]["total_ios"] == 265
+    assert fields["bytes"] == job["read"]["io_bytes"] == 375390208
+    assert fields["ios"] == job["read"]["total_ios"] == 358
     # throughput is exactly fio's bw_bytes
     assert fields["bytes"] / fields["seconds"] == pytest.approx(job["read"]["bw_bytes"])
-    assert fields["lat_p50_us"] == job["read"]["clat_ns"]["percentile"]["50.000000"] / 1e3
-    assert fields["lat_p99_us"] == job["read"]["clat_ns"]["percentile"]["99.000000"] / 1e3
-    assert fields["lat_p999_us"] == job["read"]["clat_ns"]["percentile"]["99.900000"] / 1e3
+    assert fields["lat_p50_us"] == job["read"]["lat_ns"]["percentile"]["50.000000"] / 1e3
+    assert fields["lat_p99_us"] == job["read"]["lat_ns"]["percentile"]["99.000000"] / 1e3
+    assert fields["lat_p999_us"] == job["read"]["lat_ns"]["percentile"]["99.900000"] / 1e3
     assert fields["engine_cpu_seconds"] == pytest.approx(
         (job["usr_cpu"] + job["sys_cpu"]) / 100 * job["job_runtime"] / 1e3
     )
     assert fields["logical_read_bytes"] == fields["bytes"] and fields["logical_write_bytes"] == 0
 
 
+def test_latency_is_total_latency_never_completion_latency(tmp_path: Path) -> None:
+    data = fixture("fio-read.json")
+    stats = data["jobs"][0]["read"]
+    assert "percentile" not in stats["clat_ns"]  # asked for lat percentiles only
+    args = fio_args(CDM[0], tmp_path / "f", size=64 * MiB, runtime=1.0, direct=True)
+    assert option(args, "lat_percentiles") == "1" and option(args, "clat_percentiles") == "0"
+    # a report with completion-latency percentiles only (fio's default) is refused, not misread
+    stats["clat_ns"]["percentile"] = stats["lat_ns"].pop("percentile")
+    with pytest.raises(FioError, match=r"no total-latency percentiles \(lat_ns"):
+        parse_fio_json(data, "read")
+
+
 def test_write_reads_the_write_section_only() -> None:
     data = fixture("fio-write.json")
     fields = parse_fio_json(data, "write")
-    assert fields["bytes"] == data["jobs"][0]["write"]["io_bytes"] == 41943040
-    assert fields["ios"] == 40
+    assert fields["bytes"] == data["jobs"][0]["write"]["io_bytes"] == 830472192
+    assert fields["ios"] == 792
     assert fields["logical_write_bytes"] == fields["bytes"] and fields["logical_read_bytes"] == 0
-    # end_fsync is part of the job's runtime (567 ms for a 300 ms time-based job)
+    # end_fsync is part of the job's runtime (309 ms for a 300 ms time-based job)
     assert fields["seconds"] == pytest.approx(data["jobs"][0]["write"]["runtime"] / 1e3, rel=0.01)
     with pytest.raises(KeyError):
         parse_fio_json({"jobs": [{"jobname": "x", "error": 0}]}, "write")
@@ -62,7 +75,7 @@ def test_randrw_mixed_sums_both_directions_and_keeps_the_worst_latency() -> None
     assert fields["bytes"] / fields["seconds"] == pytest.approx(
         job["read"]["bw_bytes"] + job["write"]["bw_bytes"]
     )
-    worst = max(job[s]["clat_ns"]["percentile"]["99.000000"] for s in ("read", "write")) / 1e3
+    worst = max(job[s]["lat_ns"]["percentile"]["99.000000"] for s in ("read", "write")) / 1e3
     assert fields["lat_p99_us"] == worst
     assert parse_fio_json(data, "read")["bytes"] == job["read"]["io_bytes"]
 
@@ -71,10 +84,10 @@ def test_grouped_jobs_are_one_entry() -> None:
     data = fixture("fio-randread-4jobs-grouped.json")
     assert len(data["jobs"]) == 1
     fields = parse_fio_json(data, "read")
-    assert fields["ios"] == 31086
+    assert fields["ios"] == 25147
     # CPU: the percentage is per job-second, job_runtime is summed over the 4 threads
     assert data["jobs"][0]["job_runtime"] == 1200
-    assert fields["engine_cpu_seconds"] == pytest.approx((2.5 + 11.25) / 100 * 1.2)
+    assert fields["engine_cpu_seconds"] == pytest.approx((0.166667 + 11.416667) / 100 * 1.2)
 
 
 def test_ungrouped_jobs_are_summed() -> None:
@@ -89,7 +102,7 @@ def test_ungrouped_jobs_are_summed() -> None:
 
 def test_text_before_the_json_is_skipped_and_garbage_is_a_clear_error() -> None:
     text = "fio: notice something\n" + (DATA / "fio-read.json").read_text()
-    assert parse_fio_json(text, "read")["ios"] == 265
+    assert parse_fio_json(text, "read")["ios"] == 358
     with pytest.raises(FioError, match="no JSON"):
         parse_fio_json("fio: file not found", "read")
     with pytest.raises(FioError, match="failed with error 5"):
@@ -160,7 +173,7 @@ def test_real_fio_run_on_a_small_file(tmp_path: Path, workload: Workload) -> Non
     engine = FioEngine()
     path = engine.prepare(tmp_path, 4 * MiB)
     m = engine.run(workload, path, runtime=0.1, direct=False)
-    assert m.engine == "fio" and m.engine_version[0].isdigit()
+    assert m.engine == "fio" and m.engine_version[0].isdigit() and m.latency == "total"
     assert m.bytes > 0 and m.bytes % workload.block_size == 0 and m.ios == m.bytes // workload.block_size
     assert 0 < m.lat_p50_us <= m.lat_p99_us <= m.lat_p999_us
     assert m.io_mode == "buffered" and m.cpu_seconds >= 0 and m.engine_cpu_seconds is not None

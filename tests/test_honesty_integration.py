@@ -71,6 +71,43 @@ def test_cache_detector_flags_a_cached_read_round_and_not_a_dropped_one(plain: M
     assert [name for name, _, _ in cached.physical] == list(plain.devices)
 
 
+def test_a_loop_device_without_direct_io_flags_every_round(plain: MountedVolume) -> None:
+    loop = Path(plain.volume.state["device"])
+    assert (Path("/sys/block") / loop.name / "loop" / "dio").read_text().strip() == "1"
+    assert plain.caveats == ()
+    engine = NativeEngine()
+    path = engine.prepare(plain.data_dir, 8 * MiB)
+    host.run(["losetup", "--direct-io=off", str(loop)])
+    try:
+        assert (Path("/sys/block") / loop.name / "loop" / "dio").read_text().strip() == "0"
+        assert plain.caveats == ("loop-dio-off",)
+        m = engine.run(SEQ_READ, path, runtime=0.05, direct=True, observe=plain.observe())
+        assert m.caveats == ("loop-dio-off",)
+    finally:
+        host.run(["losetup", "--direct-io=on", str(loop)])
+    assert engine.run(SEQ_READ, path, runtime=0.05, direct=True, observe=plain.observe()).caveats == ()
+
+
+@pytest.mark.parametrize("engine_name", ["native", "fio"])
+def test_buffered_reads_without_root_say_the_cache_was_not_dropped(
+    plain: MountedVolume, monkeypatch: pytest.MonkeyPatch, engine_name: str
+) -> None:
+    if engine_name == "fio" and not fio_available():
+        pytest.skip("fio is not installed")
+    engine = FioEngine() if engine_name == "fio" else NativeEngine()
+    path = engine.prepare(plain.data_dir, 8 * MiB)
+    write = Workload("SEQ1M Q1T1", "write", MiB)
+    monkeypatch.setattr(host, "is_root", lambda: False)  # drop_caches is refused to others
+    observe = plain.observe()
+    assert engine.run(SEQ_READ, path, runtime=0.05, direct=False, observe=observe).caveats == (
+        "cache-not-dropped",
+    )
+    assert engine.run(write, path, runtime=0.05, direct=False, observe=observe).caveats == ()  # fdatasync'd
+    assert engine.run(SEQ_READ, path, runtime=0.05, direct=True, observe=observe).caveats == ()
+    monkeypatch.undo()
+    assert engine.run(SEQ_READ, path, runtime=0.05, direct=False, observe=observe).caveats == ()
+
+
 def test_direct_rounds_reach_the_device(plain: MountedVolume) -> None:
     engine = NativeEngine()
     path = engine.prepare(plain.data_dir, 8 * MiB)

@@ -45,7 +45,7 @@ def test_every_cdm_workload_counts_whole_blocks(
     assert m.seconds > 0 and m.mb_per_s == pytest.approx(m.bytes / m.seconds / 1e6)
     assert 0 < m.lat_p50_us <= m.lat_p99_us <= m.lat_p999_us
     assert m.io_mode == "buffered"
-    assert m.engine == "native"
+    assert m.engine == "native" and m.latency == "total"  # submission to completion, as fio's lat
 
 
 def test_offsets_are_block_aligned_and_inside_the_file(

@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,31 +19,22 @@ from pytest_encperf.runner import open_volume
 from pytest_encperf.settings import resolve
 from pytest_encperf.targets import DeviceClaim, Target, partition_problems, probe_signature
 from pytest_encperf.workloads import MiB
-from tests.support import disk_dir, mounts_and_loops_left, partitioned_loop, write_mbr
+from tests.support import loop_device, partitioned_loop, scratch_dir, write_mbr
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def scratch() -> Iterator[Path]:
-    base = disk_dir()
-    path = Path(tempfile.mkdtemp(prefix="encperf-part-", dir=base))
-    yield path
-    assert mounts_and_loops_left(path) == [], "mount or loop device left behind"
-    shutil.rmtree(path)
+    with scratch_dir("encperf-part-") as path:
+        yield path
 
 
 @pytest.fixture
 def partition(scratch: Path) -> Iterator[Path]:
     """A fresh, empty 128 MiB loop device standing in for a partition (btrfs needs 109 MiB)."""
-    image = scratch / "disk.img"
-    with image.open("wb") as handle:
-        handle.truncate(128 * MiB)
-    loop = host.attach_loop(image, direct_io=True)
-    try:
-        yield loop.path
-    finally:
-        host.detach_loop(loop.path, image)
+    with loop_device(scratch / "disk.img", 128 * MiB) as device:
+        yield device
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import contextlib
 import os
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from pytest_encperf.backends.dmcrypt import device_mapper_problems
 from pytest_encperf.runner import open_volume
 from pytest_encperf.targets import BlockStack, Target, partition_problems, probe_signature
 from pytest_encperf.workloads import MiB
-from tests.support import disk_dir, mounts_and_loops_left, partitioned_loop
+from tests.support import loop_device, partitioned_loop, scratch_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.dmcrypt]
 
@@ -40,23 +39,15 @@ def needs_device_mapper() -> None:
 
 @pytest.fixture
 def scratch() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="encperf-pdm-", dir=disk_dir()))
-    yield path
-    assert mounts_and_loops_left(path) == [], "mount or loop device left behind"
-    assert list(Path("/dev/mapper").glob(f"encperf-test-{os.getpid()}-*")) == [], "dm mapping left behind"
-    shutil.rmtree(path)
+    with scratch_dir("encperf-pdm-") as path:
+        yield path
+        assert list(Path("/dev/mapper").glob(f"encperf-test-{os.getpid()}-*")) == [], "dm mapping left behind"
 
 
 @pytest.fixture
 def loop(scratch: Path) -> Iterator[Path]:
-    image = scratch / "pv.img"
-    with image.open("wb") as handle:
-        handle.truncate(96 * MiB)
-    device = host.attach_loop(image, direct_io=True)
-    try:
-        yield device.path
-    finally:
-        host.detach_loop(device.path, image)
+    with loop_device(scratch / "pv.img", 96 * MiB) as device:
+        yield device
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -129,6 +130,17 @@ def test_modes_that_differ_are_never_compared() -> None:
     assert "NOT COMPARED" in detail_table([result])
 
 
+def test_a_volume_serving_o_direct_buffered_is_marked_with_a_note() -> None:
+    buffered = measurement(mode="buffered")
+    result = Result(
+        "fscrypt", SEQ_READ, rounds=[buffered], baseline_rounds=[buffered],
+        description={"o_direct": "direct-requested-but-buffered"},
+    )  # fmt: skip
+    detail = detail_table([result])
+    assert " buffered* " in detail
+    assert "* fscrypt: O_DIRECT gives direct-requested-but-buffered on this volume" in detail
+
+
 def test_summary_flags_cached_rounds_and_detail_shows_device_bytes() -> None:
     cached = measurement(logical_read_bytes=100_000_000, physical_read_bytes=0)
     honest = measurement(logical_read_bytes=100_000_000, physical_read_bytes=100_000_000)
@@ -150,17 +162,87 @@ def test_detail_shows_the_size_the_device_saw_each_request_at() -> None:
     assert "KiB/req" not in detail_table([Result("fscrypt", SEQ_READ, rounds=[unknown])])
 
 
-def test_cdm_shows_the_best_round_and_efficiency_uses_the_ceiling() -> None:
+def test_cdm_shows_the_best_round_and_efficiency_uses_the_backends_own_cipher() -> None:
     result = Result(
         "fscrypt", SEQ_READ, rounds=[measurement(v) for v in (80, 120)],
         baseline_rounds=[measurement(200), measurement(200)],
-        description={"encryption": "fscrypt"},
+        description={"encryption": "fscrypt", "cipher_ceiling": "kernel:xts(aes):512"},
     )  # fmt: skip
     assert "120.0" in summary_table([result], {}, ["fscrypt"], list(CDM), value="best")
     assert "100.0" in summary_table([result], {}, ["fscrypt"], list(CDM), value="median")
-    assert result.efficiency(None) == pytest.approx(0.5)  # 100 / plain 200
-    assert result.efficiency(125.0) == pytest.approx(0.8)  # 100 / cipher 125
-    assert " 80%" in detail_table([result], 125.0)
+    assert result.efficiency(None) is None  # no ceiling for its cipher: no efficiency
+    assert result.efficiency(125.0) == pytest.approx(0.8)  # 100 / its cipher's 125
+    assert result.efficiency(1000.0) == pytest.approx(0.5)  # 100 / plain 200
+    assert " 80%" in detail_table([result], {"kernel:xts(aes):512": 125.0})
+    # another cipher's speed (the old user-space AES-XTS figure) is never used
+    assert " 80%" not in detail_table([result], {"kernel:adiantum(xchacha12,aes):256": 125.0})
+    unnamed = replace(result, description={"encryption": "fscrypt"})
+    assert " 80%" not in detail_table([unnamed], {"kernel:xts(aes):512": 125.0})
+    across_modes = replace(result, baseline_rounds=[measurement(200, mode="buffered")] * 2)
+    assert across_modes.efficiency(125.0) is None  # never computed across I/O modes
+
+
+def cell_lines(table: str, backend: str, column: int = 1) -> list[str]:
+    """The lines of one backend's cell in a summary table (its first workload column)."""
+    rows = [line.split("│") for line in table.splitlines() if line.startswith("│")]
+    start = next(i for i, row in enumerate(rows) if row[1].strip() == backend)
+    cells = [rows[start][column + 1].strip()]
+    for row in rows[start + 1 :]:
+        if row[1].strip():
+            break
+        cells.append(row[column + 1].strip())
+    return [c for c in cells if c]
+
+
+def test_each_backend_shows_its_own_plain_rounds_and_the_change_follows_from_them() -> None:
+    """Before: one pooled plain row (every backend's plain rounds together), so the change of a
+    backend whose plain rounds ran slower could not be derived from the numbers shown."""
+    fast = Result(
+        "fscrypt", SEQ_READ, rounds=[measurement(v) for v in (40, 50, 60)],
+        baseline_rounds=[measurement(v) for v in (180, 200, 220)],
+    )  # fmt: skip
+    slow = Result(
+        "gocryptfs", SEQ_READ, rounds=[measurement(v) for v in (30, 45, 50)],
+        baseline_rounds=[measurement(v) for v in (90, 100, 150)],
+    )  # fmt: skip
+    table = summary_table([fast, slow], {}, ["fscrypt", "gocryptfs"], list(CDM), value="median")
+    assert cell_lines(table, "fscrypt") == ["50.0 / -", "plain 200.0 / -", "-75.0%"]  # 50 / 200 - 1
+    assert cell_lines(table, "gocryptfs") == ["45.0 / -", "plain 100.0 / -", "-55.0%"]  # 45 / 100 - 1
+    assert "plain (baseline)" not in table
+    best = summary_table([fast], {}, ["fscrypt"], list(CDM), value="best")
+    assert "60.0 / -" in best and "plain 220.0 / -" in best and "-72.7%" in best
+
+
+def test_caveats_are_flagged_in_both_tables_and_kept_in_the_json() -> None:
+    loop = measurement(
+        logical_read_bytes=100_000_000, physical_read_bytes=100_000_000, caveats=("loop-dio-off",)
+    )
+    plain = measurement(caveats=("cache-not-dropped",))
+    result = Result("qemu-luks", SEQ_READ, rounds=[loop, loop], baseline_rounds=[measurement(), plain])
+    assert result.caveats == {"cache-not-dropped": (0, 1), "loop-dio-off": (2, 0)}
+    summary = summary_table([result], {}, ["qemu-luks"], list(CDM))
+    assert "cache not dropped!" in summary and "loop dio off!" in summary
+    detail = detail_table([result])
+    assert "cache not dropped 0/2, plain 1/2; loop dio off 2/2, plain 0/2" in detail
+    assert "loop dio off: a loop device under the volume has direct I/O off" in detail
+    document = json.loads(json.dumps(result.to_dict()))  # as saved
+    assert document["rounds"][0]["caveats"] == ["loop-dio-off"]
+    restored = Result.from_dict(document)
+    assert restored.rounds[0].caveats == ("loop-dio-off",) and restored.caveats == result.caveats
+    assert (
+        "caveats" not in detail_table([Result("fscrypt", SEQ_READ, rounds=[measurement()])]).split("\n", 2)[2]
+    )
+
+
+def test_the_detail_table_names_the_engine_of_each_row() -> None:
+    # the small-files cycle is not block I/O: fio hands it to the native engine
+    files = Result("fscrypt", SMALLFILES[0], rounds=[measurement(engine="native")],
+                   baseline_rounds=[measurement(engine="native")])  # fmt: skip
+    seq = Result(
+        "fscrypt", SEQ_READ, rounds=[measurement(engine="fio")], baseline_rounds=[measurement(engine="fio")]
+    )
+    rows = {line.split()[1]: line for line in detail_table([files, seq]).splitlines()[2:4]}
+    assert " native " in rows[SMALLFILES[0].name] and " fio " in rows["SEQ1M-Q8T1-read"]
 
 
 def test_non_cdm_columns_a_mean_column_and_a_transposed_sweep() -> None:

@@ -36,6 +36,9 @@ def test_results_round_trip_through_a_saved_file(tmp_path: Path) -> None:
         "backend": "fscrypt:contents=adiantum",
         "workload": "SEQ1M-Q8T1-read",
     }
+    extra = loaded_doc["benchmarks"][0]["extra_info"]
+    assert extra["latency"].startswith("total latency of each I/O, from its submission to its completion")
+    assert extra["caveats"] == {}
 
 
 def test_save_never_overwrites_and_numbers_per_machine(

@@ -20,7 +20,11 @@ from . import uml
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[1]
-LANE_TESTS = ["tests/test_dmcrypt_integration.py", "tests/test_partition_integration.py"]
+LANE_TESTS = [
+    "tests/test_dmcrypt_integration.py",
+    "tests/test_partition_integration.py",
+    "tests/test_ceiling.py::test_kernel_cipher_speed_through_af_alg",  # the guest loads af_alg
+]
 # Each must have run and passed in the guest: the lane is worthless if they all skip.
 MUST_PASS = [
     "test_create_mount_write_remount_read_destroy[luks2]",
@@ -36,6 +40,7 @@ MUST_PASS = [
     "test_root_on_a_mapping_refuses_the_device_under_it",
     "test_a_failed_luks_format_wipes_nothing",
     "test_luks2_on_a_partition_leaves_it_as_it_was",
+    "test_kernel_cipher_speed_through_af_alg",
 ]
 
 

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
 from .. import host
+from ..ceiling import dm_crypt_cipher
 from ..targets import Target, create_container, wipe_own_signature
 from . import BackendBase, BackendError, BackendSpec, Volume
 from .ext4 import e2fsprogs_version, make_ext4, mount_ext4
@@ -193,6 +195,9 @@ class CryptsetupBackend(BackendBase):
         for key in ("type", "cipher", "keysize", "sector size", "flags", "integrity"):
             if key in dm_status:
                 info[key.replace(" ", "_")] = dm_status[key]
+        bits = re.match(r"(\d+) bits", dm_status.get("keysize", ""))
+        if "cipher" in dm_status and bits and "integrity" not in dm_status:
+            info["cipher_ceiling"] = dm_crypt_cipher(dm_status["cipher"], int(bits.group(1)))
         info.update(
             filesystem="ext4",
             cryptsetup=cryptsetup_version(),

@@ -33,6 +33,13 @@ KEY_SPEC_TYPE_IDENTIFIER = 2
 POLICY_V2 = 2
 # Modes by the names users pass as params: contents / filenames
 CONTENTS_MODES = {"aes-256-xts": 1, "adiantum": 9, "aes-128-cbc": 5, "sm4-xts": 7}
+# the kernel cipher each contents mode runs on (fs/crypto/keysetup.c), for the efficiency ceiling
+CONTENTS_CIPHERS = {
+    "aes-256-xts": "kernel:xts(aes):512",
+    "adiantum": "kernel:adiantum(xchacha12,aes):256",
+    "aes-128-cbc": "kernel:essiv(cbc(aes),sha256):128",
+    "sm4-xts": "kernel:xts(sm4):256",
+}
 FILENAMES_MODES = {"aes-256-cts": 4, "adiantum": 9, "aes-128-cts": 6, "sm4-cts": 8, "aes-256-hctr2": 10}
 PAD_32 = 0x03  # FSCRYPT_POLICY_FLAGS_PAD_32, the default of the fscrypt tool
 RAW_KEY_BYTES = 64
@@ -179,6 +186,7 @@ class FscryptBackend(BackendBase):
             "encryption": "fscrypt",
             "policy": "v2",
             "contents": self.contents,
+            "cipher_ceiling": CONTENTS_CIPHERS[self.contents],
             "filenames": self.filenames,
             "target": volume.target.kind,
         }

@@ -377,6 +377,8 @@ class GocryptfsBackend(FuseBackend):
     def describe_store(self, volume: Volume) -> dict[str, Any]:
         info: dict[str, Any] = {
             "cipher": "AES-256-SIV" if self.aessiv else "AES-256-GCM",
+            # the efficiency reference: gocryptfs's own speed for the implementation it selects
+            "cipher_ceiling": "gocryptfs:AES-SIV-512" if self.aessiv else "gocryptfs:AES-GCM-256",
             "block_size": 4096,
             "file_names": "plaintext" if self.plaintextnames else "encrypted (EME)",
             "scrypt_n": 2**self.scryptn,

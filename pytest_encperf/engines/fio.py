@@ -1,11 +1,12 @@
 """The fio engine: one fio job per workload round, read back from ``--output-format=json``.
 
 fio is the reference tool for storage benchmarks; its JSON gives throughput (``bw_bytes``),
-IOPS, completion-latency percentiles (``clat_ns``) and the job's user/system CPU. Direct
-rounds use libaio, so ``iodepth`` I/Os really are in flight. Buffered rounds use psync with
-one thread per outstanding I/O (``iodepth x numjobs`` threads, each in its own stripe of
-the file), the way the native engine reaches a queue depth without async I/O: a
-buffered libaio submit blocks, so iodepth would mean nothing there.
+IOPS, total-latency percentiles (``lat_ns``: submission to completion, the span the native
+engine times; unless asked, fio gives completion latency, ``clat_ns``, only) and the job's
+user/system CPU. Direct rounds use libaio, so ``iodepth`` I/Os really are in flight. Buffered
+rounds use psync with one thread per outstanding I/O (``iodepth x numjobs`` threads, each in
+its own stripe of the file), the way the native engine reaches a queue depth without async
+I/O: a buffered libaio submit blocks, so iodepth would mean nothing there.
 
 The test file, the O_DIRECT probe and the small-files cycle are shared with the native engine,
 so the two engines measure the same file the same way.
@@ -20,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import host
-from ..model import Measurement
+from ..model import LATENCY_TOTAL, Measurement
 from ..workloads import Workload
 from .native import FLUSH_BYTES, NativeEngine, probe_io_mode
-from .observe import Observe, Observer
+from .observe import Observe, Observer, with_caveat
 
-# fio reports these clat percentiles by default; keys are formatted "%f"
+# total-latency percentiles (--lat_percentiles=1); keys are formatted "%f"
 PERCENTILES = {"lat_p50_us": "50.000000", "lat_p99_us": "99.000000", "lat_p999_us": "99.900000"}
 
 
@@ -67,6 +68,8 @@ def fio_args(
         "--invalidate=1",  # drop the file's cached pages before the job
         "--allow_file_create=0",  # the prepared file, never a new one
         "--randrepeat=0",
+        "--lat_percentiles=1",  # percentiles of total latency (lat_ns), as the native engine times
+        "--clat_percentiles=0",
     ]
     if not workload.is_read:
         args.append("--end_fsync=1")  # written means on the device
@@ -105,7 +108,9 @@ def parse_fio_json(report: dict[str, Any] | str, direction: str) -> dict[str, An
     ``direction`` is ``read``, ``write`` or ``mixed`` (both sections summed, for randrw).
     Jobs are summed (one entry with group_reporting, several without). Throughput is fio's
     ``bw_bytes`` (``seconds`` is chosen so that bytes / seconds equals it), percentiles come
-    from ``clat_ns`` (the worst of the sections when mixed), CPU from ``usr_cpu``/``sys_cpu``.
+    from ``lat_ns`` (total latency; the worst of the sections when mixed), CPU from
+    ``usr_cpu``/``sys_cpu``. A report without total-latency percentiles (fio run without
+    ``--lat_percentiles=1``) is an error, never silently read as something else.
     """
     data = _load(report) if isinstance(report, str) else report
     jobs = data.get("jobs") or []
@@ -124,7 +129,11 @@ def parse_fio_json(report: dict[str, Any] | str, direction: str) -> dict[str, An
             total_bytes += int(stats["io_bytes"])
             ios += int(stats["total_ios"])
             bandwidth += float(stats["bw_bytes"])
-            percentiles = (stats.get("clat_ns") or {}).get("percentile") or {}
+            if not stats.get("total_ios"):
+                continue  # nothing done in this section: no latency to read
+            percentiles = (stats.get("lat_ns") or {}).get("percentile")
+            if not percentiles:
+                raise FioError("fio reported no total-latency percentiles (lat_ns, --lat_percentiles=1)")
             for field, key in PERCENTILES.items():
                 latencies[field] = max(latencies[field], float(percentiles.get(key, 0.0)) / 1e3)
         runtime_s = float(job.get("job_runtime", 0)) / 1e3  # summed over threads
@@ -181,11 +190,12 @@ class FioEngine:
         args = fio_args(
             workload, path, size=path.stat().st_size, runtime=runtime, direct=direct, one_pass=one_pass
         )
+        all_dropped = False
         if mode != "direct":
             # fio's invalidate=1 drops only the test file's own pages; a stacked file system's
             # store (FUSE, dislocker, qemu) stays cached in the file system below and would
             # serve every read from memory. Same drop as the native engine's buffered rounds.
-            host.drop_page_cache(path)
+            all_dropped = host.drop_page_cache(path)
         observer = Observer(observe)
         observer.start()
         try:
@@ -200,9 +210,12 @@ class FioEngine:
             raise FioError(f"{' '.join(args)}: exit {proc.returncode}: {detail[:500]}")
         fields = parse_fio_json(proc.stdout.decode(errors="replace"), workload.direction)
         observed["engine_cpu_seconds"] = fields.pop("engine_cpu_seconds")
+        if workload.is_read and mode != "direct" and not all_dropped:  # without root
+            observed = with_caveat(observed, "cache-not-dropped")
         return Measurement(
             engine=self.name,
             engine_version=self.version(),
+            latency=LATENCY_TOTAL,
             io_mode=mode,
             **fields,
             **observed,

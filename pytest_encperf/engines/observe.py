@@ -22,12 +22,20 @@ class Observe:
     # the data lives in a store read through the page cache below the volume (see
     # BackendBase.store_below): buffered read rounds then read at most one pass
     store_below: bool = False
+    # model.CAVEATS keys that hold for every round on this volume (a loop device without
+    # direct I/O below it); the engine adds the ones of a round (cache-not-dropped)
+    caveats: tuple[str, ...] = ()
 
     def one_pass(self, is_read: bool, io_mode: str) -> bool:
         """Whether a round must end after one pass over the file even before its runtime: a
         buffered read on a volume with a store below would read that store from memory on
         its second pass. Both engines follow this."""
         return self.store_below and is_read and io_mode != "direct"
+
+
+def with_caveat(observed: dict[str, Any], caveat: str) -> dict[str, Any]:
+    """``observed`` (from Observer.stop) with one more caveat for its round."""
+    return {**observed, "caveats": (*observed.get("caveats", ()), caveat)}
 
 
 def busy_cpu_seconds() -> float:
@@ -96,6 +104,7 @@ class Observer:
                     daemon += now - before
         first = deltas.get(self.observe.devices[0]) if self.observe.devices else None
         return {
+            "caveats": self.observe.caveats,
             "cpu_seconds": busy,
             "engine_cpu_seconds": own,
             "daemon_cpu_seconds": daemon,

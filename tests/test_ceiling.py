@@ -1,0 +1,94 @@
+"""The cipher ceiling: each backend's own cipher, measured where it can be, or none."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+
+import pytest
+
+from pytest_encperf import ceiling
+from pytest_encperf.ceiling import dm_crypt_cipher, gocryptfs_speeds, measure
+
+# `gocryptfs -speed` of gocryptfs 2.3 on the development machine
+GOCRYPTFS_SPEED = """\
+gocryptfs 2.3; go-fuse 2.1.0+git20220822.58a7e14; 2023-04-09 go1.19.8 linux/amd64
+cpu: AMD EPYC; with AES acceleration
+AES-GCM-256-OpenSSL       \t1550.91 MB/s
+AES-GCM-256-Go            \t3630.24 MB/s\t(selected in auto mode)
+AES-SIV-512-Go            \t 212.23 MB/s
+XChaCha20-Poly1305-OpenSSL\t1141.19 MB/s
+XChaCha20-Poly1305-Go     \t1595.30 MB/s\t(selected in auto mode)
+"""
+
+
+def af_alg_works() -> bool:
+    try:
+        with socket.socket(socket.AF_ALG, socket.SOCK_SEQPACKET, 0) as alg:
+            alg.bind(("skcipher", "xts(aes)"))
+        return True
+    except (AttributeError, OSError):
+        return False
+
+
+@pytest.mark.parametrize(
+    ("spec", "bits", "expected"),
+    [
+        ("aes-xts-plain64", 512, "kernel:xts(aes):512"),
+        ("aes-xts-plain64", 256, "kernel:xts(aes):256"),
+        ("serpent-xts-plain64", 512, "kernel:xts(serpent):512"),
+        ("aes-cbc-essiv:sha256", 256, "kernel:essiv(cbc(aes),sha256):256"),
+        ("xchacha12,aes-adiantum-plain64", 256, "kernel:adiantum(xchacha12,aes):256"),
+        ("capi:adiantum(xchacha12,aes)-plain64", 256, "kernel:adiantum(xchacha12,aes):256"),
+        ("aes-cbc-plain", 256, None),  # no single kernel cipher is that
+        ("aes-twofish-serpent-xts-plain64", 1536, None),  # a TrueCrypt cascade
+        ("aes-xts-plain64", None, None),
+    ],
+)
+def test_dm_crypt_ciphers_are_named_as_the_kernel_names_them(
+    spec: str, bits: int | None, expected: str
+) -> None:
+    assert dm_crypt_cipher(spec, bits) == expected
+
+
+def test_gocryptfs_speed_gives_the_implementation_it_selects(monkeypatch: pytest.MonkeyPatch) -> None:
+    speeds = gocryptfs_speeds(GOCRYPTFS_SPEED)
+    assert speeds["AES-GCM-256-Go"] == (3630.24, True) and speeds["AES-GCM-256-OpenSSL"] == (1550.91, False)
+
+    def recorded(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        assert argv == ["gocryptfs", "-speed"]
+        return subprocess.CompletedProcess(argv, 0, GOCRYPTFS_SPEED, "")
+
+    monkeypatch.setattr(ceiling.subprocess, "run", recorded)
+    gcm = measure("gocryptfs:AES-GCM-256")
+    assert (gcm.mb_per_s, gcm.how) == (3630.24, "gocryptfs -speed, AES-GCM-256-Go")
+    assert measure("gocryptfs:AES-SIV-512").mb_per_s == 212.23  # the only one: Go's
+
+
+@pytest.mark.skipif(shutil.which("gocryptfs") is None, reason="gocryptfs is not installed")
+def test_real_gocryptfs_speed() -> None:
+    gcm = measure("gocryptfs:AES-GCM-256")
+    assert (
+        gcm.mb_per_s is not None and gcm.mb_per_s > 0 and gcm.how.startswith("gocryptfs -speed, AES-GCM-256-")
+    )
+
+
+def test_an_unknown_cipher_has_no_ceiling() -> None:
+    found = measure("openssl:aes-192-cbc")
+    assert found.mb_per_s is None and found.how == "not measured: no way to measure this cipher here"
+    assert "not measured" in found.describe()
+
+
+@pytest.mark.skipif(af_alg_works(), reason="this kernel has AF_ALG: see the next test")
+def test_without_af_alg_kernel_ciphers_are_not_measured() -> None:
+    found = measure("kernel:xts(aes):512", seconds=0.05)
+    assert found.mb_per_s is None and "not measured" in found.how and "AF_ALG" in found.how
+
+
+@pytest.mark.skipif(not af_alg_works(), reason="this kernel has no AF_ALG skcipher interface (UML lane has)")
+def test_kernel_cipher_speed_through_af_alg() -> None:
+    found = measure("kernel:xts(aes):512", seconds=0.05)
+    assert found.mb_per_s is not None and found.mb_per_s > 0
+    assert found.how == f"kernel driver {ceiling.kernel_driver('xts(aes)')} via AF_ALG"
+    assert measure("kernel:nosuch(aes):512", seconds=0.05).mb_per_s is None
