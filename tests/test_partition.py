@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf import host
-from pytest_encperf.backends import BackendError, BackendSpec, make_backend, placement_problems
+from pytest_encperf.backends import BackendBase, BackendError, BackendSpec, make_backend, placement_problems
 from pytest_encperf.runner import open_volume
 from pytest_encperf.settings import resolve
 from pytest_encperf.targets import DeviceClaim, Target, partition_problems, probe_signature
@@ -231,6 +231,17 @@ def test_backends_whose_data_lives_elsewhere_refuse_the_partition(
     ):
         assert placement_problems(make_backend(BackendSpec.parse(on_partition)), target) == []
     assert placement_problems(backend, Target("container", scratch, 16 * MiB)) == []
+
+
+def test_a_plugin_backend_must_say_that_it_formats_the_partition(scratch: Path) -> None:
+    class Unsaid(BackendBase):
+        pass
+
+    target = Target("partition", scratch, 16 * MiB, device=Path("/dev/sdz1"))
+    assert placement_problems(Unsaid(BackendSpec("unsaid")), target) == [
+        "unsaid: refused on the partition target: it does not say that its volume lives on the "
+        "partition (a backend must format the device)"
+    ]
 
 
 def test_allow_destroy_must_repeat_the_device_exactly() -> None:

@@ -394,3 +394,14 @@ def test_workload(encperf, encperf_workload):
         assert rows, f"no summary row for {name}"
         cells = [cell.strip() for cell in rows[0].split("│")[2:]]
         assert any(re.fullmatch(r"[\d.]+ / [\d.]+", cell) for cell in cells), f"no numbers: {rows[0]}"
+    # eff.: only gocryptfs names a cipher whose speed is measured here (gocryptfs -speed)
+    header = next(line for line in lines if line.startswith("backend ") and " eff. " in line)
+    start, end = header.index("eff."), header.index("engine")
+    efficiency: dict[str, set[str]] = {}
+    for line in lines[lines.index(header) + 2 :]:
+        if not line.strip() or line.startswith("*"):
+            break
+        efficiency.setdefault(line.split()[0].split(":")[0], set()).add(line[start:end].strip())
+    assert set(efficiency) == {*names, "bitlocker"}
+    assert all(cells == {"-"} for name, cells in efficiency.items() if name != "gocryptfs"), efficiency
+    assert all(cell.endswith("%") for cell in efficiency["gocryptfs"]), efficiency
