@@ -230,11 +230,15 @@ class Cell:
     def setup(self, metric: Metric) -> dict[str, str]:
         """What has to match for two cells to be compared on ``metric``."""
         rounds = [*self.rounds, *(self.baseline_rounds if metric.paired and not self.plain else ())]
-        return {
+        setup = {
             "engine": "/".join(sorted({m.engine for m in rounds})) or "-",
             "I/O mode": "/".join(sorted({m.io_mode for m in rounds})) or "-",
+            "caveats": "/".join(sorted({c for m in rounds for c in m.caveats})) or "none",
             **_workload_fields(self.workload),
         }
+        if metric.attr_for(self.workload).startswith("lat_"):  # total latency, or fio's older clat
+            setup["latency"] = "/".join(sorted({m.latency or "completion" for m in rounds}))
+        return setup
 
     def mode_mismatch(self) -> str | None:
         """Why the backend's rounds and its paired plain rounds cannot be divided, if they can't."""

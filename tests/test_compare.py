@@ -307,6 +307,24 @@ def test_runs_measured_differently_are_not_comparable(change: dict, expected: st
     assert judge(now, reference, parse_rules("10%"), strict=True).failed
 
 
+def test_rounds_with_a_caveat_or_another_latency_are_not_comparable() -> None:
+    reference = run("ref", result("fscrypt", SEQ_READ, spread(50, 10)))
+    flagged = Result(
+        "fscrypt",
+        SEQ_READ,
+        [dataclasses.replace(measurement(v), caveats=("loop-dio-off",)) for v in spread(40, 3)],
+        [measurement(v) for v in spread(100, 3)],
+    )
+    check = only(judge(run("now", flagged), reference, parse_rules("10%")))
+    assert (check.status, check.reason) == (NOT_COMPARABLE, "caveats none -> loop-dio-off")
+    # fio's older saved runs timed completion latency only; total latency is not compared with it
+    total = Result(
+        "fscrypt", SEQ_READ, [dataclasses.replace(measurement(v), latency="total") for v in spread(40, 3)]
+    )
+    verdict = judge(run("now", total), reference, parse_rules("latency-p99:10%"))
+    assert "latency completion -> total" in only(verdict, metric="latency-p99").reason
+
+
 def test_ratios_across_io_modes_are_never_computed() -> None:
     mixed = Result(
         "fscrypt",
