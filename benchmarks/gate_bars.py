@@ -1,7 +1,8 @@
-"""The gate on real runs (a script, not a timed test): false alarms and catches on this machine.
+"""The gate on real runs and in simulation (a script, not a timed test).
 
     python benchmarks/gate_bars.py aa [--backends gocryptfs --runs 5 --fail 10%]
     python benchmarks/gate_bars.py quota [--backends gocryptfs --runs 3 --cpus 0.5]
+    python benchmarks/gate_bars.py simulate [--runs 1000]
 
 Both save a baseline first (the default way: 10 rounds per workload) unless ``--storage`` already
 holds one, then run ``pytest benchmarks/test_crystaldiskmark.py`` ``--runs`` times with
@@ -10,6 +11,8 @@ its wall time. ``aa`` changes nothing between the runs (every failure is a false
 ``quota`` runs each checking run in a cgroup limited to ``--cpus`` CPUs (cgroup v2 ``cpu.max``,
 or v1 ``cpu.cfs_quota_us``): a FUSE backend's crypto runs in its daemon inside that cgroup and
 slows down, plain's I/O barely does. Needs root; every run tears down what it made.
+``simulate``: the test suite's simulated gate (tests/simulation.py) under other assumptions than
+the suite's: more run-level noise, a history of saved runs, one slowed workload instead of all.
 """
 
 from __future__ import annotations
@@ -92,11 +95,34 @@ def checking_runs(args: argparse.Namespace, enter: Callable[[], None] | None = N
     return statuses
 
 
+def simulate(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(ROOT))
+    from tests.simulation import NoiseModel, Scenario, failure_rate
+
+    one = (CDM_FIRST,)
+    cases = [
+        (f"unchanged, run-level sd {sd:.0%}, {saved} saved run(s)", Scenario(saved=saved), sd)
+        for sd in (0.02, 0.03, 0.04)
+        for saved in (1, 3, 5)
+    ] + [
+        (f"{1 - slow:.0%} slower, {what}, {saved} saved run(s)", Scenario(slow, workloads, saved), 0.02)
+        for slow in (0.8, 0.85)
+        for what, workloads in (("every workload", Scenario().workloads), ("one workload", one))
+        for saved in (1, 3)
+    ]
+    for seed, (label, scenario, sd) in enumerate(cases):
+        rates = failure_rate(seed, args.runs or 1000, scenario, NoiseModel(encrypted_run=sd))
+        print(f"{label:55} failed in {rates.failed:6.1%} of runs, confirmation {rates.mean_spent:4.1f} s")
+
+
+CDM_FIRST = "SEQ1M-Q8T1-read"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=("aa", "quota"))
+    parser.add_argument("mode", choices=("aa", "quota", "simulate"))
     parser.add_argument("--backends", default="gocryptfs")
     parser.add_argument("--runs", type=int, default=None, help="checking runs (aa: 5, quota: 3)")
     parser.add_argument("--fail", default="10%")
@@ -104,7 +130,11 @@ def main() -> int:
     parser.add_argument("--storage", type=Path, default=None, help="saved runs (default: a new temp dir)")
     parser.add_argument("--dir", type=Path, default=Path(os.environ.get("ENCPERF_DIR", "/var/tmp")))
     args = parser.parse_args()
+    if args.mode == "simulate":
+        simulate(args)
+        return 0
     args.runs = args.runs or (5 if args.mode == "aa" else 3)
+
     args.storage = (args.storage or Path(tempfile.mkdtemp(prefix="gate-bars-"))).resolve()
     print(f"{args.mode}: {args.backends} vs plain, --encperf-fail={args.fail}, storage {args.storage}")
     ensure_baseline(args)

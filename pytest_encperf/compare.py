@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import cache
@@ -169,9 +170,17 @@ def _parse_rule(expression: str, names: set[str] | None) -> Rule:
                 f"bad expression {expression!r}: {kind} {token!r} repeated or out of order; {GRAMMAR}"
             )
         found[kind] = token
+    threshold = float(match.group(1))
+    metric = found.get("metric", DEFAULT_METRIC)
+    if METRICS[metric].higher_is_better and threshold >= 100:
+        raise ValueError(
+            f"bad expression {expression!r}: {metric} cannot drop by {threshold:g}% or more; "
+            f"a threshold for it is below 100%; {GRAMMAR}"
+        )
     return Rule(
-        threshold=float(match.group(1)),
-        metric=found.get("metric", DEFAULT_METRIC),
+        threshold=threshold,
+        # one metric, one check: vs-plain is the default metric's own name for an encrypted backend
+        metric=DEFAULT_METRIC if metric == "vs-plain" else metric,
         backend=found.get("backend"),
         workload=found.get("workload"),
         text=expression,
@@ -180,16 +189,12 @@ def _parse_rule(expression: str, names: set[str] | None) -> Rule:
 
 def select_rule(rules: Sequence[Rule], backend: str, workload: Workload, metric: str) -> Rule | None:
     """The most specific rule for this metric (backend beats workload name beats workload class);
-    among equally specific ones the last given wins. ``vs-plain`` rules also serve
-    ``throughput`` (they are the same measure for an encrypted backend)."""
+    among equally specific ones the last given wins."""
     best: Rule | None = None
     for rule in rules:
-        same = rule.metric == metric or {rule.metric, metric} == {"throughput", "vs-plain"}
-        if (
-            same
-            and rule.matches(backend, workload)
-            and (best is None or rule.specificity >= best.specificity)
-        ):
+        if rule.metric != metric or not rule.matches(backend, workload):
+            continue
+        if best is None or rule.specificity >= best.specificity:
             best = rule
     return best
 
@@ -213,19 +218,43 @@ class Cell:
     baseline_rounds: tuple[Measurement, ...] = ()  # paired plain rounds (encrypted backends)
     stop_reason: str = ""
     confirm_rounds: int = 0
+    # partition target: the plain rounds were measured before the volume existed and after it
+    # was removed, not beside each round
+    before_after: bool = False
 
     @property
     def plain(self) -> bool:
         return self.backend.split(":", 1)[0] == BASELINE
 
+    @property
+    def paired_evidence(self) -> str:
+        return BEFORE_AFTER if self.before_after else PAIRED
+
     def samples(self, metric: Metric) -> list[float]:
+        """One value per round: the metric, or for a paired metric on an encrypted backend its
+        ratio to the plain round beside it (on the partition target: to the median of the plain
+        rounds measured before and after the volume)."""
         attr = metric.attr_for(self.workload)
-        if metric.paired and not self.plain:
-            return [
-                _ratio(getattr(v, attr), getattr(b, attr))
-                for v, b in zip(self.rounds, self.baseline_rounds, strict=False)
-            ]
-        return [float(getattr(m, attr)) for m in self.rounds]
+        if not metric.paired or self.plain:
+            return [float(getattr(m, attr)) for m in self.rounds]
+        if self.pairing_problem():
+            return []
+        if self.before_after:
+            plain = statistics.median(getattr(b, attr) for b in self.baseline_rounds)
+            return [_ratio(getattr(v, attr), plain) for v in self.rounds]
+        return [
+            _ratio(getattr(v, attr), getattr(b, attr))
+            for v, b in zip(self.rounds, self.baseline_rounds, strict=True)
+        ]
+
+    def pairing_problem(self) -> str | None:
+        """Why the backend's rounds cannot be divided by plain rounds, if they cannot: a round
+        without its plain partner, or plain rounds in another I/O mode."""
+        if not self.before_after and len(self.rounds) != len(self.baseline_rounds):
+            return f"{len(self.rounds)} rounds but {len(self.baseline_rounds)} plain rounds beside them"
+        if not self.baseline_rounds:
+            return "no plain rounds"
+        return self.mode_mismatch()
 
     def setup(self, metric: Metric) -> dict[str, str]:
         """What has to match for two cells to be compared on ``metric``."""
@@ -275,7 +304,7 @@ def cells_of(results: Iterable[Result]) -> dict[tuple[str, str], Cell]:
             continue
         cells[(result.backend, name)] = Cell(
             result.backend, result.workload, tuple(result.rounds), tuple(result.baseline_rounds),
-            result.stop_reason, result.confirm_rounds,
+            result.stop_reason, result.confirm_rounds, result.description.get("baseline") == "before/after",
         )  # fmt: skip
     for name, rounds in plain.items():
         if rounds:
@@ -317,8 +346,9 @@ PASS, FAIL, NOT_SIGNIFICANT, NOT_COMPARABLE, NOT_GATED, INVALID, INFO = (
     "invalid",
     "info",
 )
-PAIRED, HISTORY, PAIRED_HISTORY, IN_RUN, ROUNDS, NO_EVIDENCE = (
+PAIRED, BEFORE_AFTER, HISTORY, PAIRED_HISTORY, IN_RUN, ROUNDS, NO_EVIDENCE = (
     "paired ratios",
+    "ratios to plain before/after",  # the partition target: one volume on the device at a time
     "history",
     "paired ratios + history",
     "this run's plain rounds",
@@ -352,6 +382,7 @@ class Check:
     history_p: float | None = None  # one-sided p of the history test (paired + history)
     stop: str = ""  # how the current rounds were decided (fixed, steady state, confirmation)
     confirm_rounds: int = 0  # pairs added to the current rounds because the check was undecided
+    unreachable: bool = False  # worse than its threshold, and its rounds could not show significance
 
     @property
     def failed(self) -> bool:
@@ -369,11 +400,29 @@ class History:
     """Run-to-run spread of one backend x metric's medians over saved runs (log scale)."""
 
     values: dict[str, list[float]]  # workload -> log medians of the comparable saved runs
-    spread: float  # pooled standard deviation over the workloads
+    rounds: dict[str, list[int]]  # workload -> how many rounds each of those medians had
+    spread: float  # standard deviation, pooled over the workloads
+    # Degrees of freedom of the spread: runs - 1, not summed over the workloads, because a run
+    # moves all its workloads together (the whole machine drifts), so they are not independent.
     df: float
 
     def runs(self, workload: str) -> int:
         return len(self.values.get(workload, []))
+
+    def predict(self, workload: str, current: Sequence[float], shift: float = 0.0) -> stats.Prediction:
+        """Where this run's log median (minus ``shift``) falls against the workload's history.
+
+        A median of fewer rounds than the saved ones wanders more: the difference in its
+        within-run variance (the current rounds' log variance x pi/2 / rounds) widens the scale.
+        """
+        log_values = [math.log(v) for v in current]
+        saved_rounds = statistics.fmean(self.rounds[workload])
+        extra = 0.0
+        if len(log_values) >= 2:
+            within = statistics.variance(log_values) * math.pi / 2
+            extra = max(0.0, within * (1 / len(log_values) - 1 / saved_rounds))
+        value = _log_median(current) - shift
+        return stats.predict(value, self.values[workload], self.spread, self.df, extra_variance=extra)
 
 
 def _log_median(values: Sequence[float]) -> float:
@@ -385,6 +434,7 @@ def history_for(backend: str, metric: Metric, current: RunData, runs: Sequence[R
     run whose cell is comparable with this run's, and their spread pooled over the workloads that
     have at least MIN_HISTORY such runs (each centred on its own mean; NaN when none has)."""
     values: dict[str, list[float]] = {}
+    rounds: dict[str, list[int]] = {}
     now_cells = cells_of(current.results)
     for run in runs:
         if setting_differences(run.settings, current.settings):
@@ -394,16 +444,19 @@ def history_for(backend: str, metric: Metric, current: RunData, runs: Sequence[R
             if name != backend:
                 continue
             old = cells.get((name, workload))
-            mismatch = metric.paired and (now.mode_mismatch() or (old and old.mode_mismatch()))
+            paired = metric.paired and not now.plain
+            mismatch = paired and (now.pairing_problem() or (old and old.pairing_problem()))
             if old is None or mismatch or cell_differences(old, now, metric):
                 continue
             samples = old.samples(metric)
             if samples and not stats.invalid_values(samples):
                 values.setdefault(workload, []).append(_log_median(samples))
+                rounds.setdefault(workload, []).append(len(samples))
     usable = [v for v in values.values() if len(v) >= MIN_HISTORY]
     squares = sum(sum((x - sum(v) / len(v)) ** 2 for x in v) for v in usable)
-    df = sum(len(v) - 1 for v in usable)
-    return History(values, math.sqrt(squares / df) if df else math.nan, df)
+    pooled_df = sum(len(v) - 1 for v in usable)
+    spread = math.sqrt(squares / pooled_df) if pooled_df else math.nan
+    return History(values, rounds, spread, max((len(v) for v in usable), default=1) - 1)
 
 
 def _direction(metric: Metric, log_change: float) -> float:
@@ -457,34 +510,33 @@ def assess(
     log_ref = [math.log(v) for v in reference]
     alternative = "less" if metric.higher_is_better else "greater"
     paired_evidence = kind == "overhead" or (metric.paired and not cell.plain)
+    # the p-value tests "worse by more than half the threshold" (NULL_FRACTION)
+    margin = NULL_FRACTION * rule.threshold / 100 if rule else 0.0
+    null = math.log(1 - margin) if metric.higher_is_better else math.log(1 + margin)
     history_p = None
     history_runs = history.runs(cell.workload.name) if history else 0
+    shown_reference = stats.median(reference)
     if paired_evidence or history_runs < MIN_HISTORY:
         shift = stats.shift_interval(log_cur, log_ref)
         log_change, interval = shift.estimate, (math.exp(shift.low), math.exp(shift.high))
-        margin = NULL_FRACTION * rule.threshold / 100 if rule else 0.0
-        null = math.log(1 - margin) if metric.higher_is_better else math.log(1 + margin)
         p_value = stats.mann_whitney_u(log_cur, [y + null for y in log_ref], alternative=alternative).p_value
-        evidence = IN_RUN if kind == "overhead" else PAIRED if paired_evidence else ROUNDS
+        evidence = IN_RUN if kind == "overhead" else cell.paired_evidence if paired_evidence else ROUNDS
         if paired_evidence and history_runs >= MIN_HISTORY:
-            assert history is not None
-            prediction = stats.predict(
-                _log_median(current), history.values[cell.workload.name], history.spread, history.df
-            )
+            assert history is not None  # and the change must lie outside the run-to-run spread
+            prediction = history.predict(cell.workload.name, current)
             history_p = prediction.p_below if metric.higher_is_better else prediction.p_above
             evidence = PAIRED_HISTORY
     else:  # an absolute number against the run-to-run spread of the saved runs
         assert history is not None
-        prediction = stats.predict(
-            _log_median(current), history.values[cell.workload.name], history.spread, history.df
-        )
-        log_change = _log_median(current) - prediction.center
-        interval = (
-            math.exp(log_change - prediction.half_width),
-            math.exp(log_change + prediction.half_width),
-        )
-        p_value = prediction.p_below if metric.higher_is_better else prediction.p_above
+        prediction = history.predict(cell.workload.name, current)
+        shown_reference = math.exp(prediction.center)
+        log_change = prediction.value - prediction.center
+        width = prediction.half_width
+        interval = (math.exp(log_change - width), math.exp(log_change + width))
+        beyond_null = history.predict(cell.workload.name, current, shift=null)
+        p_value = beyond_null.p_below if metric.higher_is_better else beyond_null.p_above
         evidence = HISTORY
+
     gated = rule is not None and evidence != ROUNDS
     if rule is None:
         status, reason = INFO, "no rule"
@@ -503,7 +555,7 @@ def assess(
         metric=metric.name,
         unit=metric.unit_for(cell.workload, cell.plain),
         evidence=evidence,
-        reference=stats.median(reference),
+        reference=shown_reference,
         current=stats.median(current),
         change_percent=(math.exp(log_change) - 1) * 100,
         worse_percent=_direction(metric, log_change),
@@ -545,12 +597,14 @@ def decide(check: Check, p_adjusted: float, factor: int = 1, alpha: float = ALPH
         reason = f"worse by {worse:.1f}% > {threshold:g}%, but not significant: "
         reason += f"adjusted p={p_adjusted:.3g} > {alpha:g}"
         floor = stats.min_p_value(*check.rounds) if check.evidence != HISTORY else 0.0
-        if floor * factor > alpha:
+        unreachable = floor * factor > alpha
+        if unreachable:
             reason += (
                 f"; {check.rounds[0]} vs {check.rounds[1]} rounds cannot give p below {floor:.3g}, "
                 f"and {factor} checks share alpha {alpha:g} here: more rounds are needed "
                 "(--encperf-rounds, --encperf-confirm-budget)"
             )
+        return replace(check, status=status, reason=reason, p_adjusted=p_adjusted, unreachable=unreachable)
     elif check.history_p is not None and check.history_p > alpha:
         status = NOT_SIGNIFICANT
         reason = (
@@ -616,13 +670,11 @@ def cell_checks(
             continue
         for name in _metric_names(rules):
             metric = METRICS[name]
-            if metric.paired and cell.plain and name == "vs-plain":
-                continue  # plain against itself
             rule = select_rule(rules, cell.backend, cell.workload, name)
             differences = [*run_differences, *cell_differences(old, cell, metric)]
             if metric.paired and not cell.plain:
-                differences += [f"this run: {m}" for m in [cell.mode_mismatch()] if m]
-                differences += [f"reference: {m}" for m in [old.mode_mismatch()] if m]
+                differences += [f"this run: {m}" for m in [cell.pairing_problem()] if m]
+                differences += [f"reference: {m}" for m in [old.pairing_problem()] if m]
             checks.append(
                 assess(
                     "baseline", cell, metric, cell.samples(metric), old.samples(metric), rule,
@@ -645,7 +697,7 @@ def overhead_checks(results: Sequence[Result], rules: Sequence[Rule]) -> list[Ch
             if rule is None:
                 continue
             metric = METRICS["abs-throughput" if METRICS[name].paired else name]
-            mismatch = cell.mode_mismatch()
+            mismatch = cell.pairing_problem()
             plain = Cell(BASELINE, cell.workload, cell.baseline_rounds)
             check = assess(
                 "overhead", cell, metric, cell.samples(metric), plain.samples(metric), rule,
@@ -689,8 +741,9 @@ class Verdict:
         found += [
             f"{c.backend} {c.workload} {c.metric}: {c.status}: {c.reason}"
             for c in self.checks
-            if c.status in (NOT_COMPARABLE, INVALID) and c.rule
+            if (c.status in (NOT_COMPARABLE, INVALID) or c.unreachable) and c.rule
         ]
+
         return found
 
     @property
@@ -735,8 +788,9 @@ class Gate:
     """What the runner asks after a workload's rounds: is every gated check of this result
     decided, or would more paired rounds help? Built once per session from the reference.
 
-    Checks are decided here at the Bonferroni level ALPHA / family_size, which the final Holm
-    correction over the whole run never makes stricter.
+    Checks are decided here at the Bonferroni level ALPHA / family_size, the level Holm's
+    correction starts from; the final decision is Holm's over the checks the run really had
+    (when it has more than family_size expected, a check decided here may still fall short).
     """
 
     reference: RunData | None
@@ -767,9 +821,11 @@ class Gate:
             found += overhead_checks([result], self.overhead_rules)
         return [check for check in found if check.gated]
 
-    def pending(self, result: Result, extra_possible: int) -> str | None:
-        """Why one more pair of rounds is wanted for ``result``, or None when every check is
-        decided, or when ``extra_possible`` more pairs could not make it significant either."""
+    def pending(self, result: Result, extra_possible: int) -> tuple[bool, str]:
+        """Whether one more pair of rounds is wanted for ``result``, and why: (True, why) while
+        a check is undecided; (False, "") when every check is decided; (False, why) when a check
+        is undecided but ``extra_possible`` more pairs could not make it significant either."""
+        hopeless = ""
         for check in self.checks(result):
             worse, threshold = check.worse_percent, check.threshold
             assert threshold is not None
@@ -777,12 +833,14 @@ class Gate:
                 continue  # within the threshold: a pass whatever the p-value
             name = f"{check.metric} worse by {worse:.1f}% > {threshold:g}%"
             if check.p_value > self.level:
-                best = stats.min_p_value(check.rounds[0] + extra_possible, check.rounds[1])
+                more_reference = extra_possible if check.kind == "overhead" else 0  # plain grows too
+                best = stats.min_p_value(check.rounds[0] + extra_possible, check.rounds[1] + more_reference)
                 if best <= self.level:
-                    return f"{name}, p={check.p_value:.3g} > {self.level:.3g}"
+                    return True, f"{name}, p={check.p_value:.3g} > {self.level:.3g}"
+                hopeless = hopeless or f"{name}, and no p below {self.level:.3g} is reachable"
             elif _worse_bounds(check)[0] <= threshold:
-                return f"{name}, significant, but the 95% interval reaches below {threshold:g}%"
-        return None
+                return True, f"{name}, significant, but the 95% interval reaches below {threshold:g}%"
+        return False, hopeless
 
 
 def expected_family_size(

@@ -379,7 +379,8 @@ _COUNTED = (  # (statuses, singular, plural) in the order the header gives them
     ((FAIL,), "regression", "regressions"),
     ((PASS,), "within threshold", "within threshold"),
     ((NOT_SIGNIFICANT,), "over the threshold but not significant", "over the threshold but not significant"),
-    ((NOT_COMPARABLE, INVALID), "not comparable", "not comparable"),
+    ((NOT_COMPARABLE,), "not comparable", "not comparable"),
+    ((INVALID,), "invalid", "invalid"),
     ((NOT_GATED,), "reported, not gated", "reported, not gated"),
     ((INFO,), "without a rule", "without a rule"),
 )

@@ -183,9 +183,10 @@ MAX_CONFIRM_PAIRS = 12
 class Confirmer(Protocol):
     """What the runner asks after a workload's rounds (compare.Gate implements it)."""
 
-    def pending(self, result: Result, extra_possible: int) -> str | None:
-        """Why more paired rounds would help decide a check of ``result``; None when decided
-        (or when ``extra_possible`` more pairs could not decide it either)."""
+    def pending(self, result: Result, extra_possible: int) -> tuple[bool, str]:
+        """(True, why) while more paired rounds would help decide a check of ``result``;
+        (False, "") when all are decided; (False, why) when ``extra_possible`` more pairs could
+        not decide it either."""
         ...
 
 
@@ -281,14 +282,16 @@ def _confirm(
     measured = result.stop_reason
     while True:
         added = result.confirm_rounds
-        why = gate.pending(result, MAX_CONFIRM_PAIRS - added)
-        if why is None:
-            return f"{measured} + {added} to confirm, decided" if added else measured
+        more, why = gate.pending(result, MAX_CONFIRM_PAIRS - added)
+        confirmed = f" + {added} to confirm" if added else ""
+        if not more and why:
+            return f"{measured}{confirmed}, not decidable by more rounds ({why})"
+        if not more:
+            return f"{measured}{confirmed}, decided" if added else measured
         if added >= MAX_CONFIRM_PAIRS:
-            return f"{measured} + {added} to confirm, the most for one workload ({why})"
+            return f"{measured}{confirmed}, the most for one workload ({why})"
         if budget.left <= 0:
-            spent = f" + {added} to confirm" if added else ""
-            return f"{measured}{spent}, confirmation budget spent ({why})"
+            return f"{measured}{confirmed}, confirmation budget spent ({why})"
         started = budget.clock()
         pairs.add(result, runtime)
         budget.spent += budget.clock() - started

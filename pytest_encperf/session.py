@@ -363,7 +363,7 @@ class EncperfSession:
         if warning:
             loaded.notes.append(f"warning: {warning}")
         loaded.machine_differences = machine.differences(loaded.run.machine_info, info)
-        for saved in storage.history(s.storage, run, wanted, s.history, info)[1:]:
+        for saved in storage.history(s.storage, run, wanted, s.history)[1:]:
             try:
                 loaded.history.append(storage.load_run(saved))
             except storage.StorageError as exc:

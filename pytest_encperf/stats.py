@@ -273,8 +273,10 @@ def t_sf(t: float, df: float) -> float:
     return tail if t >= 0 else 1 - tail
 
 
+@cache
 def t_ppf(q: float, df: float) -> float:
-    """The t such that P(T <= t) = q (bisection on t_sf; q in (0, 1))."""
+    """The t such that P(T <= t) = q (bisection on t_sf; q in (0, 1); cached: few q and df occur)."""
+
     if not 0 < q < 1:
         raise ValueError(f"q must be in (0, 1), got {q}")
     low, high = -1e6, 1e6
@@ -291,6 +293,7 @@ def t_ppf(q: float, df: float) -> float:
 class Prediction:
     """Where a new value falls against a history of values (all on a log scale)."""
 
+    value: float  # the new value
     center: float  # mean of the history
     spread: float  # standard deviation used (pooled where given)
     df: float
@@ -301,12 +304,18 @@ class Prediction:
 
 
 def predict(
-    value: float, history: Sequence[float], spread: float | None = None, df: float | None = None
+    value: float,
+    history: Sequence[float],
+    spread: float | None = None,
+    df: float | None = None,
+    extra_variance: float = 0.0,
 ) -> Prediction:
     """Student's t prediction test of ``value`` against ``history`` (k >= 2 values).
 
     ``spread``/``df``: a pooled standard deviation and its degrees of freedom (from several
     related histories); by default the history's own sample standard deviation, k - 1 df.
+    ``extra_variance``: what the new value varies by beyond a history value (it was measured
+    with fewer rounds, say), added to the scale.
     """
     k = len(history)
     if k < 2:
@@ -315,12 +324,13 @@ def predict(
     if spread is None:
         spread, df = statistics.stdev(history), k - 1
     assert df is not None
-    scale = spread * math.sqrt(1 + 1 / k)
+    scale = math.sqrt(spread * spread * (1 + 1 / k) + extra_variance)
     if scale == 0:
         t = 0.0 if value == center else math.copysign(math.inf, value - center)
     else:
         t = (value - center) / scale
     return Prediction(
+        value=value,
         center=center,
         spread=spread,
         df=df,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import re
@@ -55,11 +56,24 @@ class SavedRun:
 
     @property
     def datetime_key(self) -> float:
-        """Modification time: orders runs of several machines (numbers are per machine)."""
+        """When the run was saved (its document's ``datetime``): orders runs of several machines
+        (numbers are per machine). A file's modification time is no guide: a checkout or a
+        restored CI cache gives every file the same one."""
         try:
-            return self.path.stat().st_mtime
+            stat = self.path.stat()
         except OSError:
             return 0.0
+        return _saved_at(str(self.path), stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=1024)
+def _saved_at(path: str, mtime_ns: int) -> float:
+    """The document's ``datetime`` as a timestamp (the file's mtime when it has none)."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        return dt.datetime.fromisoformat(doc["datetime"]).timestamp()
+    except (OSError, ValueError, KeyError, TypeError):
+        return mtime_ns / 1e9
 
 
 def parse_name(text: str) -> str:
@@ -265,6 +279,7 @@ def resolve(
         run = SavedRun(path, path.parent.name, number, name)
         return run, _other_machine(run, machine_id, machine_info)
     everyone = list_runs(storage)
+    here = machine_id
     if "/" in ref:
         machine_id, ref = ref.split("/", 1)
         mine = list_runs(storage, machine_id)
@@ -290,40 +305,39 @@ def resolve(
             return None
         if len({run.machine_id for run in chosen}) == 1:
             return max(chosen, key=lambda run: run.number)
-        return max(chosen, key=lambda run: run.datetime_key)
+        return max(chosen, key=lambda run: (run.datetime_key, run.number))
 
     run = pick(mine)
     if run is not None:
-        return run, None
+        return run, _other_machine(run, here, machine_info)
     if _named(ref):  # a name may come from another machine
         others = [r for r in everyone if r not in mine]
         run = pick(others)
         if run is not None:
-            return run, _other_machine(run, machine_id, machine_info)
+            return run, _other_machine(run, here, machine_info)
     where = f"{Path(storage) / machine_id}" if machine_id else str(storage)
     known = ", ".join(run.label for run in everyone[-5:]) or "none"
     raise NoSavedRun(f"no saved run matches {ref or 'latest'!r} in {where} (saved runs: {known})")
 
 
-def history(
-    storage: Path, reference: SavedRun, ref: str, count: int, machine_info: dict[str, Any] | None = None
-) -> list[SavedRun]:
+def history(storage: Path, reference: SavedRun, ref: str, count: int) -> list[SavedRun]:
     """Up to ``count`` saved runs for the run-to-run spread: the reference and the runs saved
-    before it on the same hardware, newest first; only runs of the same name when ``ref`` named
-    one (``main``), so a history of a branch is not mixed with other branches' runs."""
+    before it on the reference's hardware, newest first; only runs of the same name when ``ref``
+    named one (``main``), so a history of a branch is not mixed with other branches' runs."""
     if count <= 0:
         return []
-    info = machine_info or folder_machine_info(reference.path.parent)
-    ids = same_hardware_machines(storage, reference.machine_id, info)
+    ids = same_hardware_machines(storage, reference.machine_id, folder_machine_info(reference.path.parent))
+    named = _named(ref.split("/", 1)[-1])
+
     candidates = [
         run
         for run in list_runs(storage)
         if run.machine_id in ids
         and run.path != reference.path
         and run.datetime_key <= reference.datetime_key
-        and (not _named(ref) or run.name == reference.name)
+        and (not named or run.name == reference.name)
     ]
-    candidates.sort(key=lambda run: run.datetime_key, reverse=True)
+    candidates.sort(key=lambda run: (run.datetime_key, run.number), reverse=True)  # ties: by number
     return [reference, *candidates][:count]
 
 

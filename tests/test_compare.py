@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 
 import pytest
 
@@ -15,6 +16,7 @@ from pytest_encperf.compare import (
     IN_RUN,
     INFO,
     INVALID,
+    METRICS,
     MIN_HISTORY,
     NOT_COMPARABLE,
     NOT_GATED,
@@ -26,6 +28,7 @@ from pytest_encperf.compare import (
     Gate,
     Rule,
     expected_family_size,
+    history_for,
     judge,
     overhead_checks,
     parse_rules,
@@ -48,6 +51,8 @@ SETTINGS = {"size": str(256 * MiB), "runtime": "1.5", "target": "container", "en
         ("latency-p99:20%", [Rule(20.0, metric="latency-p99", text="latency-p99:20%")]),
         ("cpu-per-gib:25%", [Rule(25.0, metric="cpu-per-gib", text="cpu-per-gib:25%")]),
         ("abs-throughput:8%", [Rule(8.0, metric="abs-throughput", text="abs-throughput:8%")]),
+        ("vs-plain:7%", [Rule(7.0, text="vs-plain:7%")]),  # the default metric, named
+        ("latency-p99:150%", [Rule(150.0, metric="latency-p99", text="latency-p99:150%")]),
         ("luks2:seq-read:15%", [Rule(15.0, backend="luks2", workload="seq-read", text="luks2:seq-read:15%")]),
         (
             "fscrypt:write:latency-p999:2.5%",
@@ -73,6 +78,8 @@ def test_parse_rules(text: str, expected: list[Rule]) -> None:
         ("latency-p99:seq-read:5%", "out of order"),
         ("seq-read:write:5%", "repeated"),
         (",", "bad expression"),
+        ("100%", "throughput cannot drop by 100% or more"),
+        ("iops:250%", "iops cannot drop by 250% or more"),
     ],
 )
 def test_bad_expressions_list_the_grammar(text: str, message: str) -> None:
@@ -90,7 +97,7 @@ def test_most_specific_rule_wins_per_metric() -> None:
     assert select_rule(rules, "plain", SEQ_READ, "latency-p99").text == "latency-p99:20%"
     assert select_rule(rules, "plain", SEQ_READ, "cpu-per-gib") is None
     assert select_rule(parse_rules("5%,10%"), "plain", SEQ_READ, "throughput").text == "10%"  # last wins
-    # vs-plain is the default metric's own name for an encrypted backend: its rules serve both
+    # vs-plain is the default metric's own name for an encrypted backend: one metric, one check
     assert select_rule(parse_rules("vs-plain:7%"), "fscrypt", SEQ_READ, "throughput").text == "vs-plain:7%"
 
 
@@ -157,6 +164,29 @@ def test_encrypted_backend_is_judged_by_its_paired_ratio_to_plain() -> None:
     assert check.p_adjusted == pytest.approx(1 / math.comb(13, 3))  # all 3 below all 10: the exact minimum
 
 
+def test_naming_vs_plain_does_not_check_a_cell_twice() -> None:
+    reference = run("ref", result("fscrypt", SEQ_READ, spread(50, 10)))
+    now = run("now", result("fscrypt", SEQ_READ, spread(40, 3)))
+    verdict = judge(now, reference, parse_rules("10%,vs-plain:12%"))
+    paired = [c for c in verdict.checks if c.backend == "fscrypt"]
+    assert [(c.metric, c.rule) for c in paired] == [("throughput", "vs-plain:12%")]
+
+
+def test_on_the_partition_target_each_round_is_divided_by_the_plain_rounds_before_and_after() -> None:
+    reference = run("ref", result("fscrypt", SEQ_READ, spread(50, 10)))
+    volume = Result(
+        "fscrypt",
+        SEQ_READ,
+        [measurement(v) for v in spread(40, 3)],
+        [measurement(v) for v in (90.0, 100.0, 95.0, 110.0, 105.0, 120.0)],  # before, then after
+        {"baseline": "before/after"},
+    )
+    check = only(judge(run("now", volume), reference, parse_rules("10%")))
+    assert check.evidence == "ratios to plain before/after"
+    assert check.current == pytest.approx(40 / 102.5)  # over the median of all six plain rounds
+    assert check.rounds == (3, 10)
+
+
 def test_absolute_throughput_of_an_encrypted_backend_stays_available_and_is_not_gated_alone() -> None:
     reference = run("ref", result("fscrypt", SEQ_READ, spread(50, 10), spread(100, 10)))
     drifted = run("now", result("fscrypt", SEQ_READ, spread(40, 3), spread(80, 3)))
@@ -183,6 +213,11 @@ def test_plain_is_checked_on_absolute_throughput_and_gated_only_with_history() -
     verdict = judge(now, history[0], parse_rules("10%"), history=history)
     plain = only(verdict, backend="plain")
     assert (plain.evidence, plain.history_runs, plain.status) == (HISTORY, 4, FAIL)
+    medians = [statistics.median(spread(100 * f, 10)) for f in (1.0, 1.01, 0.99, 1.005)]
+    assert plain.reference == pytest.approx(statistics.geometric_mean(medians))  # the history's centre
+
+    assert plain.change_percent == pytest.approx((80 / plain.reference - 1) * 100)
+
     assert only(verdict).evidence == PAIRED_HISTORY and only(verdict).status == PASS
     assert "history: 4 saved runs" not in str(verdict.notes)  # history is shown by the report
     # plain within its run-to-run spread (2% down, spread 1%): worse than a 1% threshold but no failure
@@ -245,6 +280,8 @@ def test_too_few_rounds_say_so() -> None:
     assert check.status == NOT_SIGNIFICANT
     assert "2 vs 2 rounds cannot give p below 0.167" in check.reason
     assert "more rounds are needed" in check.reason
+    assert check.unreachable
+    assert judge(now, reference, parse_rules("5%"), strict=True).failed  # strict: not checked
 
 
 def test_random_4k_rows_are_judged_by_iops_ratio() -> None:
@@ -416,15 +453,21 @@ def test_gate_asks_for_more_rounds_only_while_a_check_is_undecided() -> None:
     gate = Gate(reference, rules, settings=SETTINGS, family_size=16)  # level 0.05 / 16
     assert gate.level == pytest.approx(0.003125)
     within = result("fscrypt", SEQ_READ, spread(48, 3))
-    assert gate.pending(within, 12) is None  # 4% worse: a pass whatever the rounds say
+    assert gate.pending(within, 12) == (False, "")  # 4% worse: a pass whatever the rounds say
     unsure = result("fscrypt", SEQ_READ, spread(40, 3))  # 20% worse, p = 1/286 > 0.003125
-    assert "throughput worse by 20.0% > 10%, p=0.0035 > 0.00313" in gate.pending(unsure, 12)
-    assert gate.pending(unsure, 0) is None  # no more pairs allowed: nothing to gain
+    assert gate.pending(unsure, 12) == (True, "throughput worse by 20.0% > 10%, p=0.0035 > 0.00313")
+    assert gate.pending(unsure, 0) == (  # no more pairs allowed: nothing to gain, and it says so
+        False,
+        "throughput worse by 20.0% > 10%, and no p below 0.00313 is reachable",
+    )
     decided = result("fscrypt", SEQ_READ, spread(40, 4))  # p = 1/1001, interval beyond 10%
-    assert gate.pending(decided, 12) is None
+    assert gate.pending(decided, 12) == (False, "")
     close = result("fscrypt", SEQ_READ, [44.0, 46.5, 43.0, 45.5])  # significant, interval reaches 10%
-    assert "significant, but the 95% interval reaches below 10%" in gate.pending(close, 12)
-    assert Gate(None, rules).pending(unsure, 12) is None  # nothing to compare with
+    assert gate.pending(close, 12) == (
+        True,
+        "throughput worse by 10.6% > 10%, significant, but the 95% interval reaches below 10%",
+    )
+    assert Gate(None, rules).pending(unsure, 12) == (False, "")  # nothing to compare with
 
 
 def test_expected_family_size_counts_the_gated_checks() -> None:
@@ -434,3 +477,23 @@ def test_expected_family_size_counts_the_gated_checks() -> None:
     assert expected_family_size(["fscrypt"], CDM, rules, [], reference) == 8
     assert expected_family_size(["fscrypt"], CDM, rules, [], reference, history_runs=3) == 8 + 8 + 8
     assert expected_family_size(["fscrypt", "luks2"], CDM, [], parse_rules("seq:20%"), None) == 8
+
+
+def test_history_spread_counts_runs_not_workloads_and_widens_for_fewer_rounds() -> None:
+    saved = [
+        run(
+            f"h{i}",
+            *[result("fscrypt", w, spread(50 * f, 10), spread(100, 10)) for w in (SEQ_READ, SEQ_WRITE)],
+        )
+        for i, f in enumerate((1.0, 1.02, 0.98, 1.01))
+    ]
+    now = run(
+        "now", result("fscrypt", SEQ_READ, spread(50, 3, 0.05)), result("fscrypt", SEQ_WRITE, spread(50, 3))
+    )
+    history = history_for("fscrypt", METRICS["throughput"], now, saved)
+    assert history.runs("SEQ1M-Q8T1-read") == 4
+    assert history.df == 3  # four runs, whatever the number of workloads they share
+    assert history.rounds["SEQ1M-Q8T1-read"] == [10, 10, 10, 10]
+    noisy = history.predict("SEQ1M-Q8T1-read", spread(50, 3, 0.05))
+    steady = history.predict("SEQ1M-Q8T1-read", spread(50, 10, 0.05))
+    assert noisy.half_width > steady.half_width  # 3 noisy rounds: a median that wanders more

@@ -63,9 +63,11 @@ class ScriptedGate:
         self.need = need
         self.asked: list[int] = []
 
-    def pending(self, result: Result, extra_possible: int) -> str | None:
+    def pending(self, result: Result, extra_possible: int) -> tuple[bool, str]:
         self.asked.append(extra_possible)
-        return "undecided" if len(result.rounds) < self.need else None
+        if len(result.rounds) >= self.need:
+            return False, ""
+        return (True, "undecided") if self.need < 100 else (False, "cannot get there")
 
 
 def confirm(need: int, budget_seconds: float) -> tuple[Result, ConfirmBudget, ScriptedGate]:
@@ -101,6 +103,13 @@ def test_confirmation_is_capped_per_workload() -> None:
     )
 
 
+def test_a_check_more_rounds_cannot_decide_stops_and_says_so() -> None:
+    result, budget, _ = confirm(need=100, budget_seconds=60)
+    assert result.stop_reason == "3 rounds, not decidable by more rounds (cannot get there)"
+    assert (result.confirm_rounds, budget.spent) == (0, 0.0)
+
+
 def test_nothing_to_confirm_leaves_the_rounds_alone() -> None:
+
     result, budget, _ = confirm(need=0, budget_seconds=60)
     assert (result.confirm_rounds, result.stop_reason, budget.spent) == (0, "3 rounds", 0.0)

@@ -21,9 +21,9 @@ def sample_results() -> list[Result]:
     return [Result("fscrypt:contents=adiantum", CDM[0], [m, m, m], [m, m, m], {"cipher": "adiantum"})]
 
 
-def doc(**info: str) -> dict:
+def doc(at: dt.datetime = NOW, **info: str) -> dict:
     machine = {"cpu_model": "x", "kernel": "6.1.0-1", **info}
-    return storage.document(sample_results(), machine, "m1", {"id": "abc"}, {"rounds": "3"}, NOW)
+    return storage.document(sample_results(), machine, "m1", {"id": "abc"}, {"rounds": "3"}, at)
 
 
 def test_results_round_trip_through_a_saved_file(tmp_path: Path) -> None:
@@ -135,9 +135,11 @@ def test_latest_and_names_cross_a_kernel_update_but_not_other_hardware(tmp_path:
 
 
 def test_history_is_the_reference_and_earlier_runs_of_this_hardware(tmp_path: Path) -> None:
-    for machine, name in [("m1", "main"), ("m1", "pr"), ("m2", "main"), ("m1", "main"), ("m3", "main")]:
-        path = storage.save(tmp_path, machine, name, doc(cpu_model="y" if machine == "m3" else "x"))
-        os.utime(path, (len(list(tmp_path.rglob("*.json"))),) * 2)  # saved in this order
+    saves = [("m1", "main"), ("m1", "pr"), ("m2", "main"), ("m1", "main"), ("m3", "main")]
+    for minute, (machine, name) in enumerate(saves):  # saved in this order ...
+        at = NOW + dt.timedelta(minutes=minute)
+        path = storage.save(tmp_path, machine, name, doc(at, cpu_model="y" if machine == "m3" else "x"))
+        os.utime(path, (1000 - minute, 1000 - minute))  # ... whatever the files' times say
     reference = storage.resolve(tmp_path, "main", "m1")[0]
     assert reference.label == "m1/0003_main.json"
     labels = [run.label for run in storage.history(tmp_path, reference, "main", 5)]
@@ -145,7 +147,13 @@ def test_history_is_the_reference_and_earlier_runs_of_this_hardware(tmp_path: Pa
     labels = [run.label for run in storage.history(tmp_path, reference, "latest", 3)]
     assert labels == ["m1/0003_main.json", "m2/0001_main.json", "m1/0002_pr.json"]
     assert storage.history(tmp_path, reference, "main", 0) == []
+    labels = [run.label for run in storage.history(tmp_path, reference, "m1/main", 5)]
+    assert labels == ["m1/0003_main.json", "m2/0001_main.json", "m1/0001_main.json"]
+    other = storage.resolve(tmp_path, "m3/main", "m1", {"cpu_model": "x"})
+    assert other[1] is not None and "comes from another machine" in other[1]  # named, other hardware
+    assert [run.label for run in storage.history(tmp_path, other[0], "m3/main", 5)] == ["m3/0001_main.json"]
     older = storage.resolve(tmp_path, "m1/2", None)[0]
+
     assert [run.label for run in storage.history(tmp_path, older, "2", 5)] == [
         "m1/0002_pr.json",
         "m1/0001_main.json",
