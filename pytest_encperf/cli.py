@@ -21,7 +21,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from . import journal, machine, storage
+from . import backends, journal, machine, storage
 from .backends import BackendSpec, known_names, make_backend
 from .compare import EXIT_REGRESSION, judge
 from .report import detail_table, markdown_report, verdict_report
@@ -208,7 +208,9 @@ def add_cleanup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Find the journals of runs whose process is dead under DIR/.encperf-runs and release "
         "their resources: unmount, stop daemons, close dm targets, detach loop devices, remove "
-        "files. Live runs and anything not in a journal are never touched."
+        "files. Live runs and anything not in a journal are never touched; a journal that is not "
+        "this user's (owner, mode, symbolic link), or an entry outside its run's own directories "
+        "or naming a process the run did not start, is refused and reported."
     )
     parser.add_argument(
         "--dir",
@@ -228,6 +230,8 @@ def run_cleanup(args: argparse.Namespace) -> int:
     else:  # the default directory and every directory this user's runs journaled in
         directories = [parse_directory(_default_dir())]
         directories += [d for d in journal.known_directories() if d not in directories]
+    for problem in backends.load_all():  # each backend registers the resource kinds it adds
+        print(f"encperf cleanup: {problem}", file=sys.stderr)
     runs = [run for d in directories for run in journal.release_dead_runs(d, dry_run=args.dry_run)]
     if not runs:
         where = ", ".join(map(str, directories))
@@ -237,10 +241,12 @@ def run_cleanup(args: argparse.Namespace) -> int:
         for line in run.lines():
             print(line)
     failed = sum(len(run.failed) for run in runs)
+    refused = sum(len(run.refused) for run in runs)
     if failed:
         print(f"encperf cleanup: {failed} resource(s) could not be released", file=sys.stderr)
-        return 1
-    return 0
+    if refused:
+        print(f"encperf cleanup: refused {refused} journal(s) or resource(s) (not released)", file=sys.stderr)
+    return 1 if failed or refused else 0
 
 
 # ----------------------------------------------------------------------------- dispatch

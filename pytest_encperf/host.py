@@ -7,20 +7,20 @@ CalledProcessError, so a failing step names itself in the test report.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Protocol
 
 DEFAULT_TIMEOUT = 120.0
 
@@ -37,21 +37,38 @@ def missing_tools(*names: str) -> list[str]:
     return [name for name in names if shutil.which(name) is None]
 
 
+REDACTED = "<secret>"
+
+
+def redact(text: str, secrets: Sequence[bytes | str]) -> str:
+    """``text`` with every secret (and its stripped form) replaced by <secret>."""
+    for secret in secrets:
+        value = secret.decode(errors="replace") if isinstance(secret, bytes) else secret
+        for form in {value, value.strip()}:
+            if len(form) >= 4:  # a newline or a short word is no secret, and is everywhere
+                text = text.replace(form, REDACTED)
+    return text
+
+
 def run(
     argv: Sequence[str | os.PathLike[str]],
     *,
     input: bytes | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     env: dict[str, str] | None = None,
+    secrets: Sequence[bytes | str] = (),
 ) -> str:
     """Run a command non-interactively (stdin closed unless ``input``), return its stdout.
 
     Secrets go through ``input`` or files, never ``argv``: argv is world-readable in /proc.
+    Where a tool takes one in argv only (and the user accepted that), name it in ``secrets``:
+    an error message shows <secret> instead of it, as it does for what went to stdin.
     The command runs in its own process group: a tool that hangs (a password prompt, a stuck
     device) is killed with everything it started after ``timeout``, and so is it when this
     process is interrupted (Ctrl-C, SIGTERM) while waiting for it.
     """
     args = [os.fspath(a) for a in argv]
+    hidden = [*secrets, *([input] if input else [])]
     try:
         proc = subprocess.Popen(
             args,
@@ -68,14 +85,17 @@ def run(
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         raise HostError(
-            f"{' '.join(args)}: no answer after {timeout:g} s (killed; waiting for input or hung?)"
+            redact(
+                f"{' '.join(args)}: no answer after {timeout:g} s (killed; waiting for input or hung?)",
+                hidden,
+            )
         ) from None
     except BaseException:
         _kill_group(proc)
         raise
     if proc.returncode != 0:
         detail = (stderr or stdout).decode(errors="replace").strip()
-        raise HostError(f"{' '.join(args)}: exit {proc.returncode}: {detail}")
+        raise HostError(redact(f"{' '.join(args)}: exit {proc.returncode}: {detail}", hidden))
     return stdout.decode(errors="replace")
 
 
@@ -91,149 +111,6 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     # with it, the caller's error names the command
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
-
-
-@dataclass(frozen=True)
-class Resource:
-    """What a release action frees, in a form a later process can act on (journal, cleanup).
-
-    kind: "loop" (ident = device, detail = backing file), "mount" (mount point), "process"
-    (pid, detail = executable name), "dm" (device-mapper name), "path" (file or directory),
-    "fscrypt-key" (key identifier, detail = a directory on its file system), or "other" (only
-    this process can release it). ``journal.RELEASERS`` says how a later process releases each
-    kind; a new kind needs an entry there.
-    """
-
-    kind: str
-    ident: str
-    detail: str = ""
-
-
-class ResourceObserver(Protocol):
-    """Told about every resource a Cleanup registers and releases (the run's journal)."""
-
-    def registered(self, resource: Resource, label: str) -> object:
-        """Record ``resource``; the returned token is handed back to ``released``."""
-        ...
-
-    def released(self, token: object) -> None: ...
-
-
-_observers: list[ResourceObserver] = []
-_observers_lock = threading.Lock()
-
-
-def install_observer(observer: ResourceObserver) -> None:
-    """Every Cleanup created from now on reports to ``observer`` (the newest one installed)."""
-    with _observers_lock:
-        _observers.append(observer)
-
-
-def remove_observer(observer: ResourceObserver) -> None:
-    with _observers_lock:
-        if observer in _observers:
-            _observers.remove(observer)
-
-
-def current_observer() -> ResourceObserver | None:
-    with _observers_lock:
-        return _observers[-1] if _observers else None
-
-
-class Cleanup:
-    """A last-in-first-out stack of release actions, registered the moment a resource exists.
-
-    ``release()`` runs every action even when some fail, empties the stack (so a second call
-    is a no-op) and then raises one HostError naming every failure. Use the typed helpers
-    (``loop``, ``mount``, ``process``, ``path``) where they fit: they record a Resource that a
-    later run can release if this process dies. Each typed registration is reported to the
-    observer (the run's journal, installed by the session) when the Cleanup is created; an
-    action that fails to release stays in the journal for ``encperf cleanup``.
-    """
-
-    def __init__(self, observer: ResourceObserver | None = None) -> None:
-        self._actions: list[tuple[str, Callable[[], None], Resource, object]] = []
-        self._observer = observer if observer is not None else current_observer()
-
-    def push(self, label: str, action: Callable[[], None], resource: Resource | None = None) -> None:
-        resource = resource or Resource("other", label)
-        token = None
-        if self._observer is not None and resource.kind != "other":
-            # the journal is a second line of defence: failing to write it (disk full) must
-            # never keep the release action from being registered
-            with contextlib.suppress(Exception):
-                token = self._observer.registered(resource, label)
-        self._actions.append((label, action, resource, token))
-
-    def loop(self, device: Path, backing_file: Path) -> None:
-        self.push(
-            f"detach {device}",
-            lambda: detach_loop(device, backing_file),
-            Resource("loop", str(device), str(backing_file)),
-        )
-
-    def mount(self, mountpoint: Path) -> None:
-        self.push(f"unmount {mountpoint}", lambda: unmount(mountpoint), Resource("mount", str(mountpoint)))
-
-    def dm(self, name: str) -> None:
-        """A device-mapper mapping (dm-crypt, tcrypt, bitlk), closed by name."""
-        self.push(f"close dm {name}", lambda: remove_dm(name), Resource("dm", name))
-
-    def path(self, path: Path) -> None:
-        def remove() -> None:
-            inside = mounts_under(path)
-            if inside:  # never delete through a mount that failed to come off
-                raise HostError(f"not removing {path}: still mounted at {', '.join(map(str, inside))}")
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
-
-        self.push(f"remove {path}", remove, Resource("path", str(path)))
-
-    def process(self, proc: subprocess.Popen[bytes], *, stop: Callable[[], None] | None = None) -> None:
-        """Register a daemon: ``stop`` (e.g. fusermount -u) first, then terminate, kill, wait.
-
-        Start daemons with ``stdin=subprocess.DEVNULL`` (never a terminal to prompt on) and the
-        secret on a pipe or in a PrivateDir file, never in argv: the test suite scans every
-        process's /proc/<pid>/cmdline and environ while a volume is mounted.
-        """
-
-        def release() -> None:
-            if stop is not None and proc.poll() is None:
-                stop()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=10)  # FUSE daemons exit on their own after the unmount
-            stop_process(proc)
-
-        name = os.path.basename(str(proc.args[0] if isinstance(proc.args, list) else proc.args))
-        self.push(f"stop {name} (pid {proc.pid})", release, Resource("process", str(proc.pid), name))
-
-    def __len__(self) -> int:
-        return len(self._actions)
-
-    @property
-    def labels(self) -> list[str]:
-        return [label for label, _, _, _ in self._actions]
-
-    @property
-    def resources(self) -> list[Resource]:
-        return [resource for _, _, resource, _ in self._actions]
-
-    def release(self) -> None:
-        errors: list[str] = []
-        while self._actions:
-            label, action, _, token = self._actions.pop()
-            try:
-                action()
-            except Exception as exc:  # keep releasing the rest, report all at the end
-                errors.append(f"{label}: {exc}")
-                continue
-            if token is not None and self._observer is not None:
-                with contextlib.suppress(Exception):  # never let the journal stop a teardown
-                    self._observer.released(token)
-        if errors:
-            raise HostError("cleanup failed: " + "; ".join(errors))
 
 
 # Signals that stop a run with a teardown (the session maps TERM and HUP to KeyboardInterrupt).
@@ -300,17 +177,72 @@ def loop_direct_io(device: Path) -> bool:
         return False
 
 
-LOOP_LOCK = Path("/run/lock/encperf-losetup.lock")
+# In a directory only root can write (unlike /run/lock): nobody else can plant or hold it.
+LOOP_LOCK = Path("/run/encperf/losetup.lock")
+LOCK_TIMEOUT = 60.0
+
+
+class LockTimeout(HostError):
+    """A lock stayed held longer than we wait; the message names the lock and its holder."""
+
+
+def lock_holders(fd: int) -> list[int]:
+    """Pids holding a flock on the file open at ``fd`` (from /proc/locks)."""
+    inode = os.fstat(fd).st_ino
+    holders = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()
+            if "FLOCK" in fields and len(fields) >= 6 and fields[-3].rsplit(":", 1)[-1] == str(inode):
+                with contextlib.suppress(ValueError):
+                    holders.append(int(fields[-4]))
+    return holders
+
+
+def wait_for_lock(fd: int, what: str, timeout: float) -> None:
+    """flock(LOCK_EX) on ``fd``, giving up after ``timeout`` s with a LockTimeout naming the holder."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                holders = [pid for pid in lock_holders(fd) if pid != os.getpid()]
+                by = f" by pid {', '.join(map(str, holders))}" if holders else ""
+                raise LockTimeout(
+                    f"{what} is held{by} for more than {timeout:g} s: gave up waiting"
+                ) from None
+            time.sleep(0.05)
+
+
+def open_own_file(path: Path, flags: int, *, dir_fd: int | None = None, mode: int = 0o600) -> int:
+    """Open (or create) a file of ours without following a symbolic link; OSError if it is a
+    symbolic link, not a regular file, or not ours with ``mode``."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode, dir_fd=dir_fd)
+    info = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(info.st_mode):
+        problem = "not a regular file"
+    elif info.st_uid != os.geteuid():
+        problem = f"owned by uid {info.st_uid}, not by this user (uid {os.geteuid()})"
+    elif stat.S_IMODE(info.st_mode) != mode:
+        problem = f"mode {stat.S_IMODE(info.st_mode):04o}, not {mode:04o}"
+    if problem:
+        os.close(fd)
+        raise OSError(errno.EPERM, f"refusing {path}: {problem}")
+    return fd
 
 
 @contextlib.contextmanager
-def machine_lock(path: Path) -> Iterator[None]:
+def machine_lock(path: Path, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
     """An exclusive lock shared by every encperf process on this machine (flock: released
-    by the kernel when the holder dies, so a killed run never leaves it held)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    by the kernel when the holder dies, so a killed run never leaves it held); LockTimeout
+    after ``timeout`` s."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = open_own_file(path, os.O_RDWR | os.O_CREAT)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        wait_for_lock(fd, f"lock {path}", timeout)
         yield
     finally:
         os.close(fd)
@@ -339,8 +271,8 @@ def attach_loop(backing_file: Path, *, direct_io: bool = True) -> LoopDevice:
     return LoopDevice(device, backing_file, loop_direct_io(device))
 
 
-def detach_loop(device: Path, backing_file: Path | None = None, *, timeout: float = 10.0) -> None:
-    """Detach a loop device and wait until it is really free.
+def detach_loop(device: Path, backing_file: Path | None = None, *, timeout: float = 10.0) -> bool:
+    """Detach a loop device and wait until it is really free; False when there was nothing to do.
 
     A no-op when it is already gone or now backs another file. ``losetup --detach`` of a device
     that something still holds open (udev's probe after an unmount) only sets autoclear and
@@ -356,23 +288,23 @@ def detach_loop(device: Path, backing_file: Path | None = None, *, timeout: floa
 
     attached = current()
     if attached is None:
-        return
+        return False
     # a backing file removed while attached shows as "<path> (deleted)"
     attached = attached.removesuffix(" (deleted)")
     if backing_file is not None and os.path.realpath(attached) != os.path.realpath(backing_file):
-        return  # reused by someone else since: never touch it
+        return False  # reused by someone else since: never touch it
     deadline = time.monotonic() + timeout
     while True:
         try:
             run(["losetup", "--detach", str(device)])
         except HostError:
             if current() is None:
-                return
+                return True
             if time.monotonic() > deadline:
                 raise
         for _ in range(20):
             if current() is None:
-                return
+                return True
             time.sleep(0.05)
         if time.monotonic() > deadline:
             raise HostError(f"{device} still attached to {attached} after {timeout:g} s")
@@ -429,19 +361,20 @@ def dm_exists(name: str) -> bool:
     return (Path("/dev/mapper") / name).exists()
 
 
-def remove_dm(name: str) -> None:
-    """Close a device-mapper mapping if it exists: ``cryptsetup close``, else ``dmsetup remove``.
+def remove_dm(name: str) -> bool:
+    """Close a device-mapper mapping if it exists: ``cryptsetup close``, else ``dmsetup remove``
+    (a mapping cryptsetup does not know); False when there was none.
 
     ``--retry`` because udev may still hold the device for a moment after an unmount.
     """
     if not dm_exists(name):
-        return
+        return False
     try:
-        run(["cryptsetup", "close", name])
+        run(["cryptsetup", "close", name], timeout=60)
     except HostError:
-        if not dm_exists(name):
-            return
-        run(["dmsetup", "remove", "--retry", name])
+        if dm_exists(name):
+            run(["dmsetup", "remove", "--retry", name], timeout=60)
+    return True
 
 
 # ---------------------------------------------------------------- mounts
@@ -461,6 +394,17 @@ def is_mounted(path: Path) -> bool:
     return Path(os.path.realpath(path)) in mounts_under(path)
 
 
+def mount_type(mountpoint: Path) -> str | None:
+    """The file system type mounted at ``mountpoint`` (the last mount on it), None if none."""
+    real = os.path.realpath(mountpoint)
+    found = None
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if fields[1].replace("\\040", " ") == real:
+            found = fields[2]
+    return found
+
+
 def mount(device: Path, mountpoint: Path, fstype: str, options: str | None = None) -> None:
     argv = ["mount", "-t", fstype]
     if options:
@@ -468,18 +412,31 @@ def mount(device: Path, mountpoint: Path, fstype: str, options: str | None = Non
     run([*argv, str(device), str(mountpoint)])
 
 
-def unmount(mountpoint: Path, *, retries: int = 10) -> None:
-    """Unmount if mounted; retry while busy, then fall back to a lazy unmount."""
+def fusermount_binary() -> str | None:
+    """fusermount3 (fuse3) or fusermount (fuse 2), whichever is installed."""
+    for name in ("fusermount3", "fusermount"):
+        if shutil.which(name):
+            return name
+    return None
+
+
+def unmount(mountpoint: Path, *, retries: int = 10) -> bool:
+    """Unmount if mounted: ``fusermount -u`` for a FUSE mount (works without root), ``umount``
+    otherwise; retry while busy, then unmount lazily. Returns True when it had to be lazy."""
+    fuse = (mount_type(mountpoint) or "").startswith("fuse") and fusermount_binary() is not None
+    argv = [fusermount_binary() or "fusermount", "-u"] if fuse else ["umount"]
     for _ in range(retries):
         if not is_mounted(mountpoint):
-            return
+            return False
         try:
-            run(["umount", str(mountpoint)])
-            return
+            run([*argv, str(mountpoint)], timeout=30)
+            return False
         except HostError:
             time.sleep(0.2)
-    if is_mounted(mountpoint):
-        run(["umount", "--lazy", str(mountpoint)])
+    if not is_mounted(mountpoint):
+        return False
+    run([*argv, "-z" if fuse else "--lazy", str(mountpoint)], timeout=30)
+    return True
 
 
 def filesystem_type(path: Path) -> str:
@@ -520,34 +477,6 @@ def drop_page_cache(path: Path | None = None) -> bool:
     except OSError:
         return False
     return True
-
-
-@dataclass
-class PrivateDir:
-    """A 0700 directory for key files and other secrets, removed with its content."""
-
-    path: Path
-    files: list[Path] = field(default_factory=list)
-
-    @classmethod
-    def create(cls, cleanup: Cleanup, prefix: str = "encperf-secret-") -> PrivateDir:
-        """Make one in memory (/dev/shm) when possible, so secrets never reach a disk, and
-        register its removal on ``cleanup`` (so a journal can remove it after a crash)."""
-        base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-        path = Path(tempfile.mkdtemp(prefix=prefix, dir=base))  # mkdtemp makes it 0700
-        cleanup.path(path)
-        return cls(path)
-
-    def write_secret(self, name: str, data: bytes) -> Path:
-        target = self.path / name
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        self.files.append(target)
-        return target
-
-    def remove(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
 
 
 def tool_version(argv: Sequence[str]) -> str:

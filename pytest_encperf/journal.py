@@ -1,39 +1,62 @@
 """The resource journal: what a run holds, on disk, so a later process can release it.
 
 Every session writes ``<encperf dir>/.encperf-runs/run-<pid>-<token>.json`` the moment its first
-resource (container file, loop device, mount, daemon, dm name, private directory) is registered
-on a ``host.Cleanup``, rewrites it atomically (temp file + rename) on every registration and
-release, and removes it when the run ends with nothing left. A process killed with SIGKILL
-leaves its journal behind; the next session's start and ``encperf cleanup`` find journals whose
-process is dead (pid gone, or reused: the recorded psutil start time differs) and release
-their resources in a safe order: unmount, stop daemons, close dm targets, detach loop devices,
-remove files. A live run's journal is never touched, and nothing outside a journal is, with one
-deliberate exception: mounts and loop devices *inside* a journaled run directory (that directory
-is the run's own, ``encperf-<pid>-*``), which is what a kill between "losetup/mount returned" and
-"registered" leaves behind.
+resource (run directory, container file, loop device, mount, daemon, dm name, secret directory)
+is registered on a ``resources.Cleanup``, rewrites it atomically (temp file + rename) on every
+registration and release, and removes it when the run ends with nothing left. A process killed
+with SIGKILL leaves its journal behind; the next session's start and ``encperf cleanup`` find
+journals whose process is dead (pid gone, or reused: the recorded start time differs) and
+release their resources newest first, with the same functions the run itself uses
+(``resources.release``).
+
+Nothing is trusted that this user did not write. The default directory (/var/tmp) is shared
+with every local user, so, like OpenSSH's ``safe_path`` and systemd-tmpfiles:
+
+* the directory's ancestors must not be writable by others (unless sticky, like /var/tmp);
+* ``.encperf-runs`` must be ours with mode 0700 and each journal ours with mode 0600; both are
+  opened without following symbolic links and checked on the open descriptor, and every later
+  operation goes through that descriptor;
+* a journal may name only paths inside its own run's directories (``encperf-<pid>-*`` under the
+  directory, or its secret directory on the RAM file system), each directory on the way ours
+  and not writable by others; dm names ``encperf-<pid>-N``; and only processes it started,
+  identified by pid, start time and executable;
+* anything else is refused and reported, never released; a journal that is not ours is left
+  where it is;
+* waiting for the cleanup lock times out with a message naming its holder.
+
+One deliberate sweep: mounts and loop devices *inside* a run directory that the journal names
+are released with it (a kill between "losetup/mount returned" and "registered" leaves them).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import errno
 import json
 import os
+import re
 import secrets
-import shutil
-import signal
+import stat
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from . import host
+from . import host, resources
+from .resources import Resource
 
 RUNS_DIR = ".encperf-runs"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+LOCK_TIMEOUT = 30.0  # a cleanup of dead runs waits this long for another one to finish
+JOURNAL_NAME = re.compile(r"run-([0-9]+)-([0-9a-f]+)\.json")
+TEMP_NAME = re.compile(r"\.run-[0-9]+-[0-9a-f]+\.json\.([0-9]+)\.tmp")
+
+
+class Refused(Exception):
+    """A directory or file we did not write (or cannot be sure we did); the message says why."""
 
 
 def state_file() -> Path:
@@ -46,9 +69,10 @@ def remember_directory(directory: Path) -> None:
     """Note ``directory`` (once), forgetting directories that no longer exist."""
     path = state_file()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = host.open_own_file(path, os.O_RDWR | os.O_CREAT)
     with os.fdopen(fd, "r+") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # two runs starting at once
+        os.set_blocking(fd, True)
+        host.wait_for_lock(fd, f"lock {path}", LOCK_TIMEOUT)  # two runs starting at once
         lines = [line for line in handle.read().splitlines() if line and os.path.isdir(line)]
         if str(directory) not in lines:
             lines.append(str(directory))
@@ -71,56 +95,78 @@ def known_directories() -> list[Path]:
     return found
 
 
-def process_start_time(pid: int) -> float | None:
-    """psutil's start time of ``pid`` (stable for the life of the process), None if gone.
-
-    A zombie counts as gone: it has exited and holds nothing; only its parent (or an init that
-    reaps) can remove its entry.
-    """
+def open_runs_dir(directory: Path, *, create: bool = False) -> int:
+    """A descriptor of ``<directory>/.encperf-runs``; Refused unless it is ours, 0700, not a
+    symbolic link, in a directory chain nobody else can change. FileNotFoundError if absent."""
+    os.lstat(directory)  # FileNotFoundError when it does not exist
+    problem = resources.unsafe_ancestor(directory)
+    if problem:
+        raise Refused(f"{directory}: not safe to use ({problem})")
+    runs = directory / RUNS_DIR
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(runs, 0o700)
     try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return round(process.create_time(), 2)
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return None
+        fd = os.open(runs, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise Refused(f"{runs} is a symbolic link or not a directory") from None
+        raise
+    problem = resources.owned_problem(os.fstat(fd), runs, mode=0o700)
+    if problem:
+        os.close(fd)
+        raise Refused(problem)
+    return fd
 
 
-def is_alive(pid: int, started: float | None) -> bool:
-    """Is the process that wrote a journal still running (and not a reuse of its pid)?"""
-    now = process_start_time(pid)
-    if now is None:
-        return False
-    if started is None:
-        return True  # cannot tell a reused pid apart: err on the side of not touching it
-    return abs(now - started) < 0.05
-
-
-def _write_atomically(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def _write_atomically(runs_fd: int, name: str, data: dict[str, Any]) -> None:
+    tmp = f".{name}.{os.getpid()}.tmp"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp, dir_fd=runs_fd)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=runs_fd)
     try:
         with os.fdopen(fd, "w") as handle:
             json.dump(data, handle, indent=1)
-        os.replace(tmp, path)
+        os.replace(tmp, name, src_dir_fd=runs_fd, dst_dir_fd=runs_fd)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=runs_fd)
         raise
 
 
+def entry_of(resource: Resource, label: str, token: int) -> dict[str, Any]:
+    entry: dict[str, Any] = {"id": token, "kind": resource.kind, "ident": resource.ident}
+    entry.update(detail=resource.detail, label=label)
+    if resource.kind == "process":
+        entry.update(started=resource.started, wait=resource.wait)
+    return entry
+
+
+def resource_of(entry: dict[str, Any]) -> Resource:
+    """The Resource a journal entry describes; ValueError if the entry is malformed."""
+    kind, ident, detail = entry.get("kind"), entry.get("ident"), entry.get("detail", "")
+    started, wait = entry.get("started"), entry.get("wait", 0.0)
+    if not (isinstance(kind, str) and isinstance(ident, str) and isinstance(detail, str)):
+        raise ValueError("kind, ident and detail must be strings")
+    if started is not None and not isinstance(started, int | float):
+        raise ValueError("started must be a number")
+    if not isinstance(wait, int | float) or not 0 <= wait <= 60:
+        raise ValueError("wait must be a number of seconds up to 60")
+    return Resource(kind, ident, detail, None if started is None else float(started), float(wait))
+
+
 class Journal:
-    """This run's journal: a ``host.ResourceObserver`` written on every change.
+    """This run's journal: a ``resources.ResourceObserver`` written on every change.
 
     The file is created on the first registration only, so a session that creates nothing
     leaves nothing (not even an empty journal).
     """
 
     def __init__(self, directory: Path) -> None:
-        self.directory = directory
+        self.directory = Path(os.path.realpath(directory))
         self.pid = os.getpid()
-        self.started = process_start_time(self.pid)
-        runs = directory / RUNS_DIR
-        self.path = runs / f"run-{self.pid}-{secrets.token_hex(4)}.json"
+        self.started = resources.process_start_time(self.pid)
+        self.path = self.directory / RUNS_DIR / f"run-{self.pid}-{secrets.token_hex(4)}.json"
         self._entries: dict[int, dict[str, Any]] = {}
         self._next_id = 1
         self._lock = threading.Lock()
@@ -129,20 +175,11 @@ class Journal:
 
     # ----------------------------------------------------------- observer
 
-    def registered(self, resource: host.Resource, label: str) -> object:
-        entry: dict[str, Any] = {
-            "kind": resource.kind,
-            "ident": resource.ident,
-            "detail": resource.detail,
-            "label": label,
-        }
-        if resource.kind == "process" and resource.ident.isdigit():
-            entry["started"] = process_start_time(int(resource.ident))
+    def registered(self, resource: Resource, label: str) -> object:
         with self._lock:
             token = self._next_id
             self._next_id += 1
-            entry["id"] = token
-            self._entries[token] = entry
+            self._entries[token] = entry_of(resource, label, token)
             self._save()
         return token
 
@@ -159,38 +196,42 @@ class Journal:
             return list(self._entries.values())
 
     def _save(self) -> None:
-        """Write the journal; a failure (disk full, read-only) is remembered, never raised:
-        the in-process teardown does not need the file, and a stale entry is harmless to a
-        later cleanup (releasing what is already gone is a no-op)."""
+        """Write the journal; a failure (disk full, read-only, a directory that is not ours) is
+        remembered, never raised: the in-process teardown does not need the file, and a stale
+        entry is harmless to a later cleanup (releasing what is already gone is a no-op)."""
+        try:
+            fd = open_runs_dir(self.directory, create=True)
+        except Refused as exc:
+            self.write_error = f"refusing to write the resource journal: {exc}"
+            return
+        except OSError as exc:
+            self.write_error = f"could not write the resource journal {self.path}: {exc.strerror}"
+            return
         try:
             if not self._written:
-                self.path.parent.mkdir(mode=0o700, exist_ok=True)
                 self._written = True
                 with contextlib.suppress(OSError):  # a read-only home only costs the --dir default
                     remember_directory(self.directory)
-            _write_atomically(
-                self.path,
-                {
-                    "version": FORMAT_VERSION,
-                    "pid": self.pid,
-                    "started": self.started,
-                    "directory": str(self.directory),
-                    "resources": list(self._entries.values()),
-                },
-            )
+            document = {
+                "version": FORMAT_VERSION,
+                "pid": self.pid,
+                "started": self.started,
+                "directory": str(self.directory),
+                "resources": list(self._entries.values()),
+            }
+            _write_atomically(fd, self.path.name, document)
         except OSError as exc:
             self.write_error = f"could not write the resource journal {self.path}: {exc.strerror}"
+        finally:
+            os.close(fd)
 
     def release_leftovers(self) -> list[str]:
         """Release what this run registered but never released (a Volume lost to an exception
         in the middle of create): the safety net at the end of a session. Returns failures."""
         failed = []
         for entry in release_order(self.resources):
-            releaser = RELEASERS.get(entry["kind"])
-            if releaser is None:
-                continue
             try:
-                releaser(entry)
+                resources.release(resource_of(entry))
             except Exception as exc:
                 failed.append(f"{entry['kind']} {entry['ident']}: {exc}")
                 continue
@@ -202,102 +243,19 @@ class Journal:
         with self._lock:
             if self._written and not self._entries:
                 try:
-                    self.path.unlink(missing_ok=True)
-                except OSError as exc:  # like every journal error: reported, never fatal
-                    self.write_error = self.write_error or f"could not remove {self.path}: {exc.strerror}"
+                    fd = open_runs_dir(self.directory)
+                    try:
+                        os.unlink(self.path.name, dir_fd=fd)
+                    finally:
+                        os.close(fd)
+                except FileNotFoundError:
+                    pass
+                except (OSError, Refused) as exc:  # like every journal error: reported, never fatal
+                    self.write_error = self.write_error or f"could not remove {self.path}: {exc}"
                 self._written = False
 
 
 # --------------------------------------------------------------- releasing a dead run's resources
-
-
-def _release_fscrypt_key(entry: dict[str, Any]) -> str:
-    """Remove a key from the file system holding ``detail`` (a directory target's host file
-    system keeps it until unmounted; a container's goes with its unmount anyway)."""
-    from .backends.fscrypt import remove_key
-
-    directory = Path(entry["detail"])
-    if not directory.is_dir():
-        return f"fscrypt key {entry['ident']}: its file system is gone"
-    remove_key(directory, bytes.fromhex(entry["ident"]))
-    return f"removed fscrypt key {entry['ident']} from {directory}"
-
-
-def _release_mount(entry: dict[str, Any]) -> str:
-    mountpoint = Path(entry["ident"])
-    if not host.is_mounted(mountpoint):
-        return f"{mountpoint}: not mounted any more"
-    host.unmount(mountpoint)
-    return f"unmounted {mountpoint}"
-
-
-def _release_process(entry: dict[str, Any]) -> str:
-    pid, name = int(entry["ident"]), entry.get("detail", "")
-    if not is_alive(pid, entry.get("started")):
-        return f"{name} (pid {pid}): not running any more"
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            # Exited; only its (dead run's) parent or init can reap it, and it holds nothing.
-            return f"{name} (pid {pid}): exited (zombie awaiting its parent)"
-        if name and process.name() != name and os.path.basename(process.exe() or "") != name:
-            return f"{name} (pid {pid}): pid now runs {process.name()}, left alone"
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except psutil.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return f"{name} (pid {pid}): exited"
-    return f"stopped {name} (pid {pid})"
-
-
-def _release_dm(entry: dict[str, Any]) -> str:
-    name = entry["ident"]
-    if not Path("/dev/mapper", name).exists():
-        return f"dm {name}: not active any more"
-    host.run(["dmsetup", "remove", "--retry", name], timeout=60)
-    return f"removed dm target {name}"
-
-
-def _release_loop(entry: dict[str, Any]) -> str:
-    device = Path(entry["ident"])
-    backing = Path(entry["detail"]) if entry.get("detail") else None
-    host.detach_loop(device, backing)
-    return f"detached {device}"
-
-
-def _release_path(entry: dict[str, Any]) -> str:
-    path = Path(entry["ident"])
-    if not path.is_absolute() or path == Path(path.anchor):
-        return f"{path}: not an absolute path below /, left alone"
-    if not path.exists() and not path.is_symlink():
-        return f"{path}: already gone"
-    if path.is_dir() and not path.is_symlink():
-        # Sweep what a kill between "resource made" and "resource journaled" could leave
-        # inside a directory that is ours: mounts under it, loop devices backed by its files.
-        for mountpoint in sorted(host.mounts_under(path), key=lambda p: len(p.parts), reverse=True):
-            host.unmount(mountpoint)
-        for device in host.loops_backed_by(path):
-            host.detach_loop(device)
-        inside = host.mounts_under(path)
-        if inside:
-            raise host.HostError(f"not removing {path}: still mounted at {', '.join(map(str, inside))}")
-        shutil.rmtree(path)
-    else:
-        path.unlink()
-    return f"removed {path}"
-
-
-RELEASERS: dict[str, Callable[[dict[str, Any]], str]] = {
-    "fscrypt-key": _release_fscrypt_key,
-    "mount": _release_mount,
-    "process": _release_process,
-    "dm": _release_dm,
-    "loop": _release_loop,
-    "path": _release_path,
-}
 
 
 def release_order(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -314,74 +272,178 @@ def release_order(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @dataclass
 class DeadRun:
-    """What cleanup did with one dead run's journal."""
+    """What cleanup did with one dead run's journal (or why it would not look at it)."""
 
     journal: Path
-    pid: int
+    pid: int | None
     done: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+    @property
+    def head(self) -> str:
+        return f"run pid {self.pid} ({self.journal.name})" if self.pid else str(self.journal)
 
     def lines(self) -> list[str]:
-        head = f"run pid {self.pid} ({self.journal.name})"
-        return [f"{head}: {line}" for line in self.done] + [f"{head}: FAILED {line}" for line in self.failed]
+        return [f"{self.head}: {line}" for line in self.done] + self.problem_lines()
+
+    def problem_lines(self) -> list[str]:
+        """What could not be released (FAILED) or was never touched (REFUSED), and why."""
+        return [f"{self.head}: FAILED {line}" for line in self.failed] + [
+            f"{self.head}: REFUSED {line}" for line in self.refused
+        ]
+
+
+def _read_journal(runs_fd: int, name: str) -> dict[str, Any]:
+    """A journal's document; Refused unless it is our regular 0600 file, read without
+    following a symbolic link."""
+    try:
+        fd = host.open_own_file(Path(name), os.O_RDONLY, dir_fd=runs_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise Refused("it is a symbolic link") from None
+        raise Refused(exc.strerror or str(exc)) from None
+    with os.fdopen(fd, "rb") as handle:
+        text = handle.read(1 << 20)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise Refused("not a journal (unreadable JSON)") from None
+    if not isinstance(data, dict) or not isinstance(data.get("resources"), list):
+        raise Refused("not a journal (no resource list)")
+    return data
+
+
+def _release_entries(dead: DeadRun, data: dict[str, Any], bases: list[Path], dry_run: bool) -> list[Any]:
+    """Release a dead run's entries newest first; returns the entries to keep (failed ones and
+    everything older than the first failure, which may depend on it)."""
+    assert dead.pid is not None
+    entries = [e for e in data["resources"] if isinstance(e, dict)]
+    ordered = release_order(entries)
+    for index, entry in enumerate(ordered):
+        what = f"{entry.get('kind')} {entry.get('ident')}"
+        try:
+            resource = resource_of(entry)
+        except ValueError as exc:
+            dead.refused.append(f"{what}: malformed entry ({exc})")
+            continue
+        kind = resources.KINDS.get(resource.kind)
+        if kind is None:
+            dead.failed.append(f"{what}: no way to release a {resource.kind!r} resource")
+            return ordered[index:]
+        reason = kind.check(resource, dead.pid)
+        for path in kind.paths(resource):
+            reason = reason or resources.outside_run_directories(path, bases, dead.pid)
+        if reason:
+            dead.refused.append(f"{what}: {reason}")
+            continue
+        if dry_run:
+            dead.done.append(f"would release {what}")
+            continue
+        try:
+            dead.done.append(resources.release(resource))
+        except Exception as exc:
+            dead.failed.append(f"{what}: {exc}")
+            return ordered[index:]
+    return []
 
 
 @contextlib.contextmanager
-def _runs_lock(runs: Path) -> Iterator[None]:
-    """Serialize cleanups (two sessions starting at once must not release the same run twice)."""
-    fd = os.open(runs / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+def _cleanup_lock(runs_fd: int, runs: Path, timeout: float) -> Iterator[None]:
+    """Serialise cleanups (two sessions starting at once must not release the same run twice)."""
+    fd = host.open_own_file(Path(".lock"), os.O_RDWR | os.O_CREAT, dir_fd=runs_fd)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.set_blocking(fd, True)
+        host.wait_for_lock(fd, f"the cleanup lock {runs / '.lock'}", timeout)
         yield
     finally:
         os.close(fd)
 
 
 def journals(directory: Path) -> list[Path]:
-    return sorted((directory / RUNS_DIR).glob("run-*.json"))
-
-
-def release_dead_runs(directory: Path, *, dry_run: bool = False) -> list[DeadRun]:
-    """Release every resource of runs under ``directory`` whose process is dead."""
-    runs = directory / RUNS_DIR
-    if not runs.is_dir():
+    """The journal files under ``directory`` (names only: read them with release_dead_runs)."""
+    runs = Path(os.path.realpath(directory)) / RUNS_DIR
+    try:
+        names = os.listdir(runs)
+    except OSError:
         return []
+    return sorted(runs / name for name in names if JOURNAL_NAME.fullmatch(name))
+
+
+def release_dead_runs(
+    directory: Path, *, dry_run: bool = False, lock_timeout: float = LOCK_TIMEOUT
+) -> list[DeadRun]:
+    """Release every resource of runs under ``directory`` whose process is dead, and say what
+    was refused (never touched) and why."""
+    directory = Path(os.path.realpath(directory))
+    runs = directory / RUNS_DIR
+    try:
+        runs_fd = open_runs_dir(directory)
+    except FileNotFoundError:
+        return []
+    except Refused as exc:
+        return [DeadRun(runs, None, refused=[f"not looking at any journal there: {exc}"])]
+    bases = [directory, *(Path(os.path.realpath(b)) for b in resources.secret_bases())]
     found: list[DeadRun] = []
-    with _runs_lock(runs):
-        for path in journals(directory):
-            try:
-                data = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue  # vanished meanwhile (its run ended) or being replaced: not ours to judge
-            pid, started = int(data.get("pid", 0)), data.get("started")
-            if pid <= 0 or is_alive(pid, started):
-                continue
-            dead = DeadRun(path, pid)
-            remaining = []
-            for entry in release_order(list(data.get("resources", []))):
-                what = f"{entry.get('kind')} {entry.get('ident')}"
-                releaser = RELEASERS.get(entry.get("kind", ""))
-                if releaser is None:
-                    dead.failed.append(f"{what}: no way to release a {entry.get('kind')!r} resource")
-                    remaining.append(entry)
-                    continue
-                if dry_run:
-                    dead.done.append(f"would release {what}")
-                    continue
-                try:
-                    dead.done.append(releaser(entry))
-                except Exception as exc:
-                    dead.failed.append(f"{what}: {exc}")
-                    remaining.append(entry)
-            if not dry_run:
-                if remaining:
-                    _write_atomically(path, {**data, "resources": remaining})
-                else:
-                    path.unlink(missing_ok=True)
-            found.append(dead)
-        # half-written journals of processes killed during a write (".run-<pid>-<id>.json.<pid>.tmp")
-        for tmp in runs.glob(".run-*.tmp"):
-            writer = tmp.name.rsplit(".", 2)[-2]
-            if writer.isdigit() and not psutil.pid_exists(int(writer)) and not dry_run:
-                tmp.unlink(missing_ok=True)
+    try:
+        with _cleanup_lock(runs_fd, runs, lock_timeout):
+            for name in sorted(os.listdir(runs_fd)):
+                match = JOURNAL_NAME.fullmatch(name)
+                if match:
+                    dead = _release_journal(runs_fd, runs / name, int(match[1]), directory, bases, dry_run)
+                    if dead is not None:
+                        found.append(dead)
+                elif TEMP_NAME.fullmatch(name) and not dry_run:
+                    _remove_dead_writers_temp(runs_fd, name)
+    except host.LockTimeout as exc:
+        found.append(DeadRun(runs, None, failed=[f"{exc}; dead runs there were not released"]))
+    finally:
+        os.close(runs_fd)
     return found
+
+
+def _release_journal(
+    runs_fd: int, path: Path, pid: int, directory: Path, bases: list[Path], dry_run: bool
+) -> DeadRun | None:
+    dead = DeadRun(path, pid)
+    try:
+        data = _read_journal(runs_fd, path.name)
+    except Refused as exc:
+        dead.refused.append(f"journal left alone: {exc}")
+        return dead
+    except FileNotFoundError:
+        return None  # its run ended meanwhile
+    started = data.get("started")
+    if data.get("pid") != pid:
+        dead.refused.append(f"journal left alone: it names pid {data.get('pid')!r}, its file name {pid}")
+        return dead
+    if os.path.realpath(str(data.get("directory", ""))) != str(directory):
+        dead.refused.append(f"journal left alone: it belongs to directory {data.get('directory')!r}")
+        return dead
+    if started is not None and not isinstance(started, int | float):
+        dead.refused.append("journal left alone: malformed start time")
+        return dead
+    if resources.is_alive(pid, started):
+        return None  # a live run: never touched
+    keep = _release_entries(dead, data, bases, dry_run)
+    if not dry_run:
+        if keep:
+            _write_atomically(runs_fd, path.name, {**data, "resources": keep})
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path.name, dir_fd=runs_fd)
+    return dead
+
+
+def _remove_dead_writers_temp(runs_fd: int, name: str) -> None:
+    """A half-written journal (".run-<pid>-<id>.json.<writer>.tmp") of a writer killed mid-write."""
+    match = TEMP_NAME.fullmatch(name)
+    assert match is not None
+    with contextlib.suppress(OSError):
+        info = os.stat(name, dir_fd=runs_fd, follow_symlinks=False)
+        if (
+            stat.S_ISREG(info.st_mode)
+            and info.st_uid == os.geteuid()
+            and not psutil.pid_exists(int(match[1]))
+        ):
+            os.unlink(name, dir_fd=runs_fd)

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from . import host, journal, machine, storage
+from . import backends, host, journal, machine, resources, storage
 from .backends import BASELINE, BackendSpec, make_backend, placement_problems
 from .ceiling import Ceiling, kernel_xts_driver, measure_ciphers
 from .compare import EXIT_REGRESSION, Gate, Verdict, expected_family_size, judge
@@ -70,8 +70,9 @@ class EncperfSession:
         self._previous_handlers: dict[int, object] = {}
         self.journal = journal.Journal(settings.dir)
         self.cleaned: list[str] = []  # what the start-up cleanup released of dead runs
+        self.cleanup_problems: list[str] = []  # what it refused or failed to release, and why
         self.teardown_errors: list[str] = []  # what could not be released at the end
-        self._run_cleanup: host.Cleanup | None = None
+        self._run_cleanup: resources.Cleanup | None = None
         # partition target: baseline rounds measured before each encrypted volume, by spec
         self._measured_baseline: dict[str, dict[str, list[Measurement]]] = {}
         self._ceilings: dict[str, Ceiling] = {}
@@ -100,8 +101,10 @@ class EncperfSession:
         """This run's private directory, made on first use (a method, not a property: pytest
         inspects plugin attributes, and must not create directories by doing so)."""
         if self._run_dir is None:
-            self._run_dir = Path(tempfile.mkdtemp(prefix=f"encperf-{os.getpid()}-", dir=self.settings.dir))
-            self._run_cleanup = host.Cleanup(self.journal)
+            # under the directory's real path, where the journal holds a dead run's paths to be
+            base = self.journal.directory
+            self._run_dir = Path(tempfile.mkdtemp(prefix=f"encperf-{os.getpid()}-", dir=base))
+            self._run_cleanup = resources.Cleanup(self.journal)
             self._run_cleanup.path(self._run_dir)  # journaled: a killed run's directory is found
         return self._run_dir
 
@@ -277,24 +280,29 @@ class EncperfSession:
             for signum in host.TEARDOWN_SIGNALS[1:]:
                 if signal.getsignal(signum) in (signal.SIG_DFL, None):
                     self._previous_handlers[signum] = signal.signal(signum, _raise_keyboard_interrupt)
-        # Leftovers of runs killed before they could tear down (SIGKILL, power loss, OOM).
+        # Leftovers of runs killed before they could tear down (SIGKILL, power loss, OOM); the
+        # backends' modules register the resource kinds they add first.
+        self.cleanup_problems += backends.load_all()
         try:
             for run in journal.release_dead_runs(self.settings.dir):
-                self.cleaned += run.lines()
+                self.cleaned += [f"{run.head}: {line}" for line in run.done]
+                self.cleanup_problems += run.problem_lines()
         except OSError as exc:
-            self.cleaned.append(f"could not check for leftovers of dead runs: {exc}")
+            self.cleanup_problems.append(f"could not check for leftovers of dead runs: {exc}")
         # Every Cleanup created from now on (volumes of every backend) is journaled.
-        host.install_observer(self.journal)
+        resources.install_observer(self.journal)
 
     def stop(self) -> None:
-        host.remove_observer(self.journal)
+        resources.remove_observer(self.journal)
         self.journal.close()
         for signum, handler in self._previous_handlers.items():
             signal.signal(signum, handler)  # type: ignore[arg-type]
         self._previous_handlers.clear()
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        return [f"encperf: released leftover of a dead run: {line}" for line in self.cleaned]
+        return [f"encperf: released leftover of a dead run: {line}" for line in self.cleaned] + [
+            f"encperf: cleanup of dead runs: {line}" for line in self.cleanup_problems
+        ]
 
     def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
         if self.config.option.collectonly:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import host
+from . import host, resources
 from .workloads import MiB
 
 KINDS = ("container", "partition", "directory")
@@ -89,7 +89,7 @@ def container_size(test_file_size: int) -> int:
     return (size + MiB - 1) // MiB * MiB
 
 
-def create_container(target: Target, workdir: Path, cleanup: host.Cleanup) -> host.LoopDevice:
+def create_container(target: Target, workdir: Path, cleanup: resources.Cleanup) -> host.LoopDevice:
     """Make a sparse container file in ``workdir`` and attach it to a loop device.
 
     Both are registered on ``cleanup`` the moment they exist.

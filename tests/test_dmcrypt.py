@@ -4,13 +4,13 @@ secret handling, parameter checks and problems()."""
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 import pytest
 
 from pytest_encperf import host
 from pytest_encperf.backends import BackendSpec, Volume, dmcrypt, make_backend, parse_backend_list
+from pytest_encperf.resources import Cleanup, Resource
 from pytest_encperf.targets import Target
 
 from .standin import StandIns
@@ -30,9 +30,6 @@ def new_volume(spec: str, tmp_path: Path) -> tuple[dmcrypt.CryptsetupBackend, Vo
     workdir = tmp_path / "volume"
     workdir.mkdir(parents=True)
     volume = Volume(backend, Target("container", tmp_path, 1 << 20), workdir)
-    keys = workdir / "keys"
-    keys.mkdir(mode=0o700)
-    volume.state["keys"] = host.PrivateDir(keys)
     volume.state["device"] = Path("/dev/loop99")
     return backend, volume
 
@@ -42,27 +39,28 @@ def test_luks2_format_and_open_command_lines(standins: StandIns, tmp_path: Path)
     backend, volume = new_volume(spec, tmp_path)
     backend.format(volume, Path("/dev/loop99"))
     backend.open_mapping(volume, volume.created)
-    key = volume.state["key_file"]
     name = volume.state["dm_name"]
     assert name == f"encperf-{os.getpid()}-{name.rsplit('-', 1)[1]}"
     fmt, opened = standins.calls("cryptsetup")
     assert fmt.argv == [
         "luksFormat", "--batch-mode", "--type", "luks2", "--cipher", "aes-xts-plain64",
         "--key-size", "512", "--hash", "sha256", "--sector-size", "4096",
-        "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--key-file", str(key), "/dev/loop99",
+        "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--key-file", "-", "/dev/loop99",
     ]  # fmt: skip
     assert opened.argv == [
-        "open", "--type", "luks2", "--key-file", str(key),
+        "open", "--type", "luks2", "--key-file", "-",
         "--perf-no_read_workqueue", "--perf-no_write_workqueue", "/dev/loop99", name,
     ]  # fmt: skip
-    # the key: 64 random bytes in a 0600 file in a 0700 directory, never on a command line
-    assert stat.S_IMODE(key.stat().st_mode) == 0o600
-    assert stat.S_IMODE(key.parent.stat().st_mode) == 0o700
-    secret = key.read_bytes()
-    assert len(secret) == 64
-    assert all(secret.hex() not in " ".join(c.argv) for c in standins.calls())
+    # the key: 64 random bytes in memory, on cryptsetup's stdin; in no file and no command line
+    key = volume.state["key"]
+    assert len(key) == 64
+    assert fmt.stdin.encode("latin-1") == key and opened.stdin.encode("latin-1") == key
+    assert all(key.hex() not in " ".join(c.argv) for c in standins.calls())
+    assert list(volume.workdir.iterdir()) == []
     # the mapping was registered for cleanup before cryptsetup ran
-    assert host.Resource("dm", name) in volume.created.resources
+    assert Resource("dm", name) in volume.created.resources
+    volume.created.release()
+    assert "key" not in volume.state, "the key outlived its volume"
 
 
 def test_luks_alias_and_luks1_with_perf_flags(standins: StandIns, tmp_path: Path) -> None:
@@ -74,7 +72,7 @@ def test_luks_alias_and_luks1_with_perf_flags(standins: StandIns, tmp_path: Path
     fmt, opened = standins.calls("cryptsetup")
     assert fmt.argv[:5] == ["luksFormat", "--batch-mode", "--type", "luks1", "--pbkdf"]
     assert opened.argv[3:] == [
-        "--key-file", str(volume.state["key_file"]),
+        "--key-file", "-",
         "--perf-same_cpu_crypt", "--perf-submit_from_crypt_cpus", "/dev/loop99", volume.state["dm_name"],
     ]  # fmt: skip
 
@@ -97,9 +95,10 @@ def test_dm_plain_open_reads_exactly_the_key(standins: StandIns, tmp_path: Path)
     (opened,) = standins.calls("cryptsetup")
     assert opened.argv == [
         "open", "--type", "plain", "--batch-mode", "--cipher", "serpent-xts-plain64",
-        "--key-size", "256", "--key-file", str(volume.state["key_file"]), "--keyfile-size", "32",
+        "--key-size", "256", "--key-file", "-", "--keyfile-size", "32",
         "--sector-size", "4096", "/dev/loop99", volume.state["dm_name"],
     ]  # fmt: skip
+    assert opened.stdin.encode("latin-1") == volume.state["key"]
 
 
 def test_tcrypt_password_on_stdin_keyfiles_pim_hidden(standins: StandIns, tmp_path: Path) -> None:
@@ -142,7 +141,7 @@ def test_failed_open_still_closes_the_mapping_name(
     backend, volume = new_volume("luks2", tmp_path)
     with pytest.raises(host.HostError, match=r"cryptsetup open .*exit 2"):
         backend.open_mapping(volume, volume.created)
-    assert host.Resource("dm", volume.state["dm_name"]) in volume.created.resources
+    assert Resource("dm", volume.state["dm_name"]) in volume.created.resources
     volume.created.release()  # nothing mapped: closing is a no-op, not an error
 
 
@@ -228,9 +227,9 @@ def test_tcrypt_device_needs_the_allowed_partition(tmp_path: Path) -> None:
 
 
 def test_cleanup_dm_records_resource_and_is_a_no_op_when_absent() -> None:
-    cleanup = host.Cleanup()
+    cleanup = Cleanup()
     cleanup.dm("encperf-test-never-mapped")
-    assert cleanup.resources == [host.Resource("dm", "encperf-test-never-mapped")]
+    assert cleanup.resources == [Resource("dm", "encperf-test-never-mapped")]
     cleanup.release()
     assert len(cleanup) == 0
 

@@ -17,6 +17,7 @@ from pytest_encperf.backends import BackendSpec, make_backend
 from pytest_encperf.engines.fio import FioEngine, fio_available
 from pytest_encperf.engines.native import NativeEngine, probe_io_mode
 from pytest_encperf.engines.observe import Observe, Observer
+from pytest_encperf.resources import Cleanup, SecretDir
 from pytest_encperf.runner import MountedVolume, close_volume, open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB, Workload
@@ -162,12 +163,9 @@ def securefs_mount(base_dir: Path) -> Iterator[tuple[Path, subprocess.Popen[byte
     """A securefs FUSE mount (it refuses O_DIRECT), its daemon in the foreground."""
     if shutil.which("securefs") is None or not Path("/dev/fuse").exists():
         pytest.skip("needs securefs (apt-get install securefs) and /dev/fuse for a FUSE file system")
-    cleanup = host.Cleanup()
-    secrets = host.PrivateDir(base_dir / "keys")
-    secrets.path.mkdir(mode=0o700)
-    cleanup.push("remove keys", secrets.remove)
+    cleanup = Cleanup()
     try:
-        keyfile = secrets.write_secret("key", os.urandom(32))
+        keyfile = SecretDir.create(cleanup).write("key", os.urandom(32))
         cipher, mountpoint = base_dir / "cipher", base_dir / "mnt"
         cipher.mkdir()
         mountpoint.mkdir()
@@ -177,8 +175,8 @@ def securefs_mount(base_dir: Path) -> Iterator[tuple[Path, subprocess.Popen[byte
             ["securefs", "mount", "--keyfile", str(keyfile), str(cipher), str(mountpoint)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        fusermount = shutil.which("fusermount3") or "fusermount"
-        cleanup.process(proc, stop=lambda: host.run([fusermount, "-u", mountpoint]))
+        cleanup.process(proc, wait=10)
+        cleanup.mount(mountpoint)
         deadline = time.monotonic() + 20
         while not host.is_mounted(mountpoint):
             if proc.poll() is not None or time.monotonic() > deadline:

@@ -1,4 +1,10 @@
-"""The resource journal, dead-run cleanup and the ``encperf cleanup`` command (no root needed)."""
+"""The resource journal, dead-run cleanup and the ``encperf cleanup`` command.
+
+Most need no root; the cases with files of another user (chown) do, and skip without it.
+Hostile cases: a journal planted by another user, a symbolic link in place of a journal or of
+the journal directory, a journal naming /etc (or anything outside its run's own directories), a
+foreign pid, a held lock. Each is refused with a message and nothing it names is touched.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +13,37 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from pytest_encperf import cli, host, journal
+from pytest_encperf import cli, host, journal, resources
+from pytest_encperf.resources import Cleanup, Resource
+
+NOBODY = 65534
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (files of another user)")
 
 
 @pytest.fixture(autouse=True)
 def private_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Journals note their directory in the user's state file: keep the real one out of tests."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
+@pytest.fixture
+def released(monkeypatch: pytest.MonkeyPatch) -> list[Resource]:
+    """Every resource a release function is called for (refused ones must never be here)."""
+    calls: list[Resource] = []
+    real = resources.release
+
+    def recording(resource: Resource) -> str:
+        calls.append(resource)
+        return real(resource)
+
+    monkeypatch.setattr(resources, "release", recording)
+    return calls
 
 
 def dead_pid() -> int:
@@ -27,27 +53,51 @@ def dead_pid() -> int:
     return proc.pid
 
 
-def write_journal(directory: Path, pid: int, started: float | None, resources: list[dict]) -> Path:
-    runs = directory / journal.RUNS_DIR
-    runs.mkdir(exist_ok=True)
-    path = runs / f"run-{pid}-test.json"
-    entries = [{"id": i + 1, "label": "", "detail": "", **r} for i, r in enumerate(resources)]
-    path.write_text(json.dumps({"version": 1, "pid": pid, "started": started, "resources": entries}))
+def run_dir(directory: Path, pid: int) -> Path:
+    """A run directory of run ``pid`` as a session makes it (0700, ours)."""
+    path = directory / f"encperf-{pid}-x1"
+    path.mkdir(mode=0o700)
     return path
+
+
+def write_journal(
+    directory: Path, pid: int, started: float | None, entries: list[dict[str, Any]], *, mode: int = 0o600
+) -> Path:
+    runs = directory / journal.RUNS_DIR
+    runs.mkdir(mode=0o700, exist_ok=True)
+    path = runs / f"run-{pid}-beef.json"
+    numbered = [{"id": i + 1, "label": "", "detail": "", **r} for i, r in enumerate(entries)]
+    document = {
+        "version": 2,
+        "pid": pid,
+        "started": started,
+        "directory": str(directory),
+        "resources": numbered,
+    }
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(document, handle)
+    os.chmod(path, mode)
+    return path
+
+
+# ------------------------------------------------------------------ the run's own journal
 
 
 def test_journal_follows_registrations_and_releases(tmp_path: Path) -> None:
     log = journal.Journal(tmp_path)
-    cleanup = host.Cleanup(log)
+    cleanup = Cleanup(log)
     assert not log.path.exists(), "a run that holds nothing writes no journal"
     (tmp_path / "a").mkdir()
     cleanup.path(tmp_path / "a")
     cleanup.push("in-memory only", lambda: None)  # "other": nothing a later process could do
     data = json.loads(log.path.read_text())
     assert data["pid"] == os.getpid()
-    assert data["started"] == journal.process_start_time(os.getpid())
+    assert data["started"] == resources.process_start_time(os.getpid())
+    assert data["directory"] == str(tmp_path)
     assert [(r["kind"], r["ident"]) for r in data["resources"]] == [("path", str(tmp_path / "a"))]
     assert oct(log.path.stat().st_mode & 0o777) == "0o600"
+    assert oct(log.path.parent.stat().st_mode & 0o777) == "0o700"
     cleanup.release()
     assert json.loads(log.path.read_text())["resources"] == []
     log.close()
@@ -56,12 +106,12 @@ def test_journal_follows_registrations_and_releases(tmp_path: Path) -> None:
 
 def test_failed_release_stays_in_the_journal(tmp_path: Path) -> None:
     log = journal.Journal(tmp_path)
-    cleanup = host.Cleanup(log)
+    cleanup = Cleanup(log)
 
     def broken() -> None:
         raise OSError("device busy")
 
-    cleanup.push("detach", broken, host.Resource("loop", "/dev/loop99", str(tmp_path / "img")))
+    cleanup.push("detach", broken, Resource("loop", "/dev/loop99", str(tmp_path / "img")))
     with pytest.raises(host.HostError, match="detach: device busy"):
         cleanup.release()
     log.close()
@@ -70,110 +120,163 @@ def test_failed_release_stays_in_the_journal(tmp_path: Path) -> None:
 
 def test_cleanups_report_to_the_installed_observer(tmp_path: Path) -> None:
     log = journal.Journal(tmp_path)
-    host.install_observer(log)
+    resources.install_observer(log)
     try:
-        cleanup = host.Cleanup()  # as a backend's Volume makes it: no observer passed
+        cleanup = Cleanup()  # as a backend's Volume makes it: no observer passed
         cleanup.path(tmp_path / "x")
     finally:
-        host.remove_observer(log)
-    host.Cleanup().path(tmp_path / "after")  # made after the run: not journaled
+        resources.remove_observer(log)
+    Cleanup().path(tmp_path / "after")  # made after the run: not journaled
     assert [r["ident"] for r in log.resources] == [str(tmp_path / "x")]
 
 
-def test_process_entries_record_the_start_time(tmp_path: Path) -> None:
+def test_process_entries_record_pid_start_time_and_executable(tmp_path: Path) -> None:
     log = journal.Journal(tmp_path)
     proc = subprocess.Popen(["sleep", "30"])
     try:
-        host.Cleanup(log).process(proc)
+        cleanup = Cleanup(log)
+        cleanup.process(proc)
         (entry,) = log.resources
-        assert entry["kind"] == "process" and entry["detail"] == "sleep"
-        assert entry["started"] == journal.process_start_time(proc.pid)
+        assert entry["kind"] == "process" and entry["ident"] == str(proc.pid)
+        assert entry["started"] == resources.process_start_time(proc.pid)
+        assert entry["detail"] == os.path.realpath(
+            subprocess.check_output(["which", "sleep"], text=True).strip()
+        )
+        cleanup.release()
+        assert proc.returncode is not None, "the daemon was neither stopped nor reaped"
     finally:
         proc.kill()
         proc.wait()
 
 
-def test_dead_run_is_released_in_order_and_journal_removed(tmp_path: Path) -> None:
-    run_dir = tmp_path / "encperf-1-abc"
-    (run_dir / "01-plain").mkdir(parents=True)
-    stray = tmp_path / "stray.img"
-    stray.write_bytes(b"x")
+def test_a_journal_that_cannot_be_written_never_stops_registration_or_release(tmp_path: Path) -> None:
+    log = journal.Journal(tmp_path / "gone")  # its directory does not exist: every write fails
+    cleanup = Cleanup(log)
+    released = []
+    cleanup.push("detach", lambda: released.append("loop"), Resource("loop", "/dev/loop99", "x"))
+    cleanup.release()
+    assert released == ["loop"]
+    assert log.write_error is not None and "could not write the resource journal" in log.write_error
+
+
+@needs_root
+def test_a_journal_directory_of_another_user_is_never_written(tmp_path: Path) -> None:
+    runs = tmp_path / journal.RUNS_DIR
+    runs.mkdir(mode=0o700)
+    os.chown(runs, NOBODY, NOBODY)
+    log = journal.Journal(tmp_path)
+    Cleanup(log).path(tmp_path / "x")
+    assert log.write_error == (
+        f"refusing to write the resource journal: {runs} is owned by uid {NOBODY}, not by this user (uid 0)"
+    )
+    assert list(runs.iterdir()) == []
+
+
+def test_an_observer_that_raises_never_stops_registration_or_release() -> None:
+    class Broken:
+        def registered(self, resource: Resource, label: str) -> object:
+            raise RuntimeError("boom")
+
+        def released(self, token: object) -> None:
+            raise RuntimeError("boom")
+
+    cleanup = Cleanup(Broken())
+    done = []
+    cleanup.push("x", lambda: done.append("x"), Resource("path", "/nonexistent/x"))
+    cleanup.release()
+    assert done == ["x"]
+
+
+# ------------------------------------------------------------------ dead runs: what is released
+
+
+def test_dead_run_is_released_newest_first_and_its_journal_removed(tmp_path: Path) -> None:
+    pid = dead_pid()
+    run = run_dir(tmp_path, pid)
+    (run / "01-plain").mkdir()
+    (run / "01-plain" / "container.img").write_bytes(b"x")
     daemon = subprocess.Popen(["sleep", "30"])
     path = write_journal(
         tmp_path,
-        dead_pid(),
+        pid,
         123.0,
         [
-            {"kind": "path", "ident": str(run_dir)},
-            {"kind": "path", "ident": str(stray)},
-            {"kind": "process", "ident": str(daemon.pid), "detail": "sleep",
-             "started": journal.process_start_time(daemon.pid)},
-            {"kind": "mount", "ident": str(run_dir / "01-plain" / "mnt")},
+            {"kind": "path", "ident": str(run)},
+            {"kind": "path", "ident": str(run / "01-plain" / "container.img")},
+            {"kind": "process", "ident": str(daemon.pid), "detail": resources.executable(daemon.pid),
+             "started": resources.process_start_time(daemon.pid)},
+            {"kind": "mount", "ident": str(run / "01-plain" / "mnt")},
         ],
     )  # fmt: skip
     (dead,) = journal.release_dead_runs(tmp_path)
     assert daemon.wait(timeout=5) is not None
-    assert dead.failed == []
+    assert (dead.failed, dead.refused) == ([], [])
     assert dead.done == [
-        f"{run_dir / '01-plain' / 'mnt'}: not mounted any more",
+        f"{run / '01-plain' / 'mnt'}: not mounted any more",
         f"stopped sleep (pid {daemon.pid})",
-        f"removed {stray}",
-        f"removed {run_dir}",
+        f"removed {run / '01-plain' / 'container.img'}",
+        f"removed {run}",
     ]
-    assert not run_dir.exists() and not stray.exists() and not path.exists()
+    assert not run.exists() and not path.exists()
 
 
-def test_live_run_is_never_touched(tmp_path: Path) -> None:
-    keep = tmp_path / "keep"
-    keep.mkdir()
+def test_secret_directory_on_the_ram_file_system_is_removed(tmp_path: Path) -> None:
+    pid = dead_pid()
+    secret = Path(resources.secret_base()) / f"encperf-{pid}-s1"
+    secret.mkdir(mode=0o700)
+    (secret / "password").write_bytes(b"benchmark-password")
+    try:
+        write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(secret)}])
+        (dead,) = journal.release_dead_runs(tmp_path)
+        assert dead.done == [f"removed {secret}"]
+        assert not secret.exists()
+    finally:
+        if secret.exists():
+            (secret / "password").unlink()
+            secret.rmdir()
+
+
+def test_live_run_is_never_touched(tmp_path: Path, released: list[Resource]) -> None:
+    run = run_dir(tmp_path, os.getpid())
     path = write_journal(
-        tmp_path, os.getpid(), journal.process_start_time(os.getpid()), [{"kind": "path", "ident": str(keep)}]
+        tmp_path,
+        os.getpid(),
+        resources.process_start_time(os.getpid()),
+        [{"kind": "path", "ident": str(run)}],
     )
     assert journal.release_dead_runs(tmp_path) == []
-    assert keep.exists() and path.exists()
+    assert run.exists() and path.exists() and released == []
 
 
 def test_reused_pid_counts_as_dead(tmp_path: Path) -> None:
-    gone = tmp_path / "gone"
-    gone.mkdir()
-    started = journal.process_start_time(os.getpid())
+    run = run_dir(tmp_path, os.getpid())
+    started = resources.process_start_time(os.getpid())
     assert started is not None
-    write_journal(tmp_path, os.getpid(), started - 1000, [{"kind": "path", "ident": str(gone)}])
+    write_journal(tmp_path, os.getpid(), started - 1000, [{"kind": "path", "ident": str(run)}])
     (dead,) = journal.release_dead_runs(tmp_path)
-    assert dead.done == [f"removed {gone}"]
+    assert dead.done == [f"removed {run}"]
 
 
-def test_process_whose_pid_was_reused_is_left_alone(tmp_path: Path) -> None:
-    other = subprocess.Popen(["sleep", "30"])
-    try:
-        write_journal(
-            tmp_path,
-            dead_pid(),
-            1.0,
-            [{"kind": "process", "ident": str(other.pid), "detail": "sleep", "started": 1.0}],
-        )
-        (dead,) = journal.release_dead_runs(tmp_path)
-        assert dead.done == [f"sleep (pid {other.pid}): not running any more"]
-        assert other.poll() is None, "a process that only shares the pid was killed"
-    finally:
-        other.kill()
-        other.wait()
-
-
-def test_unknown_kind_is_kept_and_reported(tmp_path: Path) -> None:
-    path = write_journal(tmp_path, dead_pid(), 1.0, [{"kind": "teleporter", "ident": "t1"}])
+def test_unknown_kind_is_kept_and_so_is_everything_older(tmp_path: Path) -> None:
+    pid = dead_pid()
+    run = run_dir(tmp_path, pid)
+    path = write_journal(
+        tmp_path, pid, 1.0, [{"kind": "path", "ident": str(run)}, {"kind": "teleporter", "ident": "t1"}]
+    )
     (dead,) = journal.release_dead_runs(tmp_path)
     assert dead.failed == ["teleporter t1: no way to release a 'teleporter' resource"]
-    assert [r["ident"] for r in json.loads(path.read_text())["resources"]] == ["t1"]
+    # the directory may hold what the unknown resource still uses: kept for a later cleanup
+    assert run.exists()
+    assert [r["ident"] for r in json.loads(path.read_text())["resources"]] == ["t1", str(run)]
 
 
-def test_dry_run_changes_nothing(tmp_path: Path) -> None:
-    keep = tmp_path / "keep"
-    keep.mkdir()
-    path = write_journal(tmp_path, dead_pid(), 1.0, [{"kind": "path", "ident": str(keep)}])
+def test_dry_run_changes_nothing(tmp_path: Path, released: list[Resource]) -> None:
+    pid = dead_pid()
+    run = run_dir(tmp_path, pid)
+    path = write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(run)}])
     (dead,) = journal.release_dead_runs(tmp_path, dry_run=True)
-    assert dead.done == [f"would release path {keep}"]
-    assert keep.exists() and path.exists()
+    assert dead.done == [f"would release path {run}"]
+    assert run.exists() and path.exists() and released == []
 
 
 def test_release_order_is_the_reverse_of_creation_even_for_stacks() -> None:
@@ -192,26 +295,237 @@ def test_release_order_is_the_reverse_of_creation_even_for_stacks() -> None:
     assert order.index(4) < order.index(3) < order.index(2)  # loop off the export before it goes
 
 
-def test_path_removal_refuses_to_delete_through_a_mount(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_half_written_journal_of_a_dead_writer_is_removed(tmp_path: Path) -> None:
+    runs = tmp_path / journal.RUNS_DIR
+    runs.mkdir(mode=0o700)
+    pid = dead_pid()
+    stale = runs / f".run-{pid}-abcd.json.{pid}.tmp"
+    live = runs / f".run-{os.getpid()}-abcd.json.{os.getpid()}.tmp"
+    stale.write_text("{")
+    live.write_text("{")
+    assert journal.release_dead_runs(tmp_path) == []
+    assert not stale.exists() and live.exists()
+
+
+# ------------------------------------------------------------------ dead runs: what is refused
+
+
+@pytest.fixture
+def victim(tmp_path: Path) -> Path:
+    """A directory outside every run directory, as a hostile journal would name it."""
+    path = tmp_path / "victim"
+    path.mkdir()
+    (path / "precious").write_text("keep me")
+    return path
+
+
+@needs_root
+def test_planted_journal_of_another_user_is_refused(
+    tmp_path: Path, victim: Path, released: list[Resource]
 ) -> None:
-    target = tmp_path / "run"
-    target.mkdir()
-    monkeypatch.setattr(host, "mounts_under", lambda p: [target / "mnt"])
-    cleanup = host.Cleanup()
-    cleanup.path(target)
-    with pytest.raises(host.HostError, match=r"not removing .*still mounted"):
-        cleanup.release()
-    assert target.exists()
+    pid = dead_pid()
+    run = run_dir(tmp_path, pid)
+    path = write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(run)}])
+    os.chown(path, NOBODY, NOBODY)
+    (dead,) = journal.release_dead_runs(tmp_path)
+    assert dead.lines() == [
+        f"run pid {pid} ({path.name}): REFUSED journal left alone: "
+        f"refusing {path.name}: owned by uid {NOBODY}, not by this user (uid 0)"
+    ]
+    assert released == [] and run.exists() and path.exists()
+
+
+@needs_root
+def test_journal_directory_of_another_user_is_refused(tmp_path: Path, released: list[Resource]) -> None:
+    pid = dead_pid()
+    run = run_dir(tmp_path, pid)
+    path = write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(run)}])
+    os.chown(path.parent, NOBODY, NOBODY)
+    (dead,) = journal.release_dead_runs(tmp_path)
+    assert dead.lines() == [
+        f"{path.parent}: REFUSED not looking at any journal there: "
+        f"{path.parent} is owned by uid {NOBODY}, not by this user (uid 0)"
+    ]
+    assert released == [] and run.exists()
+
+
+def test_journal_readable_by_others_is_refused(tmp_path: Path, released: list[Resource]) -> None:
+    pid = dead_pid()
+    run = run_dir(tmp_path, pid)
+    path = write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(run)}], mode=0o644)
+    (dead,) = journal.release_dead_runs(tmp_path)
+    assert dead.refused == [f"journal left alone: refusing {path.name}: mode 0644, not 0600"]
+    assert released == [] and run.exists()
+
+
+def test_symlinked_journal_is_refused(tmp_path: Path, released: list[Resource]) -> None:
+    pid = dead_pid()
+    run = run_dir(tmp_path, pid)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    real = write_journal(elsewhere, pid, 1.0, [{"kind": "path", "ident": str(run)}])
+    runs = tmp_path / journal.RUNS_DIR
+    runs.mkdir(mode=0o700)
+    link = runs / real.name
+    link.symlink_to(real)
+    (dead,) = journal.release_dead_runs(tmp_path)
+    assert dead.lines() == [f"run pid {pid} ({link.name}): REFUSED journal left alone: it is a symbolic link"]
+    assert released == [] and run.exists() and real.exists()
+
+
+def test_symlinked_journal_directory_is_refused(tmp_path: Path, released: list[Resource]) -> None:
+    pid = dead_pid()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    run = run_dir(elsewhere, pid)
+    write_journal(elsewhere, pid, 1.0, [{"kind": "path", "ident": str(run)}])
+    (tmp_path / "d").mkdir(mode=0o700)
+    link = tmp_path / "d" / journal.RUNS_DIR
+    link.symlink_to(elsewhere / journal.RUNS_DIR)
+    (dead,) = journal.release_dead_runs(tmp_path / "d")
+    assert dead.refused == [f"not looking at any journal there: {link} is a symbolic link or not a directory"]
+    assert released == [] and run.exists()
+
+
+def test_journal_naming_etc_and_other_outside_paths_is_refused(
+    tmp_path: Path, victim: Path, released: list[Resource]
+) -> None:
+    pid = dead_pid()
+    run = run_dir(tmp_path, pid)
+    (run / "link").symlink_to("/etc")
+    other_run = run_dir(tmp_path, pid + 1)
+    entries = [
+        {"kind": "path", "ident": "/etc"},
+        {"kind": "path", "ident": str(victim)},
+        {"kind": "path", "ident": f"{run}/../victim"},
+        {"kind": "path", "ident": str(run / "link" / "passwd")},
+        {"kind": "path", "ident": str(other_run)},
+        {"kind": "mount", "ident": "/"},
+        {"kind": "loop", "ident": "/dev/loop0", "detail": "/etc/fstab"},
+        {"kind": "loop", "ident": "/dev/sda", "detail": str(run / "container.img")},
+        {"kind": "dm", "ident": "cryptroot"},
+    ]
+    path = write_journal(tmp_path, pid, 1.0, entries)
+    (dead,) = journal.release_dead_runs(tmp_path)
+    bases = " or ".join(f"{b}/encperf-{pid}-*" for b in [tmp_path, *resources.secret_bases()])
+    assert dead.refused == [
+        f"dm cryptroot: dm target 'cryptroot' is not one of this run's (encperf-{pid}-N)",
+        "loop /dev/sda: /dev/sda is not a loop device",
+        f"loop /dev/loop0: /etc/fstab is outside the run's own directories ({bases})",
+        f"mount /: / is outside the run's own directories ({bases})",
+        f"path {other_run}: {other_run} is outside the run's own directories ({bases})",
+        f"path {run / 'link' / 'passwd'}: {run / 'link'} is not a directory",
+        f"path {run}/../victim: '{run}/../victim' is not a normalised absolute path",
+        f"path {victim}: {victim} is outside the run's own directories ({bases})",
+        f"path /etc: /etc is outside the run's own directories ({bases})",
+    ]
+    assert released == [] and dead.done == []
+    assert (victim / "precious").read_text() == "keep me" and other_run.exists() and run.exists()
+    assert not path.exists(), "refused entries are reported once, then dropped from our own journal"
+
+
+@needs_root
+def test_run_directory_of_another_user_is_refused(tmp_path: Path, released: list[Resource]) -> None:
+    pid = dead_pid()
+    run = run_dir(tmp_path, pid)
+    (run / "container.img").write_bytes(b"x")
+    os.chown(run, NOBODY, NOBODY)  # someone else's directory under a name like ours
+    write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(run / "container.img")}])
+    (dead,) = journal.release_dead_runs(tmp_path)
+    assert dead.refused == [
+        f"path {run / 'container.img'}: {run} is owned by uid {NOBODY}, not by this user (uid 0)"
+    ]
+    assert released == [] and (run / "container.img").exists()
+
+
+def test_directory_writable_by_others_is_refused(tmp_path: Path, released: list[Resource]) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # world-writable without the sticky bit: anyone can swap what is in it
+    pid = dead_pid()
+    run = run_dir(shared, pid)
+    write_journal(shared, pid, 1.0, [{"kind": "path", "ident": str(run)}])
+    (dead,) = journal.release_dead_runs(shared)
+    assert dead.refused == [
+        f"not looking at any journal there: {shared}: not safe to use ({shared} is writable by other users)"
+    ]
+    assert released == [] and run.exists()
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(["sleep", "30"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_foreign_pid_is_refused_and_left_running(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes], released: list[Resource]
+) -> None:
+    pid = dead_pid()
+    exe = resources.executable(sleeper.pid)
+    started = resources.process_start_time(sleeper.pid)
+    assert started is not None
+    entries = [
+        {"kind": "process", "ident": str(sleeper.pid), "detail": exe, "started": started - 50},
+        {"kind": "process", "ident": str(sleeper.pid), "detail": "/usr/sbin/sshd", "started": started},
+        {"kind": "process", "ident": str(sleeper.pid), "detail": exe},  # no start time recorded
+    ]
+    write_journal(tmp_path, pid, 1.0, entries)
+    (dead,) = journal.release_dead_runs(tmp_path)
+    assert dead.refused == [
+        f"process {sleeper.pid}: process {sleeper.pid}: no start time and executable recorded, "
+        "cannot tell it is the run's",
+        f"process {sleeper.pid}: pid {sleeper.pid} now runs {exe}, not /usr/sbin/sshd",
+        f"process {sleeper.pid}: pid {sleeper.pid} is another process now ({exe}, started at "
+        f"{started:.2f}, not {started - 50:.2f})",
+    ]
+    assert released == [] and sleeper.poll() is None, "a process the run did not start was touched"
+
+
+def hold(lock: Path) -> subprocess.Popen[str]:
+    """Another process holding ``lock`` (flock), as a hung or hostile session would."""
+    code = "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)"  # noqa: E501
+    holder = subprocess.Popen([sys.executable, "-c", code, str(lock)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder
+
+
+def test_held_lock_times_out_with_a_message_naming_its_holder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], released: list[Resource]
+) -> None:
+    pid = dead_pid()
+    run = run_dir(tmp_path, pid)
+    write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(run)}])
+    lock = tmp_path / journal.RUNS_DIR / ".lock"
+    lock.touch(mode=0o600)
+    holder = hold(lock)
+    try:
+        start = time.monotonic()
+        (dead,) = journal.release_dead_runs(tmp_path, lock_timeout=0.3)
+        assert time.monotonic() - start < 5
+        assert dead.lines() == [
+            f"{lock.parent}: FAILED the cleanup lock {lock} is held by pid {holder.pid} for more than "
+            "0.3 s: gave up waiting; dead runs there were not released"
+        ]
+        assert released == [] and run.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    (dead,) = journal.release_dead_runs(tmp_path, lock_timeout=0.3)
+    assert dead.done == [f"removed {run}"]
+
+
+# ------------------------------------------------------------------ encperf cleanup
 
 
 def test_cli_cleanup_prints_what_it_released(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    gone = tmp_path / "gone"
-    gone.mkdir()
     pid = dead_pid()
-    write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(gone)}])
+    run = run_dir(tmp_path, pid)
+    write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(run)}])
     assert cli.main(["cleanup", "--dir", str(tmp_path)]) == 0
-    assert f"run pid {pid} (run-{pid}-test.json): removed {gone}" in capsys.readouterr().out
+    assert f"run pid {pid} (run-{pid}-beef.json): removed {run}" in capsys.readouterr().out
     assert cli.main(["cleanup", "--dir", str(tmp_path)]) == 0
     assert "nothing left behind by dead runs" in capsys.readouterr().out
 
@@ -222,6 +536,23 @@ def test_cli_cleanup_fails_when_something_cannot_be_released(
     write_journal(tmp_path, dead_pid(), 1.0, [{"kind": "teleporter", "ident": "t1"}])
     assert cli.main(["cleanup", "--dir", str(tmp_path)]) == 1
     assert "1 resource(s) could not be released" in capsys.readouterr().err
+
+
+def test_cli_cleanup_reports_refusals_and_fails(
+    tmp_path: Path, victim: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pid = dead_pid()
+    write_journal(
+        tmp_path, pid, 1.0, [{"kind": "path", "ident": "/etc"}, {"kind": "path", "ident": str(victim)}]
+    )
+    assert cli.main(["cleanup", "--dir", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert (
+        f"run pid {pid} (run-{pid}-beef.json): REFUSED path /etc: /etc is outside the run's own directories"
+        in out
+    )
+    assert "refused 2 journal(s) or resource(s) (not released)" in err
+    assert (victim / "precious").exists()
 
 
 def test_cli_rejects_a_missing_directory(capsys: pytest.CaptureFixture[str]) -> None:
@@ -237,6 +568,25 @@ def test_cli_is_installed_as_a_command(tmp_path: Path) -> None:
     proc = subprocess.run([*argv, "cleanup", "--dir", str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "nothing left behind" in proc.stdout
+
+
+def test_cleanup_without_dir_finds_every_directory_runs_journaled_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("ENCPERF_DIR", str(tmp_path))  # the default: nothing there
+    elsewhere = tmp_path / "ssd"
+    elsewhere.mkdir()
+    log = journal.Journal(elsewhere)
+    Cleanup(log).path(elsewhere / "x")  # first write notes the directory
+    Cleanup(log).path(elsewhere / "y")
+    assert journal.known_directories() == [elsewhere]
+    assert (tmp_path / "state" / "encperf" / "run-directories").read_text() == f"{elsewhere}\n"
+    pid = dead_pid()
+    run = run_dir(elsewhere, pid)
+    write_journal(elsewhere, pid, 1.0, [{"kind": "path", "ident": str(run)}])
+    assert cli.main(["cleanup"]) == 0
+    assert f"run pid {pid} (run-{pid}-beef.json): removed {run}" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------ host.run: never waits forever
@@ -263,6 +613,15 @@ def test_password_prompt_gets_end_of_file_not_a_terminal() -> None:
     assert host.run(["cat"], input=b"from stdin") == "from stdin"
 
 
+def test_errors_show_secrets_and_stdin_as_placeholders() -> None:
+    with pytest.raises(host.HostError) as failed:
+        host.run(["sh", "-c", 'echo "bad password $(cat)" >&2; exit 2', "tool", "--password=hunter22"],
+                 input=b"s3cret-from-stdin\n", secrets=["hunter22"])  # fmt: skip
+    message = str(failed.value)
+    assert "hunter22" not in message and "s3cret-from-stdin" not in message
+    assert "--password=<secret>" in message and message.endswith("exit 2: bad password <secret>")
+
+
 def test_a_signal_during_teardown_waits_until_it_is_done() -> None:
     import signal
 
@@ -273,73 +632,3 @@ def test_a_signal_during_teardown_waits_until_it_is_done() -> None:
         steps.append("released the rest")
     assert steps == ["released the rest"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-
-
-def test_private_dir_is_0700_in_memory_and_removed_with_its_cleanup() -> None:
-    cleanup = host.Cleanup()
-    private = host.PrivateDir.create(cleanup)
-    secret = private.write_secret("key", b"s3cret")
-    assert oct(private.path.stat().st_mode & 0o777) == "0o700"
-    assert oct(secret.stat().st_mode & 0o777) == "0o600"
-    if os.access("/dev/shm", os.W_OK):
-        assert private.path.parent == Path("/dev/shm")
-    assert cleanup.resources == [host.Resource("path", str(private.path))]
-    cleanup.release()
-    assert not private.path.exists()
-
-
-def test_a_journal_that_cannot_be_written_never_stops_registration_or_release(tmp_path: Path) -> None:
-    log = journal.Journal(tmp_path / "gone")  # its directory does not exist: every write fails
-    cleanup = host.Cleanup(log)
-    released = []
-    cleanup.push("detach", lambda: released.append("loop"), host.Resource("loop", "/dev/loop99", "x"))
-    cleanup.release()
-    assert released == ["loop"]
-    assert log.write_error is not None and "could not write the resource journal" in log.write_error
-
-
-def test_an_observer_that_raises_never_stops_registration_or_release() -> None:
-    class Broken:
-        def registered(self, resource: host.Resource, label: str) -> object:
-            raise RuntimeError("boom")
-
-        def released(self, token: object) -> None:
-            raise RuntimeError("boom")
-
-    cleanup = host.Cleanup(Broken())
-    released = []
-    cleanup.push("x", lambda: released.append("x"), host.Resource("path", "/nonexistent/x"))
-    cleanup.release()
-    assert released == ["x"]
-
-
-def test_half_written_journal_of_a_dead_writer_is_removed(tmp_path: Path) -> None:
-    runs = tmp_path / journal.RUNS_DIR
-    runs.mkdir()
-    pid = dead_pid()
-    stale = runs / f".run-{pid}-abcd.json.{pid}.tmp"
-    live = runs / f".run-{os.getpid()}-abcd.json.{os.getpid()}.tmp"
-    stale.write_text("{")
-    live.write_text("{")
-    assert journal.release_dead_runs(tmp_path) == []
-    assert not stale.exists() and live.exists()
-
-
-def test_cleanup_without_dir_finds_every_directory_runs_journaled_in(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("ENCPERF_DIR", str(tmp_path))  # the default: nothing there
-    elsewhere = tmp_path / "ssd"
-    elsewhere.mkdir()
-    log = journal.Journal(elsewhere)
-    host.Cleanup(log).path(elsewhere / "x")  # first write notes the directory
-    host.Cleanup(log).path(elsewhere / "y")
-    assert journal.known_directories() == [elsewhere]
-    assert (tmp_path / "state" / "encperf" / "run-directories").read_text() == f"{elsewhere}\n"
-    gone = elsewhere / "gone"
-    gone.mkdir()
-    pid = dead_pid()
-    write_journal(elsewhere, pid, 1.0, [{"kind": "path", "ident": str(gone)}])
-    assert cli.main(["cleanup"]) == 0
-    assert f"run pid {pid} (run-{pid}-test.json): removed {gone}" in capsys.readouterr().out

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 import pytest
 
-from pytest_encperf import backends, host, journal
+from pytest_encperf import backends, host, journal, resources
 from pytest_encperf.workloads import MiB
 from tests.support import disk_dir, mounts_and_loops_left, problems_here
 
@@ -45,7 +45,7 @@ def test_workload(encperf, encperf_workload):
 CHAOS_CONFTEST = """
 import os, time
 from pathlib import Path
-from pytest_encperf import host, session
+from pytest_encperf import resources, session
 from pytest_encperf.engines import native
 
 POINT = os.environ.get("ENCPERF_CHAOS_POINT", "")
@@ -61,7 +61,7 @@ def pause():
     while not (CONTROL / "go").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
 
-original_push = host.Cleanup.push
+original_push = resources.Cleanup.push
 
 def push(self, label, action, resource=None):
     original_push(self, label, action, resource)
@@ -70,7 +70,7 @@ def push(self, label, action, resource=None):
         if state["count"] == (2 if POINT == "create" else 1):
             pause()
 
-host.Cleanup.push = push
+resources.Cleanup.push = push
 
 original_make_backend = session.make_backend
 
@@ -198,7 +198,7 @@ def leftovers(base: Path, recorded: list[dict[str, Any]]) -> list[str]:
             found.append(f"recorded path {ident}")
         elif kind == "dm" and Path("/dev/mapper", ident).exists():
             found.append(f"dm target {ident}")
-        elif kind == "process" and journal.is_alive(int(ident), entry.get("started")):
+        elif kind == "process" and resources.is_alive(int(ident), entry.get("started")):
             found.append(f"process {entry.get('detail')} (pid {ident})")
         elif kind == "mount" and host.is_mounted(Path(ident)):
             found.append(f"recorded mount {ident}")
@@ -300,7 +300,7 @@ def small_filesystem(base: Path) -> Iterator[Path]:
     loop = host.attach_loop(image, direct_io=False)
     mountpoint = base / "small"
     mountpoint.mkdir()
-    cleanup = host.Cleanup()
+    cleanup = resources.Cleanup()
     cleanup.path(image)
     cleanup.loop(loop.path, image)
     cleanup.path(mountpoint)
@@ -387,7 +387,10 @@ def test_verify_on_real_volumes(pytester: pytest.Pytester, base: Path, name: str
 def test_cleanup_sweeps_what_a_kill_left_unjournaled_inside_a_run_directory(base: Path) -> None:
     # killed between "losetup / mount returned" and "registered": not in the journal, but inside
     # a run directory that is, so still found (and nothing outside it is touched)
-    run_dir = base / "encperf-999999-sweep"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    run_dir = base / f"encperf-{dead.pid}-sweep"
+    run_dir.mkdir(mode=0o700)
     (run_dir / "02-x" / "mnt").mkdir(parents=True)
     image = run_dir / "02-x" / "container.img"
     with image.open("wb") as handle:
@@ -396,16 +399,21 @@ def test_cleanup_sweeps_what_a_kill_left_unjournaled_inside_a_run_directory(base
     loop = host.attach_loop(image, direct_io=False)
     try:
         host.mount(loop.path, run_dir / "02-x" / "mnt", "ext4")
-        dead = subprocess.Popen(["true"])
-        dead.wait()
         runs = base / journal.RUNS_DIR
-        runs.mkdir()
+        runs.mkdir(mode=0o700)
         entries = [{"id": 1, "kind": "path", "ident": str(run_dir), "detail": "", "label": ""}]
-        (runs / f"run-{dead.pid}-sweep.json").write_text(
-            json.dumps({"version": 1, "pid": dead.pid, "started": 1.0, "resources": entries})
-        )
+        document = {
+            "version": 2,
+            "pid": dead.pid,
+            "started": 1.0,
+            "directory": str(base),
+            "resources": entries,
+        }
+        fd = os.open(runs / f"run-{dead.pid}-beef.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(document, handle)
         (released,) = journal.release_dead_runs(base)
-        assert released.failed == []
+        assert released.failed == [] and released.refused == []
         assert released.done == [f"removed {run_dir}"]
         assert leftovers(base, entries) == []
     finally:

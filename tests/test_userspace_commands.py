@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
+from pytest_encperf import host
 from pytest_encperf.backends import BackendSpec, Volume, fuse, make_backend, parse_backend_list
 from pytest_encperf.backends.bitlocker import BitlockerBackend, protected_regions
 from pytest_encperf.backends.fuse import (
@@ -20,6 +22,7 @@ from pytest_encperf.backends.fuse import (
 )
 from pytest_encperf.backends.qemu import QemuLuksBackend
 from pytest_encperf.host import HostError
+from pytest_encperf.resources import SecretDir, secret_base
 from pytest_encperf.targets import Target
 
 PASSWORD = b"not-in-argv-7f3a9c"
@@ -28,8 +31,26 @@ PASSWORD = b"not-in-argv-7f3a9c"
 def volume_for(backend: FuseBackend | QemuLuksBackend | BitlockerBackend, tmp_path: Path) -> Volume:
     volume = Volume(backend, Target("directory", tmp_path, 64 << 20), tmp_path)
     volume.state.update(root=str(tmp_path), password=PASSWORD, secret=PASSWORD)
-    (tmp_path / "private").mkdir(mode=0o700)
+    volume.state["secrets"] = SecretDir.create(volume.created)
+    _made.append(volume)
     return volume
+
+
+_made: list[Volume] = []
+
+
+@pytest.fixture(autouse=True)
+def no_secret_left() -> Iterator[None]:
+    """Each test's secret directory (on a RAM file system) goes with its volume."""
+    before = set(secret_dirs())
+    yield
+    while _made:
+        _made.pop().created.release()
+    assert set(secret_dirs()) - before == set(), "secret directory left behind"
+
+
+def secret_dirs() -> list[Path]:
+    return list(secret_base().glob(f"encperf-{os.getpid()}-*"))
 
 
 def argv_text(argv: list[str]) -> str:
@@ -57,15 +78,22 @@ def test_fuse_mount_commands_keep_the_password_out_of_argv(spec: str, tmp_path: 
     # foreground, so the daemon stays our child and we know when it has exited
     assert {"-fg", "-f"} & set(argv) or argv[:2] == ["securefs", "mount"]
     if backend.secret_via == "file":
-        secret = tmp_path / "private" / "password"
+        # in a 0600 file of a 0700 directory on a RAM file system, never under the measured dir
+        secret = volume.state["secrets"].path / "password"
         assert secret.read_bytes() == PASSWORD
         assert secret.stat().st_mode & 0o777 == 0o600
+        assert secret.parent.stat().st_mode & 0o777 == 0o700
+        assert host.filesystem_type(secret) in ("tmpfs", "ramfs")
+        assert str(secret) in argv
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and PASSWORD in p.read_bytes()]
+    volume.created.release()
+    assert not volume.state["secrets"].path.exists()
 
 
 def test_gocryptfs_init_command_carries_the_parameters(tmp_path: Path) -> None:
     backend = GocryptfsBackend(BackendSpec.parse("gocryptfs:aessiv=1,plaintextnames=1,scryptn=12"))
     volume = volume_for(backend, tmp_path)
-    argv = backend.init_command(volume, tmp_path / "private" / "password")
+    argv = backend.init_command(volume, volume.state["secrets"].path / "password")
     assert argv[:2] == ["gocryptfs", "-init"]
     assert argv[argv.index("-scryptn") + 1] == "12"
     assert "-aessiv" in argv and "-plaintextnames" in argv
@@ -101,7 +129,7 @@ def test_cryfs_keeps_its_state_in_the_volume(tmp_path: Path) -> None:
 def test_securefs_uses_a_key_file(tmp_path: Path) -> None:
     backend = SecurefsBackend(BackendSpec.parse("securefs:format=2"))
     volume = volume_for(backend, tmp_path)
-    create = backend.init_command(volume, tmp_path / "private" / "password")
+    create = backend.init_command(volume, volume.state["secrets"].path / "password")
     assert create[create.index("--format") + 1] == "2"
     assert "--keyfile" in create and "--pass" not in create
     assert create[create.index("--pbkdf") + 1] == "pkcs5-pbkdf2-hmac-sha256"  # fast: the key is random
@@ -111,7 +139,7 @@ def test_securefs_uses_a_key_file(tmp_path: Path) -> None:
 def test_qemu_commands_pass_the_secret_by_file(tmp_path: Path) -> None:
     backend = QemuLuksBackend(BackendSpec("qemu-luks"))
     volume = volume_for(backend, tmp_path)
-    keyfile = tmp_path / "private" / "passphrase"
+    keyfile = volume.state["secrets"].path / "passphrase"
     for argv in (
         backend.luks_format_command(tmp_path / "luks.img", keyfile),
         backend.qemu_img_command(tmp_path / "luks.img", keyfile, 64 << 20),
@@ -196,23 +224,6 @@ def test_bitlocker_without_a_volume_is_a_skip_reason(tmp_path: Path) -> None:
     problems = BitlockerBackend(BackendSpec("bitlocker")).problems(Target("directory", tmp_path, 1 << 20))
     assert any("needs an existing BitLocker volume: image=PATH or device=PATH" in p for p in problems)
     assert any("password-file=PATH, recovery-file=PATH or bek-file=PATH" in p for p in problems)
-
-
-def test_fuse_unmount_retries_then_unmounts_lazily_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[list[str]] = []
-
-    def busy(argv: list[str], **kwargs: object) -> str:
-        calls.append(list(argv))
-        if "-z" not in argv:
-            raise HostError(f"{argv[0]}: exit 1: Device or resource busy")
-        return ""
-
-    monkeypatch.setattr(fuse.host, "is_mounted", lambda path: True)
-    monkeypatch.setattr(fuse.host, "run", busy)
-    monkeypatch.setattr(fuse.time, "sleep", lambda seconds: None)
-    with pytest.warns(RuntimeWarning, match="still busy after 3 tries .*unmounting lazily"):
-        fuse.fuse_unmount(Path("/mnt/x"), retries=3)
-    assert [argv[1:] for argv in calls] == [["-u", "/mnt/x"]] * 3 + [["-u", "-z", "/mnt/x"]]
 
 
 def test_daemon_that_exits_before_mounting_is_reported_with_its_messages(tmp_path: Path) -> None:

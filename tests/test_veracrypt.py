@@ -4,14 +4,14 @@ command lines through a recording stand-in."""
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host
+from pytest_encperf import host, resources
 from pytest_encperf.backends import BackendSpec, Volume, make_backend, vcformat, veracrypt
+from pytest_encperf.resources import Cleanup, Resource
 from pytest_encperf.targets import Target
 
 from .standin import StandIns
@@ -90,9 +90,8 @@ def test_native_backend_opens_with_cryptsetup_tcrypt_veracrypt(
     monkeypatch.setenv("PATH", tools.path_env)
     backend = make_backend(BackendSpec.parse("veracrypt:tool=native,pim=3"))
     workdir = tmp_path / "v"
-    (workdir / "keys").mkdir(parents=True, mode=0o700)
+    workdir.mkdir()
     volume = Volume(backend, Target("container", tmp_path, 1 << 20), workdir)
-    volume.state["keys"] = host.PrivateDir(workdir / "keys")
     volume.state["device"] = Path("/dev/loop98")
     assert isinstance(backend, veracrypt.VeracryptBackend)
     backend.open_mapping(volume, volume.created)
@@ -101,9 +100,11 @@ def test_native_backend_opens_with_cryptsetup_tcrypt_veracrypt(
         "open", "--type", "tcrypt", "--veracrypt", "--veracrypt-pim", "3", "--hash", "sha512",
         "/dev/loop98", volume.state["dm_name"],
     ]  # fmt: skip
-    password_file = volume.state["password_file"]
-    assert call.stdin == password_file.read_text() + "\n"
-    assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
+    # the password: random, in memory only, on cryptsetup's stdin
+    assert call.stdin == volume.state["password"].decode() + "\n"
+    assert list(workdir.iterdir()) == []
+    volume.created.release()
+    assert "password" not in volume.state, "the password outlived its volume"
 
 
 @pytest.fixture
@@ -120,9 +121,8 @@ def cli_volume(spec: str, tmp_path: Path) -> tuple[veracrypt.VeracryptBackend, V
     backend = make_backend(BackendSpec.parse(spec))
     assert isinstance(backend, veracrypt.VeracryptBackend)
     workdir = tmp_path / "vol"
-    (workdir / "keys").mkdir(parents=True, mode=0o700)
+    workdir.mkdir(parents=True)
     volume = Volume(backend, Target("container", tmp_path, 64 << 20), workdir)
-    volume.state["keys"] = host.PrivateDir(workdir / "keys")
     return backend, volume
 
 
@@ -141,7 +141,7 @@ def test_cli_create_and_map_with_password_on_stdin(
     device = backend.cli_map(volume, volume.mounted)
     assert device == Path("/dev/mapper/veracrypt1")
     calls = fake_veracrypt.calls("veracrypt")
-    password = volume.state["password_file"].read_text()
+    password = volume.state["password"].decode()
     create = next(c for c in calls if "--create" in c.argv)
     assert create.argv == [
         "--text", "--non-interactive", "--stdin", "--pim=5", "--keyfiles=",
@@ -168,20 +168,62 @@ def test_cli_fuse_mode_reattaches_loop_with_direct_io(
     backend, volume = cli_volume("veracrypt:mode=fuse", tmp_path)
     volume.state["container"] = container = tmp_path / "c.img"
     monkeypatch.setenv("STANDIN_STDOUT_VERACRYPT", f"1: {container} /dev/loop7 - \n--stdin\n")
-    assert backend.cli_map(volume, host.Cleanup()) == Path("/dev/loop7")
+    assert backend.cli_map(volume, volume.mounted) == Path("/dev/loop7")
     mapped = next(c for c in fake_veracrypt.calls("veracrypt") if str(container) in c.argv)
     assert "--mount-options=nokernelcrypto" in mapped.argv
     (losetup,) = fake_veracrypt.calls("losetup")
     assert losetup.argv == ["--direct-io=on", "/dev/loop7"]
+    volume.mounted.release()
+    assert fake_veracrypt.calls("veracrypt")[-1].argv[-2:] == ["--dismount", str(container)]
 
 
-def test_cli_without_stdin_support_puts_password_in_argv_and_says_so(
-    fake_veracrypt: StandIns, tmp_path: Path
+def test_cli_without_stdin_support_is_refused_unless_the_spec_accepts_argv(
+    fake_veracrypt: StandIns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    target = Target("container", tmp_path, 64 << 20)
     backend, volume = cli_volume("veracrypt", tmp_path)
+    refusal = (
+        "veracrypt: this veracrypt has no --stdin and takes the password only in its arguments, "
+        "where every local user can read it (/proc/PID/cmdline): pass secret-in-argv=yes to accept"
+    )
+    assert refusal in backend.problems(target)
+    with pytest.raises(host.HostError, match="refusing to pass the password in argv"):
+        backend.cli_password(volume)
+    backend, volume = cli_volume("veracrypt:secret-in-argv=yes", tmp_path / "accepted")
+    assert refusal not in backend.problems(target)
     args, stdin = backend.cli_password(volume)
-    assert args == [f"--password={volume.state['password_file'].read_text()}"] and stdin == b""
-    assert volume.state["password_in_argv"] is True
+    password = volume.state["password"].decode()
+    assert args == [f"--password={password}"] and stdin == b""
+    assert volume.state["secret_in_argv"] is True
+    assert backend.describe(volume)["secret_in_argv"] is True
+    # an error of that command shows <secret>, not the password
+    monkeypatch.setenv("STANDIN_EXIT_VERACRYPT", "1")
+    with pytest.raises(host.HostError) as failed:
+        backend.run_cli(volume, backend.cli_map_command(tmp_path / "c.img", args), stdin, 10)
+    assert password not in str(failed.value) and "--password=<secret>" in str(failed.value)
+
+
+def test_veracrypt_volume_is_journaled_before_the_map_and_dismounted_by_its_kind(
+    fake_veracrypt: StandIns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend, volume = cli_volume("veracrypt:mode=fuse", tmp_path)
+    volume.state["container"] = container = tmp_path / "c.img"
+    monkeypatch.setenv("STANDIN_EXIT_VERACRYPT", "1")  # the map fails half-way
+    cleanup = Cleanup()
+    with pytest.raises(host.HostError):
+        backend.cli_map(volume, cleanup)
+    # registered before the call: whatever VeraCrypt made before failing is released with it
+    assert cleanup.resources == [Resource("veracrypt-volume", str(container))]
+    assert resources.KINDS["veracrypt-volume"].paths(cleanup.resources[0]) == [str(container)]
+    monkeypatch.setenv("STANDIN_EXIT_VERACRYPT", "0")
+    monkeypatch.setenv("STANDIN_STDOUT_VERACRYPT", f"1: {container} /dev/loop7 /tmp/.veracrypt_aux_mnt1\n")
+    cleanup.release()
+    dismount = fake_veracrypt.calls("veracrypt")[-1]
+    assert dismount.argv == ["--text", "--non-interactive", "--dismount", str(container)]
+    monkeypatch.setenv("STANDIN_STDOUT_VERACRYPT", "")  # not listed: nothing to dismount
+    assert resources.release(Resource("veracrypt-volume", str(container))) == (
+        f"veracrypt volume {container}: not mapped any more"
+    )
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..host import Cleanup, HostError
+from ..host import HostError
+from ..resources import Cleanup
 from ..targets import Target
 
 # name -> "module:Class" (relative to this package) or a class registered by a hook
@@ -214,6 +215,19 @@ def backend_class(name: str) -> type[BackendBase]:
     module_name, _, class_name = entry.partition(":")
     module = importlib.import_module(f"{__name__}.{module_name}")
     return getattr(module, class_name)
+
+
+def load_all() -> list[str]:
+    """Import every registered backend's module, so that each registers the resource kinds it
+    adds (a dead run's journal may name them). Returns the modules that failed to import."""
+    failed = []
+    for name, entry in REGISTRY.items():
+        if isinstance(entry, str):
+            try:
+                backend_class(name)
+            except Exception as exc:  # one broken backend must not stop the others' cleanup
+                failed.append(f"backend {name}: {exc}")
+    return failed
 
 
 def make_backend(spec: BackendSpec) -> BackendBase:

@@ -11,7 +11,9 @@ with the kernel's driver. ``filesystem=ext4`` instead puts a fresh ext4 on the d
 Secrets: the user password goes to dislocker on stdin (``-u`` without a value prompts and
 reads stdin). dislocker reads a *recovery* password only from its argument (``-p VALUE``) or a
 terminal, so with ``recovery-file=`` the recovery password is visible in /proc/PID/cmdline
-while the daemon runs: documented in the README; prefer ``password-file=`` or ``bek-file=``.
+while the daemon runs: such a spec is refused unless it also says ``secret-in-argv=yes``
+(documented in the README; describe() then says ``secret_in_argv: True``, and errors show
+<secret> in its place). Prefer ``password-file=`` or ``bek-file=``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from ..host import HostError
 from ..targets import Target
 from . import BackendBase, BackendError, BackendSpec, Volume
 from .ext4 import MKFS_OPTIONS, e2fsprogs_version, mount_ext4
-from .fuse import fuse_problems, package_version, start_fuse_daemon, tool_problems
+from .fuse import _flag, fuse_problems, package_version, start_fuse_daemon, tool_problems
 
 UNLOCK_PARAMS = ("password-file", "recovery-file", "bek-file")
 EXT4_BLOCK = 4096
@@ -64,6 +66,7 @@ class BitlockerBackend(BackendBase):
         "recovery-file": "file holding the 48-digit recovery password (dislocker takes it in argv)",
         "bek-file": "BitLocker external key file (.BEK)",
         "filesystem": "existing (mount what Windows made; default) or ext4 (reformat: destroys the content)",
+        "secret-in-argv": "yes: accept that with recovery-file= the recovery password is in dislocker's argv",
     }
 
     def __init__(self, spec: BackendSpec) -> None:
@@ -80,6 +83,13 @@ class BitlockerBackend(BackendBase):
         source = params.get("image") or params.get("device")
         self.source = Path(source) if source else None
         self.unlock = (given[0], Path(params[given[0]])) if given else None
+        self.secret_in_argv = _flag(spec, "secret-in-argv")
+        if given == ["recovery-file"] and not self.secret_in_argv:
+            raise ValueError(
+                "bitlocker: dislocker takes a recovery password only in its arguments, where every "
+                "local user can read it (/proc/PID/cmdline) while the volume is mounted: add "
+                "secret-in-argv=yes to accept that, or use password-file= or bek-file="
+            )
 
     def partition_refusal(self, target: Target) -> str | None:
         if self.source is not None and str(self.source) == str(target.device):
@@ -138,6 +148,7 @@ class BitlockerBackend(BackendBase):
             volume.workdir / "dislocker.log",
             what="dislocker-fuse",
             stdin_data=secret + b"\n" if self.unlock[0] == "password-file" and secret else None,
+            secrets=[secret] if secret else [],
         )
         decrypted = self.dislocker_dir(volume) / "dislocker-file"
         loop = host.attach_loop(decrypted, direct_io=True)
@@ -270,6 +281,7 @@ class BitlockerBackend(BackendBase):
             "encryption": "BitLocker (dislocker userspace)",
             "dislocker": package_version("dislocker"),
             "unlock": self.unlock[0] if self.unlock else None,
+            "secret_in_argv": self.unlock is not None and self.unlock[0] == "recovery-file",
             "filesystem": volume.state.get("fstype"),
             "target": "image" if "image" in self.spec.param_dict else "device",
             "loop_direct_io": volume.state.get("loop_direct_io"),

@@ -7,10 +7,11 @@ where we own the format (LUKS, plain), opens the mapping once to put ext4 on it 
 key stays in the kernel between uses. Every mapping gets a unique name (``encperf-<pid>-<n>``)
 registered on a Cleanup the moment it exists.
 
-Secrets: LUKS and plain volumes get a random key in a 0600 file in a 0700 directory private to
-the volume (``--key-file``); tcrypt and bitlk passwords are read from a file the user names and
-written to cryptsetup's stdin (for tcrypt, ``--key-file`` means TrueCrypt keyfiles, not the
-password). Nothing secret is ever in argv.
+Secrets: LUKS and plain volumes get a random key that lives in this process's memory only and
+reaches cryptsetup on its stdin (``--key-file -``: read as binary key material, not as a
+passphrase); tcrypt and bitlk passwords are read from a file the user names and written to
+cryptsetup's stdin (for tcrypt, ``--key-file`` means TrueCrypt keyfiles, not the password).
+Nothing secret is ever in argv or in a file of ours.
 
 Benchmark LUKS volumes use a fast key derivation (``--pbkdf pbkdf2 --pbkdf-force-iterations
 1000``): opening them is instant, and they are NOT fit for real secrets.
@@ -150,10 +151,6 @@ class CryptsetupBackend(BackendBase):
     def create(self, target: Target, workdir: Path) -> Volume:
         volume = Volume(self, target, workdir)
         with self.undo_on_failure(volume, "create", self.destroy):
-            keys = workdir / "keys"
-            keys.mkdir(mode=0o700)
-            volume.created.path(keys)
-            volume.state["keys"] = host.PrivateDir(keys)
             device = self.prepare_device(volume)
             volume.state["device"] = device
             self.format(volume, device)
@@ -206,14 +203,12 @@ class CryptsetupBackend(BackendBase):
         )
         return info
 
-    def secret_key_file(self, volume: Volume) -> Path:
-        """The volume's random key, created on first use (0600, in the 0700 keys directory)."""
-        existing = volume.state.get("key_file")
-        if existing:
-            return existing
-        key_file = volume.state["keys"].write_secret("volume.key", os.urandom(KEY_BYTES))
-        volume.state["key_file"] = key_file
-        return key_file
+    def secret_key(self, volume: Volume) -> bytes:
+        """The volume's random key, made on first use; in memory only, forgotten at destroy."""
+        if "key" not in volume.state:
+            volume.state["key"] = os.urandom(KEY_BYTES)
+            volume.created.push("forget the key", lambda: volume.state.pop("key", None))
+        return volume.state["key"]
 
 
 # ---------------------------------------------------------------- LUKS and plain
@@ -272,7 +267,8 @@ class LuksBackend(CryptsetupBackend):
             found.append(f"{self.name}: integrity needs the kernel's dm-integrity target (dm_integrity)")
         return found
 
-    def format_command(self, device: Path, key_file: Path, uuid: str | None = None) -> list[str]:
+    def format_command(self, device: Path, uuid: str | None = None) -> list[str]:
+        """luksFormat, the key on stdin (``--key-file -``)."""
         argv = ["cryptsetup", "luksFormat", "--batch-mode", "--type", self.luks_type]
         if uuid:
             argv += ["--uuid", uuid]
@@ -287,7 +283,7 @@ class LuksBackend(CryptsetupBackend):
         if self.integrity:
             # the fresh volume's integrity tags are garbage until written; ext4 writes all it reads
             argv += ["--integrity", self.integrity, "--integrity-no-wipe"]
-        argv += [*FAST_KDF, "--key-file", str(key_file), str(device)]
+        argv += [*FAST_KDF, "--key-file", "-", str(device)]
         return argv
 
     def format(self, volume: Volume, device: Path) -> None:
@@ -297,20 +293,13 @@ class LuksBackend(CryptsetupBackend):
             # wipes only the LUKS header with this UUID: a luksFormat that failed before
             # writing it (a busy device, a bad parameter) is not followed by a wipe
             volume.created.push(f"wipe our LUKS header on {device}", lambda: wipe_own_signature(device, uuid))
-        host.run(self.format_command(device, self.secret_key_file(volume), uuid), timeout=300)
+        host.run(self.format_command(device, uuid), input=self.secret_key(volume), timeout=300)
 
     def open_command(self, volume: Volume, device: Path, name: str) -> tuple[list[str], bytes | None]:
-        argv = [
-            "cryptsetup",
-            "open",
-            "--type",
-            self.luks_type,
-            "--key-file",
-            str(self.secret_key_file(volume)),
-        ]
+        argv = ["cryptsetup", "open", "--type", self.luks_type, "--key-file", "-"]
         for flag in self.perf:
             argv += PERF_FLAGS[flag]
-        return [*argv, str(device), name], None
+        return [*argv, str(device), name], self.secret_key(volume)
 
     def describe(self, volume: Volume) -> dict[str, Any]:
         info = super().describe(volume)
@@ -346,16 +335,15 @@ class PlainDmcryptBackend(CryptsetupBackend):
         self.perf = [name for name in PERF_FLAGS if _flag(params.get(name, "0"), f"dm-plain: {name}")]
 
     def open_command(self, volume: Volume, device: Path, name: str) -> tuple[list[str], bytes | None]:
-        key_file = self.secret_key_file(volume)
         argv = ["cryptsetup", "open", "--type", "plain", "--batch-mode", "--cipher", self.cipher]
-        argv += ["--key-size", str(self.key_size), "--key-file", str(key_file)]
-        # read exactly the key's bytes: a plain key file is the key itself, not hashed
+        argv += ["--key-size", str(self.key_size), "--key-file", "-"]
+        # read exactly the key's bytes: a plain key file (here stdin) is the key itself, not hashed
         argv += ["--keyfile-size", str(self.key_size // 8)]
         if self.sector_size:
             argv += ["--sector-size", str(self.sector_size)]
         for flag in self.perf:
             argv += PERF_FLAGS[flag]
-        return [*argv, str(device), name], None
+        return [*argv, str(device), name], self.secret_key(volume)
 
     def describe(self, volume: Volume) -> dict[str, Any]:
         info = super().describe(volume)

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
+import hmac
 import os
+import re
 import struct
 from pathlib import Path
 from typing import Any
 
-from .. import host
+from .. import host, resources
+from ..resources import Resource
 from ..targets import Target, create_container
 from . import BackendBase, Volume
 from .ext4 import e2fsprogs_version, make_ext4, mount_ext4
@@ -43,6 +47,16 @@ CONTENTS_CIPHERS = {
 FILENAMES_MODES = {"aes-256-cts": 4, "adiantum": 9, "aes-128-cts": 6, "sm4-cts": 8, "aes-256-hctr2": 10}
 PAD_32 = 0x03  # FSCRYPT_POLICY_FLAGS_PAD_32, the default of the fscrypt tool
 RAW_KEY_BYTES = 64
+
+
+KEY_KIND = "fscrypt-key"  # a key in a file system's key ring: ident = identifier, detail = directory
+
+
+def key_identifier(raw_key: bytes) -> bytes:
+    """The identifier the kernel gives a v2 key: HKDF-SHA512 (zero salt) of the key with info
+    "fscrypt\\0" + context 1 (HKDF_CONTEXT_KEY_IDENTIFIER), 16 bytes (fs/crypto/hkdf.c)."""
+    prk = hmac.new(bytes(64), raw_key, hashlib.sha512).digest()
+    return hmac.new(prk, b"fscrypt\x00\x01\x01", hashlib.sha512).digest()[:16]
 
 
 def _key_spec(identifier: bytes = b"") -> bytes:
@@ -114,6 +128,27 @@ def policy_status(directory: Path) -> str:
         os.close(fd)
 
 
+def release_key(resource: Resource) -> str:
+    """Release a "fscrypt-key": remove it from the file system holding ``detail`` (a directory
+    target's host file system keeps it until unmounted; a container's goes with its unmount)."""
+    directory = Path(resource.detail)
+    if not directory.is_dir():
+        return f"fscrypt key {resource.ident}: its file system is gone"
+    if key_status(directory, bytes.fromhex(resource.ident)) == "absent":
+        return f"fscrypt key {resource.ident}: not in {directory}'s key ring any more"
+    remove_key(directory, bytes.fromhex(resource.ident))
+    return f"removed fscrypt key {resource.ident} from {directory}"
+
+
+def _check_key(resource: Resource, pid: int) -> str | None:
+    if not re.fullmatch(r"[0-9a-f]{32}", resource.ident):
+        return f"{resource.ident!r} is not a key identifier"
+    return None
+
+
+resources.register_kind(KEY_KIND, release_key, paths=lambda r: [r.detail], check=_check_key)
+
+
 class FscryptBackend(BackendBase):
     accepted_params = {
         "contents": f"contents cipher ({', '.join(CONTENTS_MODES)}; default aes-256-xts)",
@@ -165,13 +200,12 @@ class FscryptBackend(BackendBase):
                 root = mount_ext4(volume, volume.state["device"])
             else:
                 root = volume.workdir
+            # registered before the key goes in: a kill right after the ioctl must not leave it
+            volume.mounted.add(Resource(KEY_KIND, key_identifier(volume.state["raw_key"]).hex(), str(root)))
             identifier = add_key(root, volume.state["raw_key"])
             volume.state["key_identifier"] = identifier.hex()
-            volume.mounted.push(
-                "remove fscrypt key",
-                lambda: remove_key(root, identifier),
-                host.Resource("fscrypt-key", identifier.hex(), str(root)),  # the id, not the key
-            )
+            if identifier != key_identifier(volume.state["raw_key"]):
+                raise host.HostError(f"the kernel named the key {identifier.hex()}, not as registered")
             data_dir = root / "data"
             if not data_dir.exists():
                 data_dir.mkdir()

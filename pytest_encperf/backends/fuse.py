@@ -7,11 +7,15 @@ target measures the same disk path as plain). The daemon runs in the foreground 
 (never daemonized: we must know when it has exited), with stdin closed or carrying the password;
 its messages go to a log file in the volume directory that errors quote.
 
-Unmount is ``fusermount -u`` (retried while busy, then lazy with a warning); FUSE unmount is
-asynchronous, so the daemon is waited for before anything below it is removed.
+Unmount is ``fusermount -u`` (retried while busy, then lazy with a warning: ``host.unmount``);
+FUSE unmount is asynchronous, so the daemon is waited for before anything below it is removed.
 
-The helpers at the top (``start_fuse_daemon``, ``fuse_unmount``, ``fuse_problems``) are shared
-with qemu.py and bitlocker.py, whose daemons are FUSE servers too.
+Passwords are random per volume and kept in memory; a tool that reads a file (gocryptfs
+``-passfile``, securefs ``--keyfile``) gets one in a ``SecretDir`` on a RAM file system,
+removed as soon as the tool has read it; the others read stdin.
+
+The helpers at the top (``start_fuse_daemon``, ``fuse_problems``) are shared with qemu.py and
+bitlocker.py, whose daemons are FUSE servers too.
 """
 
 from __future__ import annotations
@@ -22,14 +26,14 @@ import secrets
 import shutil
 import subprocess
 import time
-import warnings
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from .. import host
-from ..host import HostError, Resource
+from ..host import HostError
+from ..resources import SecretDir
 from ..targets import Target, create_container
 from . import BackendBase, BackendSpec, Volume
 from .ext4 import e2fsprogs_version, make_ext4
@@ -42,14 +46,6 @@ SECUREFS_PBKDF_ROUNDS = 1000
 # ---------------------------------------------------------------- shared FUSE plumbing
 
 
-def fusermount_binary() -> str | None:
-    """fusermount3 (fuse3) or fusermount (fuse 2), whichever is installed."""
-    for name in ("fusermount3", "fusermount"):
-        if shutil.which(name):
-            return name
-    return None
-
-
 def fuse_problems(name: str) -> list[str]:
     """What FUSE itself needs: /dev/fuse and fusermount."""
     found = []
@@ -57,7 +53,7 @@ def fuse_problems(name: str) -> list[str]:
         found.append(
             f"{name}: needs FUSE (/dev/fuse missing: load the fuse module or pass --device /dev/fuse)"
         )
-    if fusermount_binary() is None:
+    if host.fusermount_binary() is None:
         found.append(f"{name}: needs fusermount3 or fusermount (Debian package fuse3)")
     return found
 
@@ -76,28 +72,6 @@ def package_version(package: str) -> str:
         return host.run(["dpkg-query", "-W", "-f=${Version}", package], timeout=10).strip() or "unknown"
     except HostError:
         return "unknown"
-
-
-def fuse_unmount(mountpoint: Path, *, retries: int = 10) -> None:
-    """``fusermount -u``; retry while busy, then unmount lazily with a warning. No-op if not mounted."""
-    binary = fusermount_binary() or "fusermount"
-    error: HostError | None = None
-    for _ in range(retries):
-        if not host.is_mounted(mountpoint):
-            return
-        try:
-            host.run([binary, "-u", str(mountpoint)], timeout=30)
-            return
-        except HostError as exc:
-            error = exc
-            time.sleep(0.2)
-    if host.is_mounted(mountpoint):
-        warnings.warn(
-            f"{mountpoint} still busy after {retries} tries ({error}): unmounting lazily",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        host.run([binary, "-u", "-z", str(mountpoint)], timeout=30)
 
 
 def read_log_tail(log: Path, start: int = 0) -> str:
@@ -122,13 +96,15 @@ def start_fuse_daemon(
     env: dict[str, str] | None = None,
     timeout: float = MOUNT_TIMEOUT,
     exits_on_unmount: bool = True,
+    secrets: Sequence[bytes | str] = (),
 ) -> subprocess.Popen[bytes]:
     """Start a foreground FUSE daemon and wait until ``mountpoint`` is in /proc/self/mounts.
 
-    The process and the mount are registered on ``volume.mounted`` the moment they exist
-    (unmount first, then wait for the daemon to exit; a daemon that outlives its unmount, such
-    as qemu-storage-daemon, is sent SIGTERM). On failure everything is released and a HostError
-    quotes the daemon's messages.
+    The process is registered on ``volume.mounted`` the moment it exists, and its mount right
+    after, before it appears (released newest first: unmount, then the daemon gets 10 s to exit
+    by itself, then SIGTERM; a daemon that outlives its unmount, such as qemu-storage-daemon,
+    gets SIGTERM at once). On failure everything is released and a HostError quotes the
+    daemon's messages, with ``secrets`` (and ``stdin_data``) shown as <secret>.
     """
     args = [os.fspath(a) for a in argv]
     log_start = log.stat().st_size if log.exists() else 0  # quote only this start's messages
@@ -146,10 +122,9 @@ def start_fuse_daemon(
         raise HostError(f"{args[0]}: not installed") from exc
     finally:
         log_handle.close()
-    if exits_on_unmount:
-        volume.mounted.process(proc, stop=lambda: fuse_unmount(mountpoint))
-    else:
-        volume.mounted.process(proc)
+    volume.mounted.process(proc, wait=10.0 if exits_on_unmount else 0.0)
+    volume.mounted.mount(mountpoint)
+    hidden = [*secrets, *([stdin_data] if stdin_data else [])]
     if stdin_data is not None and proc.stdin is not None:
         try:
             proc.stdin.write(stdin_data)
@@ -161,17 +136,14 @@ def start_fuse_daemon(
         code = proc.poll()
         if code is not None:
             volume.mounted.release()
-            detail = read_log_tail(log, log_start) or "no message"
+            detail = host.redact(read_log_tail(log, log_start) or "no message", hidden)
             raise HostError(f"{what} exited with status {code} before mounting: {detail}")
         if time.monotonic() > deadline:
-            host.stop_process(proc)  # never mounted: nothing to unmount, don't wait for it to exit
+            host.stop_process(proc)  # never mounted: don't wait for it to exit by itself
             volume.mounted.release()
-            detail = read_log_tail(log, log_start) or "no message"
+            detail = host.redact(read_log_tail(log, log_start) or "no message", hidden)
             raise HostError(f"{what} did not mount {mountpoint} within {timeout:g} s: {detail}")
         time.sleep(0.05)
-    volume.mounted.push(
-        f"fusermount -u {mountpoint}", lambda: fuse_unmount(mountpoint), Resource("mount", str(mountpoint))
-    )
     return proc
 
 
@@ -219,11 +191,9 @@ class FuseBackend(BackendBase):
         return volume.workdir / f"{self.name}.log"
 
     def secret_file(self, volume: Volume) -> Path:
-        """The password in a 0600 file of a 0700 directory, rewritten from memory at each use."""
-        private = volume.workdir / "private"
-        target = private / "password"
-        target.unlink(missing_ok=True)
-        return host.PrivateDir(private).write_secret("password", volume.state["password"])
+        """The password in a 0600 file of the volume's SecretDir (RAM), written from memory at
+        each use; discard it once the tool has read it."""
+        return volume.state["secrets"].write("password", volume.state["password"])
 
     def create(self, target: Target, workdir: Path) -> Volume:
         volume = Volume(self, target, workdir)
@@ -231,9 +201,8 @@ class FuseBackend(BackendBase):
         volume.state["password"] = secrets.token_urlsafe(24).encode()
         volume.created.push("forget password", lambda: volume.state.pop("password", None))
         with self.undo_on_failure(volume, "create", self.destroy):
-            private = workdir / "private"
-            private.mkdir(mode=0o700)
-            volume.created.path(private)
+            if self.secret_via == "file":
+                volume.state["secrets"] = SecretDir.create(volume.created)
             volume.created.path(self.log(volume))
             if target.kind == "container":
                 loop = create_container(target, workdir, volume.created)
@@ -275,8 +244,8 @@ class FuseBackend(BackendBase):
                 stdin_data=stdin_data,
                 env=self.daemon_env(volume),
             )
-            if self.secret_via == "file":  # read at start-up: don't leave it on disk while mounted
-                (volume.workdir / "private" / "password").unlink(missing_ok=True)
+            if self.secret_via == "file":  # read at start-up: don't keep it while mounted
+                volume.state["secrets"].discard("password")
             data_dir = mountpoint / "data"
             data_dir.mkdir(exist_ok=True)
         volume.data_dir = data_dir
@@ -358,6 +327,7 @@ class GocryptfsBackend(FuseBackend):
 
     def init_store(self, volume: Volume) -> None:
         host.run(self.init_command(volume, self.secret_file(volume)), timeout=300)
+        volume.state["secrets"].discard("password")
 
     def mount_command(self, volume: Volume) -> list[str]:
         passfile = self.secret_file(volume)
@@ -489,6 +459,7 @@ class SecurefsBackend(FuseBackend):
 
     def init_store(self, volume: Volume) -> None:
         host.run(self.init_command(volume, self.secret_file(volume)), timeout=300)
+        volume.state["secrets"].discard("password")
 
     def init_command(self, volume: Volume, keyfile: Path) -> list[str]:
         return [

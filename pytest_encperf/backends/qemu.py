@@ -2,8 +2,9 @@
 
 No device-mapper: the LUKS1 header is written by ``cryptsetup luksFormat`` on a plain file
 (header only, no mapping), or by ``qemu-img create -f luks`` when cryptsetup is missing or
-fails. ``qemu-storage-daemon`` opens it with the passphrase from a 0600 file
-(``--object secret,file=``) and exports the decrypted payload as a regular file through FUSE;
+fails. ``qemu-storage-daemon`` opens it with the passphrase from a 0600 file in a SecretDir on
+a RAM file system (``--object secret,file=``, removed once read; the passphrase itself stays in
+memory for remounts) and exports the decrypted payload as a regular file through FUSE;
 ext4 goes on a loop device (``--direct-io=on``) over that file. The host file is opened with
 ``cache.direct=on`` so qemu bypasses the host's page cache, like the plain container's loop.
 
@@ -22,6 +23,7 @@ from typing import Any
 
 from .. import host
 from ..host import HostError
+from ..resources import SecretDir
 from ..targets import Target
 from ..workloads import MiB
 from . import BackendBase, BackendSpec, Volume
@@ -86,12 +88,10 @@ class QemuLuksBackend(BackendBase):
 
     @staticmethod
     def keyfile(volume: Volume) -> Path:
-        return volume.workdir / "private" / "passphrase"
+        return volume.state["secrets"].path / "passphrase"
 
     def write_keyfile(self, volume: Volume) -> Path:
-        path = self.keyfile(volume)
-        path.unlink(missing_ok=True)
-        return host.PrivateDir(path.parent).write_secret(path.name, volume.state["password"])
+        return volume.state["secrets"].write("passphrase", volume.state["password"])
 
     def luks_format_command(self, image: Path, keyfile: Path) -> list[str]:
         return [
@@ -166,7 +166,7 @@ class QemuLuksBackend(BackendBase):
             what="qemu-storage-daemon",
             exits_on_unmount=False,  # it keeps running without exports: SIGTERM it
         )
-        self.keyfile(volume).unlink()  # read when the daemon started: don't leave it on disk
+        volume.state["secrets"].discard("passphrase")  # read when the daemon started
         loop = host.attach_loop(export, direct_io=True)
         volume.mounted.loop(loop.path, export)
         volume.state.update(device=loop.path, loop_direct_io=loop.direct_io)
@@ -176,9 +176,7 @@ class QemuLuksBackend(BackendBase):
         volume.state["password"] = secrets.token_urlsafe(24).encode()
         volume.created.push("forget passphrase", lambda: volume.state.pop("password", None))
         with self.undo_on_failure(volume, "create", self.destroy):
-            private = workdir / "private"
-            private.mkdir(mode=0o700)
-            volume.created.path(private)
+            volume.state["secrets"] = SecretDir.create(volume.created)
             volume.created.path(workdir / "qemu-storage-daemon.log")
             volume.created.path(self.export(volume))
             volume.created.path(self.image(volume))

@@ -7,11 +7,15 @@ cryptsetup.
 ``mode=kernel`` maps through dm-crypt (VeraCrypt's default on Linux); ``mode=fuse``
 (``--mount-options=nokernelcrypto``) decrypts in VeraCrypt's FUSE process, which exposes the
 volume through a loop device: we re-attach that loop device with direct I/O, or the numbers
-would measure the page cache. The password goes to VeraCrypt on stdin (``--stdin``) when its
-``--help`` lists that switch (newer releases); older releases only take ``--password=`` on the
-command line, where other local users can read it in /proc while the command runs. Then the
-password is the volume's random throwaway benchmark password, and describe() says
-``password_in_argv: True``.
+would measure the page cache. VeraCrypt makes resources of its own when it maps a volume
+(device-mapper targets, or in FUSE mode its FUSE mount ``/tmp/.veracrypt_aux_mntN``, a loop
+device over it and two daemons): a "veracrypt-volume" resource is registered (journaled) before
+the call that makes them, and released with ``veracrypt --text --dismount <container>``, by this
+run or by the cleanup of a killed one. The password goes to VeraCrypt on stdin (``--stdin``) when
+its ``--help`` lists that switch (newer releases); older releases only take ``--password=`` on
+the command line, where other local users can read it in /proc while the command runs: such a
+run is refused unless the spec says ``secret-in-argv=yes``, and then describe() says
+``secret_in_argv: True`` and errors show ``<secret>`` in its place.
 
 ``tool=native`` (the default without the binary): we write the volume in VeraCrypt's format
 (``vcformat``: salt, PBKDF2-HMAC-SHA-512/256, XTS-encrypted header, backup header) and open
@@ -19,8 +23,8 @@ it with ``cryptsetup open --type tcrypt --veracrypt``. VeraCrypt's own Linux dat
 dm-crypt with the same cipher, so this measures the same thing. AES only (cascades need
 the binary).
 
-Benchmark volumes get a random password (0600 file in a 0700 directory) and PIM 1 by default
-(16000 PBKDF2 iterations instead of 500000): quick to open, NOT fit for real secrets.
+Benchmark volumes get a random password, kept in this process's memory only, and PIM 1 by
+default (16000 PBKDF2 iterations instead of 500000): quick to open, NOT fit for real secrets.
 """
 
 from __future__ import annotations
@@ -32,10 +36,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from .. import host
+from .. import host, resources
+from ..resources import Cleanup, Resource
 from ..targets import Target
 from . import BackendSpec, Volume
-from .dmcrypt import CryptsetupBackend, device_mapper_problems, mapping_name
+from .dmcrypt import CryptsetupBackend, _flag, device_mapper_problems, mapping_name
 from .ext4 import make_ext4, mount_ext4
 
 VERACRYPT = "veracrypt"
@@ -45,6 +50,7 @@ DEFAULT_PIM = 1
 
 
 _stdin_support: dict[str, bool] = {}
+KIND = "veracrypt-volume"  # a container VeraCrypt has (or may have) mapped: ident = container path
 
 
 def cli_reads_stdin() -> bool:
@@ -66,6 +72,7 @@ class VeracryptBackend(CryptsetupBackend):
         "pim": f"VeraCrypt PIM (default {DEFAULT_PIM}: fast, benchmark only; 0 = VeraCrypt's default)",
         "mode": "kernel (dm-crypt, default) or fuse (VeraCrypt's own user-space crypto; cli only)",
         "tool": "cli (the veracrypt program), native (our writer + cryptsetup) or auto (default)",
+        "secret-in-argv": "yes: accept that a veracrypt without --stdin gets the password in argv (cli)",
     }
 
     def __init__(self, spec: BackendSpec) -> None:
@@ -92,6 +99,7 @@ class VeracryptBackend(CryptsetupBackend):
             raise ValueError(f"veracrypt: bad encryption {self.encryption!r} (e.g. AES, AES-Twofish-Serpent)")
         if self.hash not in CLI_HASHES:
             raise ValueError(f"veracrypt: hash must be one of {', '.join(CLI_HASHES)}")
+        self.secret_in_argv = _flag(params.get("secret-in-argv", "no"), "veracrypt: secret-in-argv")
 
     # ------------------------------------------------------------ checks
     def partition_refusal(self, target: Target) -> str | None:
@@ -123,6 +131,11 @@ class VeracryptBackend(CryptsetupBackend):
             )
         if shutil.which(VERACRYPT) is None:
             found.append("veracrypt: tool=cli but the veracrypt program is not installed")
+        elif not cli_reads_stdin() and not self.secret_in_argv:
+            found.append(
+                "veracrypt: this veracrypt has no --stdin and takes the password only in its arguments, "
+                "where every local user can read it (/proc/PID/cmdline): pass secret-in-argv=yes to accept"
+            )
         if self.mode == "kernel":
             found += [p.replace("cryptsetup:", "veracrypt (kernel mode):") for p in device_mapper_problems()]
         elif not Path("/dev/fuse").exists():
@@ -132,12 +145,12 @@ class VeracryptBackend(CryptsetupBackend):
         return found
 
     def password(self, volume: Volume) -> bytes:
-        existing = volume.state.get("password_file")
-        if existing is None:
+        """The volume's random password, made on first use; in memory only, forgotten at destroy."""
+        if "password" not in volume.state:
             # printable: VeraCrypt limits passwords to 64 (128 since 1.26) ASCII characters
-            existing = volume.state["keys"].write_secret("password", secrets.token_urlsafe(32).encode())
-            volume.state["password_file"] = existing
-        return Path(existing).read_bytes()
+            volume.state["password"] = secrets.token_urlsafe(32).encode()
+            volume.created.push("forget the password", lambda: volume.state.pop("password", None))
+        return volume.state["password"]
 
     # ------------------------------------------------------------ native: format + cryptsetup
     def format(self, volume: Volume, device: Path) -> None:
@@ -165,12 +178,18 @@ class VeracryptBackend(CryptsetupBackend):
         return [VERACRYPT, "--text", "--non-interactive", *password_args, f"--pim={self.pim}", "--keyfiles="]
 
     def cli_password(self, volume: Volume) -> tuple[list[str], bytes]:
-        """Arguments and stdin that give VeraCrypt the password: stdin when it can read it."""
+        """Arguments and stdin that give VeraCrypt the password: stdin when it can read it, argv
+        only when the spec accepts that (secret-in-argv=yes)."""
         password = self.password(volume)
         if cli_reads_stdin():
             return ["--stdin"], password + b"\n"
-        volume.state["password_in_argv"] = True
+        if not self.secret_in_argv:
+            raise host.HostError("veracrypt has no --stdin: refusing to pass the password in argv")
+        volume.state["secret_in_argv"] = True
         return [f"--password={password.decode()}"], b""
+
+    def run_cli(self, volume: Volume, argv: list[str], stdin: bytes, timeout: float) -> str:
+        return host.run(argv, input=stdin, timeout=timeout, secrets=[self.password(volume)])
 
     def cli_create_command(self, container: Path, size: int, password_args: list[str]) -> list[str]:
         return [
@@ -190,19 +209,16 @@ class VeracryptBackend(CryptsetupBackend):
         container = volume.workdir / "container.img"
         volume.created.path(container)
         args, stdin = self.cli_password(volume)
-        host.run(self.cli_create_command(container, volume.target.size, args), input=stdin, timeout=600)
+        self.run_cli(volume, self.cli_create_command(container, volume.target.size, args), stdin, 600)
         return container
 
-    def cli_map(self, volume: Volume, cleanup: host.Cleanup) -> Path:
+    def cli_map(self, volume: Volume, cleanup: Cleanup) -> Path:
         container: Path = volume.state["container"]
-        # register first: a map that fails halfway may leave VeraCrypt's mapping behind
-        cleanup.push(
-            f"veracrypt --dismount {container}",
-            lambda: self.cli_unmap(container),
-            host.Resource("other", f"veracrypt volume {container}"),
-        )
+        # journaled before the call: VeraCrypt makes its own mapping (dm, or a FUSE mount, a loop
+        # device and daemons), which a kill during or after the call must not leave behind
+        cleanup.add(Resource(KIND, str(container)), f"veracrypt --dismount {container}")
         args, stdin = self.cli_password(volume)
-        host.run(self.cli_map_command(container, args), input=stdin)
+        self.run_cli(volume, self.cli_map_command(container, args), stdin, 120)
         device = self.cli_device(container)
         if self.mode == "fuse":
             # VeraCrypt attaches its FUSE image without direct I/O: the page cache would answer reads
@@ -212,20 +228,10 @@ class VeracryptBackend(CryptsetupBackend):
 
     def cli_device(self, container: Path) -> Path:
         """The virtual device VeraCrypt made for ``container`` (``--list``: slot: file device mnt)."""
-        listing = host.run([VERACRYPT, "--text", "--non-interactive", "--list"])
-        for line in listing.splitlines():
-            fields = line.split()
-            if len(fields) >= 3 and os.path.realpath(fields[1]) == os.path.realpath(container):
-                return Path(fields[2])
-        raise host.HostError(f"veracrypt --list does not show {container}: {listing.strip()}")
-
-    def cli_unmap(self, container: Path) -> None:
-        try:
-            listing = host.run([VERACRYPT, "--text", "--non-interactive", "--list"])
-        except host.HostError:
-            return  # "No volumes mounted": nothing to do
-        if str(container) in listing:
-            host.run([VERACRYPT, "--text", "--non-interactive", "--dismount", str(container)])
+        device = mapped_device(container)
+        if device is None:
+            raise host.HostError(f"veracrypt --list does not show {container}")
+        return device
 
     # ------------------------------------------------------------ life cycle
     def create(self, target: Target, workdir: Path) -> Volume:
@@ -233,12 +239,8 @@ class VeracryptBackend(CryptsetupBackend):
             return super().create(target, workdir)
         volume = Volume(self, target, workdir)
         with self.undo_on_failure(volume, "create", self.destroy):
-            keys = workdir / "keys"
-            keys.mkdir(mode=0o700)
-            volume.created.path(keys)
-            volume.state["keys"] = host.PrivateDir(keys)
             volume.state["container"] = self.cli_create(volume)
-            mapping = host.Cleanup()
+            mapping = Cleanup()
             device = self.cli_map(volume, mapping)
             try:
                 make_ext4(device, label=self.fs_label)
@@ -268,8 +270,37 @@ class VeracryptBackend(CryptsetupBackend):
         )
         if self.tool == "cli":
             info["veracrypt"] = host.tool_version([VERACRYPT, "--text", "--version"])
-            info["password_in_argv"] = bool(volume.state.get("password_in_argv"))
+            info["secret_in_argv"] = bool(volume.state.get("secret_in_argv"))
         return info
+
+
+def mapped_device(container: Path) -> Path | None:
+    """The device VeraCrypt lists for ``container`` (``--list``: "slot: file device mount"), or
+    None when it lists no such volume. HostError when veracrypt cannot be run."""
+    try:
+        listing = host.run([VERACRYPT, "--text", "--non-interactive", "--list"])
+    except host.HostError as exc:
+        if "not installed" in str(exc):
+            raise
+        return None  # "Error: No volumes mounted." (exit 1)
+    for line in listing.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and os.path.realpath(fields[1]) == os.path.realpath(container):
+            return Path(fields[2])
+    return None
+
+
+def dismount(resource: Resource) -> str:
+    """Release a "veracrypt-volume": ``veracrypt --text --dismount <container>`` when VeraCrypt
+    still lists it (its mapping, FUSE mount, loop device and daemons all go with it)."""
+    container = Path(resource.ident)
+    if mapped_device(container) is None:
+        return f"veracrypt volume {container}: not mapped any more"
+    host.run([VERACRYPT, "--text", "--non-interactive", "--dismount", str(container)])
+    return f"dismounted veracrypt volume {container}"
+
+
+resources.register_kind(KIND, dismount)
 
 
 __all__ = ["VeracryptBackend", "cli_reads_stdin", "mapping_name"]

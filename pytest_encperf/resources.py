@@ -1,0 +1,546 @@
+"""Every resource a run holds, and the one way each kind of resource is released.
+
+A run registers each resource (file or directory, loop device, mount, daemon, dm mapping, and
+the kinds backends add: fscrypt keys, VeraCrypt volumes) on a :class:`Cleanup` the moment it
+exists, or, for what a tool makes for itself, just before the tool runs. The same release
+function frees it whether the run releases it at teardown (``Cleanup.release``) or a later
+process does after the run was killed (``journal.release_dead_runs``): same order (newest
+first), same tools, same test of whether it is still there.
+
+Backends register the kinds they add with :func:`register_kind`; this module imports no
+backend. A kind also says which paths a resource acts on, so that a dead run's journal can be
+held to its own directories (see :func:`outside_run_directories`).
+
+Secrets that must be files (a key file a tool reads) live in a :class:`SecretDir`: a 0700
+directory on a RAM file system, named like a run directory (``encperf-<pid>-*``), registered
+for removal like any directory (so the journal removes it after a SIGKILL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import psutil
+
+from . import host
+from .host import HostError
+
+PROCESS_EXIT_WAIT = 10.0  # seconds a process gets after SIGTERM (and after SIGKILL)
+
+
+@dataclass(frozen=True)
+class Resource:
+    """What a release frees, in a form a later process can act on (journal, dead-run cleanup).
+
+    kind: "path" (file or directory), "mount" (mount point), "loop" (device, detail = backing
+    file), "dm" (device-mapper name), "process" (pid, detail = executable, started = psutil's
+    start time, wait = seconds it may take to exit by itself first), a kind a backend
+    registered, or "other" (an in-memory action only this process can do; never journaled).
+    """
+
+    kind: str
+    ident: str
+    detail: str = ""
+    started: float | None = None
+    wait: float = 0.0
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How resources of one kind are released, and where they may act.
+
+    ``release`` returns what it did (a line for the user); it is a no-op with a message when the
+    resource is gone already. ``paths`` gives the paths a resource acts on: in a dead run's
+    journal each must lie inside that run's own directories. ``check`` says why a dead run's
+    entry cannot be trusted (None when it can), given the run's pid.
+    """
+
+    release: Callable[[Resource], str]
+    paths: Callable[[Resource], Sequence[str]]
+    check: Callable[[Resource, int], str | None]
+
+
+KINDS: dict[str, Kind] = {}
+
+
+def _ident(resource: Resource) -> Sequence[str]:
+    return [resource.ident]
+
+
+def _no_check(resource: Resource, pid: int) -> str | None:
+    return None
+
+
+def register_kind(
+    name: str,
+    release: Callable[[Resource], str],
+    *,
+    paths: Callable[[Resource], Sequence[str]] = _ident,
+    check: Callable[[Resource, int], str | None] = _no_check,
+) -> None:
+    """Add (or replace, on re-import) the release function of a resource kind."""
+    KINDS[name] = Kind(release, paths, check)
+
+
+def release(resource: Resource) -> str:
+    """Release ``resource`` with its kind's function; HostError for a kind nobody registered."""
+    kind = KINDS.get(resource.kind)
+    if kind is None:
+        raise HostError(f"no way to release a {resource.kind!r} resource (its backend is not loaded)")
+    return kind.release(resource)
+
+
+# ---------------------------------------------------------------- processes
+
+
+def process_start_time(pid: int) -> float | None:
+    """psutil's start time of ``pid`` (stable for the life of the process), None if gone.
+
+    A zombie counts as gone: it has exited and holds nothing; only its parent (or an init that
+    reaps) can remove its entry.
+    """
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return round(process.create_time(), 2)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+def is_alive(pid: int, started: float | None) -> bool:
+    """Is the process that started at ``started`` still running (and not a reuse of its pid)?"""
+    now = process_start_time(pid)
+    if now is None:
+        return False
+    if started is None:
+        return True  # cannot tell a reused pid apart: err on the side of not touching it
+    return abs(now - started) < 0.05
+
+
+def executable(pid: int) -> str:
+    """The program ``pid`` runs (its executable's path), "" when it cannot be read."""
+    with contextlib.suppress(psutil.Error, OSError):
+        return psutil.Process(pid).exe()
+    return ""
+
+
+def process_resource(pid: int, *, wait: float = 0.0) -> Resource:
+    """A process as a resource: pid, start time and executable, which together identify it."""
+    return Resource("process", str(pid), executable(pid), process_start_time(pid), wait)
+
+
+def foreign_process(resource: Resource) -> str | None:
+    """Why the pid ``resource`` names now belongs to another process (pid reused: other start
+    time or executable), None when it is the same process or gone."""
+    pid = int(resource.ident)
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        started, exe = round(process.create_time(), 2), process.exe()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
+    except psutil.AccessDenied:
+        return f"pid {pid}: cannot read its executable"
+    if resource.started is not None and abs(started - resource.started) >= 0.05:
+        then = f"{resource.started:.2f}"
+        return f"pid {pid} is another process now ({exe or '?'}, started at {started:.2f}, not {then})"
+    if resource.detail and exe != resource.detail:
+        return f"pid {pid} now runs {exe or '?'}, not {resource.detail}"
+    return None
+
+
+def _release_process(resource: Resource) -> str:
+    what = f"{os.path.basename(resource.detail) or 'process'} (pid {resource.ident})"
+    foreign = foreign_process(resource)
+    if foreign:
+        return f"{what}: {foreign}: left alone"
+    if not is_alive(int(resource.ident), resource.started):
+        return f"{what}: not running any more"
+    try:
+        process = psutil.Process(int(resource.ident))
+        if resource.wait:  # a FUSE daemon exits by itself once its mount is gone
+            with contextlib.suppress(psutil.TimeoutExpired):
+                process.wait(timeout=resource.wait)
+        if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+            process.terminate()
+            try:
+                process.wait(timeout=PROCESS_EXIT_WAIT)
+            except psutil.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=PROCESS_EXIT_WAIT)
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        pass
+    return f"stopped {what}"
+
+
+def _check_process(resource: Resource, pid: int) -> str | None:
+    if not resource.ident.isdigit():
+        return f"process {resource.ident!r} is not a pid"
+    if resource.started is None or not resource.detail:
+        return f"process {resource.ident}: no start time and executable recorded, cannot tell it is the run's"
+    return foreign_process(resource)
+
+
+# ---------------------------------------------------------------- mounts, loop devices, dm, files
+
+
+def _release_mount(resource: Resource) -> str:
+    mountpoint = Path(resource.ident)
+    if not host.is_mounted(mountpoint):
+        return f"{mountpoint}: not mounted any more"
+    if host.unmount(mountpoint):
+        warnings.warn(f"{mountpoint} was still busy: unmounted lazily", RuntimeWarning, stacklevel=2)
+        return f"unmounted {mountpoint} (lazily: it was still busy)"
+    return f"unmounted {mountpoint}"
+
+
+def _release_loop(resource: Resource) -> str:
+    device = Path(resource.ident)
+    if not host.detach_loop(device, Path(resource.detail) if resource.detail else None):
+        return f"{device}: not attached to {resource.detail} any more"
+    return f"detached {device}"
+
+
+def _loop_paths(resource: Resource) -> Sequence[str]:
+    return [resource.detail]
+
+
+def _check_loop(resource: Resource, pid: int) -> str | None:
+    if not re.fullmatch(r"/dev/loop[0-9]+", resource.ident):
+        return f"{resource.ident} is not a loop device"
+    return None
+
+
+def _release_dm(resource: Resource) -> str:
+    if not host.remove_dm(resource.ident):
+        return f"dm {resource.ident}: not active any more"
+    return f"closed dm target {resource.ident}"
+
+
+def _check_dm(resource: Resource, pid: int) -> str | None:
+    if not re.fullmatch(rf"encperf-{pid}-[0-9]+", resource.ident):
+        return f"dm target {resource.ident!r} is not one of this run's (encperf-{pid}-N)"
+    return None
+
+
+def _release_path(resource: Resource) -> str:
+    path = Path(resource.ident)
+    if not path.is_absolute() or path == Path(path.anchor):
+        raise HostError(f"not removing {path}: not an absolute path below /")
+    if not os.path.lexists(path):
+        return f"{path}: already gone"
+    if path.is_dir() and not path.is_symlink():
+        # What a kill between "made" and "registered" can leave inside a directory of ours:
+        # mounts under it (deepest first) and loop devices backed by its files.
+        for mountpoint in sorted(host.mounts_under(path), key=lambda p: len(p.parts), reverse=True):
+            _release_mount(Resource("mount", str(mountpoint)))
+        for device in host.loops_backed_by(path):
+            host.detach_loop(device)
+        inside = host.mounts_under(path)
+        if inside:  # never delete through a mount that failed to come off
+            raise HostError(f"not removing {path}: still mounted at {', '.join(map(str, inside))}")
+        shutil.rmtree(path)  # never follows symbolic links
+    else:
+        path.unlink()
+    return f"removed {path}"
+
+
+register_kind("path", _release_path)
+register_kind("mount", _release_mount)
+register_kind("loop", _release_loop, paths=_loop_paths, check=_check_loop)
+register_kind("dm", _release_dm, paths=lambda r: [], check=_check_dm)
+register_kind("process", _release_process, paths=lambda r: [], check=_check_process)
+
+
+# ---------------------------------------------------------------- trusting files in shared directories
+
+
+def unsafe_ancestor(path: Path) -> str | None:
+    """Why ``path``'s directory chain could be changed under us by another user, or None.
+
+    OpenSSH's ``safe_path``: every directory from ``path`` up to / must be owned by root or by
+    us and not writable by group or others, unless it has the sticky bit (/tmp, /var/tmp:
+    others cannot rename or remove what we own in it).
+    """
+    me = os.geteuid()
+    current = Path(os.path.abspath(path))
+    for directory in [current, *current.parents]:
+        try:
+            info = os.lstat(directory)
+        except OSError as exc:
+            return f"{directory}: {exc.strerror}"
+        if stat.S_ISLNK(info.st_mode):
+            return f"{directory} is a symbolic link"
+        if info.st_uid not in (0, me):
+            return f"{directory} is owned by uid {info.st_uid}"
+        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            return f"{directory} is writable by other users"
+    return None
+
+
+def owned_problem(info: os.stat_result, path: object, *, mode: int | None = None) -> str | None:
+    """Why a file we opened (``info`` from fstat/lstat) is not ours to act on, or None."""
+    me = os.geteuid()
+    if info.st_uid != me:
+        return f"{path} is owned by uid {info.st_uid}, not by this user (uid {me})"
+    if mode is not None and stat.S_IMODE(info.st_mode) != mode:
+        return f"{path} has mode {stat.S_IMODE(info.st_mode):04o}, not {mode:04o}"
+    return None
+
+
+def run_directory_pattern(pid: int) -> re.Pattern[str]:
+    return re.compile(rf"encperf-{pid}-[A-Za-z0-9_]+")
+
+
+def outside_run_directories(path_text: str, bases: Sequence[Path], pid: int) -> str | None:
+    """Why ``path_text`` is not inside a run directory of run ``pid`` we own, or None.
+
+    A run directory is ``<base>/encperf-<pid>-*`` (the run directory under --encperf-dir, the
+    secret directory on the RAM file system). The run directory must be ours and 0700, and every
+    directory from it down to the path's parent ours, a real directory (no symbolic link) and
+    writable by us only: then nobody else can have made or redirect anything below it. (The
+    path itself is not examined: a mount point shows what is mounted on it.)
+    """
+    path = Path(path_text)
+    if not path.is_absolute() or os.path.normpath(path_text) != path_text:
+        return f"{path_text!r} is not a normalised absolute path"
+    pattern = run_directory_pattern(pid)
+    for base in bases:
+        try:
+            relative = path.relative_to(base)
+        except ValueError:
+            continue
+        if not relative.parts or not pattern.fullmatch(relative.parts[0]):
+            continue
+        current = base
+        for depth, part in enumerate(relative.parts):
+            current = current / part
+            if depth and depth == len(relative.parts) - 1:
+                return None
+            try:
+                info = os.lstat(current)
+            except FileNotFoundError:
+                return None  # gone already: releasing it is a no-op
+            except OSError as exc:
+                return f"{current}: {exc.strerror}"
+            if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+                return f"{current} is not a directory"
+            problem = owned_problem(info, current, mode=0o700 if depth == 0 else None)
+            if problem:
+                return problem
+            if info.st_mode & 0o022:
+                return f"{current} is writable by other users"
+        return None
+    where = " or ".join(f"{base}/encperf-{pid}-*" for base in bases)
+    return f"{path_text} is outside the run's own directories ({where})"
+
+
+# ---------------------------------------------------------------- holding resources
+
+
+class ResourceObserver(Protocol):
+    """Told about every resource a Cleanup registers and releases (the run's journal)."""
+
+    def registered(self, resource: Resource, label: str) -> object:
+        """Record ``resource``; the returned token is handed back to ``released``."""
+        ...
+
+    def released(self, token: object) -> None: ...
+
+
+_observers: list[ResourceObserver] = []
+_observers_lock = threading.Lock()
+
+
+def install_observer(observer: ResourceObserver) -> None:
+    """Every Cleanup created from now on reports to ``observer`` (the newest one installed)."""
+    with _observers_lock:
+        _observers.append(observer)
+
+
+def remove_observer(observer: ResourceObserver) -> None:
+    with _observers_lock:
+        if observer in _observers:
+            _observers.remove(observer)
+
+
+def current_observer() -> ResourceObserver | None:
+    with _observers_lock:
+        return _observers[-1] if _observers else None
+
+
+class Cleanup:
+    """A last-in-first-out stack of release actions, registered the moment a resource exists.
+
+    ``release()`` runs every action even when some fail, empties the stack (so a second call
+    is a no-op) and then raises one HostError naming every failure. Typed registrations
+    (``add`` and the helpers ``path``, ``loop``, ``mount``, ``dm``, ``process``) release through
+    their kind's function, the one a later process uses on this run's journal if this process
+    dies; each is reported to the observer (the run's journal, installed by the session) when
+    the Cleanup is created. ``push`` registers an in-memory action ("other") nobody else can do.
+    """
+
+    def __init__(self, observer: ResourceObserver | None = None) -> None:
+        self._actions: list[tuple[str, Callable[[], object], Resource, object]] = []
+        self._observer = observer if observer is not None else current_observer()
+
+    def push(self, label: str, action: Callable[[], object], resource: Resource | None = None) -> None:
+        resource = resource or Resource("other", label)
+        token = None
+        if self._observer is not None and resource.kind != "other":
+            # the journal is a second line of defence: failing to write it (disk full) must
+            # never keep the release action from being registered
+            with contextlib.suppress(Exception):
+                token = self._observer.registered(resource, label)
+        self._actions.append((label, action, resource, token))
+
+    def add(self, resource: Resource, label: str | None = None) -> None:
+        """Register ``resource``, released by its kind's function."""
+        if resource.kind not in KINDS:
+            raise HostError(f"no release function for {resource.kind!r} resources (register_kind)")
+        self.push(label or f"release {resource.kind} {resource.ident}", lambda: release(resource), resource)
+
+    def path(self, path: Path) -> None:
+        self.add(Resource("path", str(path)), f"remove {path}")
+
+    def loop(self, device: Path, backing_file: Path) -> None:
+        self.add(Resource("loop", str(device), str(backing_file)), f"detach {device}")
+
+    def mount(self, mountpoint: Path) -> None:
+        self.add(Resource("mount", str(mountpoint)), f"unmount {mountpoint}")
+
+    def dm(self, name: str) -> None:
+        """A device-mapper mapping (dm-crypt, tcrypt, bitlk), closed by name."""
+        self.add(Resource("dm", name), f"close dm {name}")
+
+    def process(self, proc: subprocess.Popen[bytes], *, wait: float = 0.0) -> None:
+        """Register a daemon we started: SIGTERM (after ``wait`` s to exit by itself), SIGKILL.
+
+        Start daemons with ``stdin=subprocess.DEVNULL`` or a pipe (never a terminal to prompt
+        on) and the secret on a pipe or in a SecretDir file, never in argv: the test suite scans
+        every process's /proc/<pid>/cmdline and environ while a volume is mounted.
+        """
+        resource = process_resource(proc.pid, wait=wait)
+
+        def stop() -> None:
+            release(resource)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=PROCESS_EXIT_WAIT)  # reap our child
+
+        name = os.path.basename(resource.detail) or os.path.basename(str(proc.args))
+        self.push(f"stop {name} (pid {proc.pid})", stop, resource)
+
+    def __len__(self) -> int:
+        return len(self._actions)
+
+    @property
+    def labels(self) -> list[str]:
+        return [label for label, _, _, _ in self._actions]
+
+    @property
+    def resources(self) -> list[Resource]:
+        return [resource for _, _, resource, _ in self._actions]
+
+    def release(self) -> None:
+        errors: list[str] = []
+        while self._actions:
+            label, action, _, token = self._actions.pop()
+            try:
+                action()
+            except Exception as exc:  # keep releasing the rest, report all at the end
+                errors.append(f"{label}: {exc}")
+                continue
+            if token is not None and self._observer is not None:
+                with contextlib.suppress(Exception):  # never let the journal stop a teardown
+                    self._observer.released(token)
+        if errors:
+            raise HostError("cleanup failed: " + "; ".join(errors))
+
+
+# ---------------------------------------------------------------- secrets
+
+MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")
+RUN_SECRETS = Path("/run/encperf")  # root's: not world-writable, unlike /dev/shm
+
+
+def secret_bases() -> list[Path]:
+    """Directories on a RAM file system where this user's secret directories may live, best
+    first: /run/encperf (root, if /run is a tmpfs), $XDG_RUNTIME_DIR (if it is ours), /dev/shm."""
+    found: list[Path] = []
+    if host.is_root():
+        found.append(RUN_SECRETS)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime):
+        found.append(Path(runtime))
+    found.append(Path("/dev/shm"))
+    return found
+
+
+def _usable_base(base: Path) -> bool:
+    try:
+        if base == RUN_SECRETS and host.filesystem_type(base.parent) in MEMORY_FILESYSTEMS:
+            with contextlib.suppress(FileExistsError):
+                base.mkdir(mode=0o700)
+        info = os.lstat(base)
+    except OSError:
+        return False
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        return False
+    if host.filesystem_type(base) not in MEMORY_FILESYSTEMS or not os.access(base, os.W_OK | os.X_OK):
+        return False
+    if info.st_uid == os.geteuid() and not info.st_mode & 0o077:
+        return True  # ours alone (/run/encperf, $XDG_RUNTIME_DIR)
+    return info.st_uid == 0 and bool(info.st_mode & stat.S_ISVTX)  # /dev/shm: sticky, shared
+
+
+def secret_base() -> Path:
+    """The first usable directory of :func:`secret_bases`; HostError if none is on a RAM
+    file system (a key file must never reach a disk)."""
+    for base in secret_bases():
+        if _usable_base(base):
+            return base
+    tried = ", ".join(map(str, secret_bases()))
+    raise HostError(f"no RAM file system for key files (tried {tried}): mount a tmpfs on /dev/shm")
+
+
+@dataclass
+class SecretDir:
+    """A 0700 directory on a RAM file system for one volume's key files, removed with its content.
+
+    Named ``encperf-<pid>-*`` like a run directory and registered as a path on the Cleanup, so
+    a killed run's journal removes it too. Remove each file as soon as its tool has read it.
+    """
+
+    path: Path
+
+    @classmethod
+    def create(cls, cleanup: Cleanup) -> SecretDir:
+        path = Path(tempfile.mkdtemp(prefix=f"encperf-{os.getpid()}-", dir=secret_base()))  # 0700
+        cleanup.path(path)
+        return cls(path)
+
+    def write(self, name: str, data: bytes) -> Path:
+        """Write ``data`` to a new 0600 file ``name`` (replacing an old one)."""
+        target = self.path / name
+        target.unlink(missing_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        return target
+
+    def discard(self, name: str) -> None:
+        (self.path / name).unlink(missing_ok=True)

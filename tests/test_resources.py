@@ -1,0 +1,202 @@
+"""resources.py: one release function per resource kind, for live teardown and dead-run cleanup
+alike; the safe-path checks a dead run's journal is held to; secret directories in RAM."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_encperf import host, journal, resources
+from pytest_encperf.resources import Cleanup, Resource, SecretDir
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_infrastructure_imports_no_backend() -> None:
+    for module in ("host", "resources", "journal"):
+        tree = ast.parse((ROOT / "pytest_encperf" / f"{module}.py").read_text())
+        imported = [
+            (node.module or "") + "." + ",".join(a.name for a in node.names)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+        ]
+        imported += [a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names]
+        assert not [name for name in imported if "backends" in name], f"{module} imports {imported}"
+
+
+def test_backends_register_the_kinds_they_add() -> None:
+    from pytest_encperf import backends
+
+    assert backends.load_all() == []
+    assert {"fscrypt-key", "veracrypt-volume"} <= set(resources.KINDS)
+    assert {"path", "mount", "loop", "dm", "process"} <= set(resources.KINDS)
+
+
+def test_live_teardown_and_dead_run_cleanup_use_the_same_function_in_the_same_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[str, Resource]] = []
+    monkeypatch.setitem(resources.KINDS, "probe", resources.KINDS["path"])
+    resources.register_kind("probe", lambda r: calls.append(("released", r)) or f"released {r.ident}")
+    made = [Resource("probe", str(tmp_path / f"encperf-1-x/{n}")) for n in ("a", "b", "c")]
+
+    live = Cleanup()
+    for resource in made:
+        live.add(resource)
+    live.release()
+    in_live = list(calls)
+    calls.clear()
+
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    log = journal.Journal(tmp_path)
+    log.pid = proc.pid  # as if written by the (now dead) process
+    log.path = log.path.with_name(f"run-{proc.pid}-beef.json")
+    (tmp_path / f"encperf-{proc.pid}-x").mkdir(mode=0o700)
+    dead_cleanup = Cleanup(log)
+    for resource in made:
+        dead_cleanup.add(Resource("probe", resource.ident.replace("encperf-1-", f"encperf-{proc.pid}-")))
+    (dead,) = journal.release_dead_runs(tmp_path)
+    assert dead.failed == [] and dead.refused == []
+    assert [r.ident for _, r in in_live] == [m.ident for m in reversed(made)]
+    assert [r.ident.replace(f"encperf-{proc.pid}-", "encperf-1-") for _, r in calls] == [
+        m.ident for m in reversed(made)
+    ]
+    resources.KINDS.pop("probe")
+
+
+def test_a_kind_nobody_registered_cannot_be_held() -> None:
+    with pytest.raises(host.HostError, match="no release function for 'teleporter' resources"):
+        Cleanup().add(Resource("teleporter", "t1"))
+
+
+def test_process_release_stops_ours_and_leaves_a_reused_pid_alone() -> None:
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        resource = resources.process_resource(proc.pid)
+        reused = Resource("process", resource.ident, resource.detail, (resource.started or 0) - 100)
+        assert "is another process now" in resources.release(reused)
+        assert proc.poll() is None
+        assert resources.release(resource) == f"stopped sleep (pid {proc.pid})"
+        assert proc.wait(timeout=5) is not None
+        assert resources.release(resource) == f"sleep (pid {proc.pid}): not running any more"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_daemon_gets_its_wait_to_exit_by_itself_before_sigterm() -> None:
+    # exits 0 by itself after 0.3 s; SIGTERM would end it with -15
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    cleanup = Cleanup()
+    cleanup.process(proc, wait=5)
+    cleanup.release()
+    assert proc.returncode == 0
+
+
+def test_fuse_mount_is_unmounted_with_fusermount_retried_then_lazily_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[list[str]] = []
+
+    def busy(argv: list[str], **kwargs: object) -> str:
+        calls.append(list(argv))
+        if "-z" not in argv and "--lazy" not in argv:
+            raise host.HostError(f"{argv[0]}: exit 1: Device or resource busy")
+        return ""
+
+    mounted = [True]
+    monkeypatch.setattr(host, "is_mounted", lambda path: mounted[0])
+    monkeypatch.setattr(host, "mount_type", lambda path: "fuse.gocryptfs")
+    monkeypatch.setattr(host, "fusermount_binary", lambda: "fusermount3")
+    monkeypatch.setattr(host, "run", busy)
+    monkeypatch.setattr(host.time, "sleep", lambda seconds: None)
+    with pytest.warns(RuntimeWarning, match="/mnt/x was still busy: unmounted lazily"):
+        message = resources.release(Resource("mount", "/mnt/x"))
+    assert message == "unmounted /mnt/x (lazily: it was still busy)"
+    assert calls == [["fusermount3", "-u", "/mnt/x"]] * 10 + [["fusermount3", "-u", "-z", "/mnt/x"]]
+    monkeypatch.setattr(host, "mount_type", lambda path: "ext4")
+    calls.clear()
+    with pytest.warns(RuntimeWarning):
+        resources.release(Resource("mount", "/mnt/x"))
+    assert calls[0] == ["umount", "/mnt/x"] and calls[-1] == ["umount", "--lazy", "/mnt/x"]
+    mounted[0] = False
+    assert resources.release(Resource("mount", "/mnt/x")) == "/mnt/x: not mounted any more"
+
+
+def test_path_removal_refuses_to_delete_through_a_mount(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "run"
+    target.mkdir()
+    monkeypatch.setattr(host, "mounts_under", lambda p: [target / "mnt"])
+    monkeypatch.setattr(host, "unmount", lambda p: False)  # an unmount that does not take
+    cleanup = Cleanup()
+    cleanup.path(target)
+    with pytest.raises(host.HostError, match=r"not removing .*still mounted"):
+        cleanup.release()
+    assert target.exists()
+
+
+def test_secret_dir_is_0700_in_ram_named_like_a_run_directory_and_removed_with_its_cleanup() -> None:
+    cleanup = Cleanup()
+    secrets = SecretDir.create(cleanup)
+    key = secrets.write("key", b"s3cret")
+    assert oct(secrets.path.stat().st_mode & 0o777) == "0o700"
+    assert oct(key.stat().st_mode & 0o777) == "0o600"
+    assert host.filesystem_type(secrets.path) in resources.MEMORY_FILESYSTEMS
+    assert secrets.path.parent in resources.secret_bases()
+    assert secrets.path.name.startswith(f"encperf-{os.getpid()}-")
+    assert cleanup.resources == [Resource("path", str(secrets.path))]
+    secrets.discard("key")
+    assert not key.exists()
+    cleanup.release()
+    assert not secrets.path.exists()
+
+
+def test_no_ram_file_system_means_no_key_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(resources, "secret_bases", lambda: [tmp_path])  # on disk
+    with pytest.raises(host.HostError, match="no RAM file system for key files"):
+        SecretDir.create(Cleanup())
+
+
+def test_safe_path_rules(tmp_path: Path) -> None:
+    assert resources.unsafe_ancestor(Path("/var/tmp")) is None  # sticky: fine
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert resources.unsafe_ancestor(shared / "x") == f"{shared / 'x'}: No such file or directory"
+    assert resources.unsafe_ancestor(shared) == f"{shared} is writable by other users"
+    run = tmp_path / "encperf-7-a"
+    run.mkdir(mode=0o755)
+    assert (
+        resources.outside_run_directories(str(run / "f"), [tmp_path], 7) == f"{run} has mode 0755, not 0700"
+    )
+    run.chmod(0o700)
+    assert resources.outside_run_directories(str(run / "f"), [tmp_path], 7) is None
+    assert resources.outside_run_directories(str(run / "f"), [tmp_path], 8) is not None  # another run's
+
+
+def test_machine_lock_refuses_a_symlink_and_times_out(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.touch(mode=0o600)
+    (tmp_path / "link.lock").symlink_to(target)
+    with pytest.raises(OSError), host.machine_lock(tmp_path / "link.lock", timeout=0.1):
+        pass
+    lock = tmp_path / "a.lock"
+    with host.machine_lock(lock, timeout=0.1):
+        code = (
+            "import sys; from pathlib import Path; from pytest_encperf import host\n"
+            "with host.machine_lock(Path(sys.argv[1]), timeout=0.2): pass"
+        )
+        start = time.monotonic()
+        other = subprocess.run([sys.executable, "-c", code, str(lock)], capture_output=True, text=True)
+        assert time.monotonic() - start < 10
+    assert other.returncode == 1
+    assert f"LockTimeout: lock {lock} is held by pid {os.getpid()} for more than 0.2 s" in other.stderr
