@@ -49,3 +49,17 @@ class StandIns:
             return []
         found = [Call(**json.loads(line)) for line in self.log.read_text().splitlines()]
         return [call for call in found if tool is None or call.tool == tool]
+
+
+VERACRYPT_STANDIN = Path(__file__).with_name("veracrypt_standin.py")
+
+
+def install_veracrypt(directory: Path) -> Path:
+    """Put the VeraCrypt stand-in (tests/veracrypt_standin.py) in ``directory`` as ``veracrypt``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "veracrypt"
+    path.write_text(
+        f"#!{sys.executable}\nimport runpy\nrunpy.run_path({str(VERACRYPT_STANDIN)!r}, run_name='__main__')\n"
+    )
+    path.chmod(0o755)
+    return path

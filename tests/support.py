@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import configparser
 import contextlib
+import json
 import os
 import shutil
 import struct
@@ -12,10 +14,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from pytest_encperf import host
-from pytest_encperf.backends import BackendSpec, make_backend
+from pytest_encperf import host, resources
+from pytest_encperf.backends import BackendSpec, make_backend, vcformat
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
+
+from .standin import install_veracrypt
+
+TESTDATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "testdata" / "cryptsetup"
+TESTDATA = Path(os.environ.get("ENCPERF_CRYPTSETUP_TESTDATA", TESTDATA))
+BITLK_IMAGE = "bitlk-aes-xts-128"  # NTFS inside (its data area is wiped in the test image)
+VOLUME_PASSWORD = "encperf-test-volume-password"  # of the VeraCrypt volume made for tcrypt
 
 
 def disk_dir() -> Path:
@@ -24,17 +33,103 @@ def disk_dir() -> Path:
     return Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
 
 
-def problems_here(name: str, base: Path) -> list[str]:
-    """Why backend ``name`` (without parameters) cannot run on a small container in ``base``.
+def extract(archive: str, member: str, into: Path) -> Path:
+    """One member of a shared test archive (GNU tar keeps the BitLocker images sparse)."""
+    subprocess.run(["tar", "-xJf", str(TESTDATA / archive), "-C", str(into), member], check=True)
+    return into / member
 
-    Backends that open an existing volume (tcrypt, bitlk, bitlocker) need parameters such as
-    image=: without them they cannot run in a generic test either.
+
+def bitlk_passwords(into: Path) -> configparser.SectionProxy:
+    """The shared BitLocker image's password (PW) and recovery passphrase (RP)."""
+    conf = configparser.ConfigParser(interpolation=None)
+    conf.optionxform = str  # type: ignore[assignment,method-assign]
+    conf.read(extract("bitlk-images.tar.xz", "bitlk-images/images.conf", into))
+    return conf[BITLK_IMAGE]
+
+
+def given_file(directory: Path, name: str, text: str) -> Path:
+    """A file the user names in a spec (a password file): 0600, outside every run directory."""
+    path = directory / name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    return path
+
+
+def spec_for(name: str, given: Path) -> tuple[str, list[str]]:
+    """A spec of backend ``name`` that a generic test can run, and the secrets the user gives it.
+
+    Backends that open someone else's volume get one, with its password file, in ``given``
+    (a directory outside the test's --encperf-dir): bitlk and bitlocker the shared BitLocker
+    image; tcrypt a VeraCrypt-format volume written by vcformat (the shared TrueCrypt/VeraCrypt
+    images, a few hundred KiB, have no room for a file system). veracrypt runs as the program
+    (``tool=cli,mode=fuse``) when one is on PATH (the real one, or the stand-in of
+    :func:`with_veracrypt_standin`).
     """
+    if name in ("bitlk", "bitlocker"):
+        password = bitlk_passwords(given)["PW"]
+        image = extract("bitlk-images.tar.xz", f"bitlk-images/{BITLK_IMAGE}.img", given)
+        secret = given_file(given, "given-password", password)
+        if name == "bitlk":
+            return f"bitlk:image={image},password-file={secret}", [password]
+        return f"bitlocker:image={image},password-file={secret},filesystem=ext4", [password]
+    if name == "tcrypt":
+        image = given / "given-veracrypt.img"
+        fd = os.open(image, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            size = container_size(2 * MiB) + vcformat.DATA_OFFSET + vcformat.BACKUP_AREA
+            os.ftruncate(fd, size)
+            vcformat.write_volume(fd, size, VOLUME_PASSWORD.encode(), "SHA-512", 1)
+        finally:
+            os.close(fd)
+        secret = given_file(given, "given-password", VOLUME_PASSWORD + "\n")
+        return f"tcrypt:image={image},password-file={secret},hash=sha512,veracrypt-pim=1", [VOLUME_PASSWORD]
+    if name == "veracrypt" and host.missing_tools("veracrypt") == []:
+        return "veracrypt:tool=cli,mode=fuse", []
+    return name, []
+
+
+def with_veracrypt_standin(directory: Path) -> dict[str, str]:
+    """Environment that puts the VeraCrypt stand-in first on PATH (state in ``directory``)."""
+    install_veracrypt(directory / "bin")
+    return {
+        "PATH": f"{directory / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+        "VERACRYPT_STANDIN_STATE": str(directory / "state"),
+    }
+
+
+def problems_here(spec: str, base: Path) -> list[str]:
+    """Why backend ``spec`` cannot run on a small container in ``base``."""
     try:
-        backend = make_backend(BackendSpec(name))
+        backend = make_backend(BackendSpec.parse(spec))
     except ValueError as exc:
         return [f"needs parameters: {exc}"]
     return backend.problems(Target("container", base, container_size(2 * MiB)))
+
+
+def secret_dirs(pid: int) -> list[Path]:
+    """Secret directories of process ``pid`` on the RAM file systems (must not outlive it)."""
+    return [path for base in resources.secret_bases() for path in base.glob(f"encperf-{pid}-*")]
+
+
+def veracrypt_leftovers(base: Path, state: Path) -> list[str]:
+    """What a VeraCrypt volume of a container under ``base``, mapped in FUSE mode, leaves when
+    nobody dismounts it: the program's own FUSE mount (/tmp/.veracrypt_aux_mntN), loop devices
+    over its ``volume`` file, and the stand-in's record of the mapping (in ``state``)."""
+    slots = sorted(state.glob("slot[0-9]*.json"))
+    aux = {json.loads(path.read_text())["aux"] for path in slots}
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        mountpoint = fields[4].replace("\\040", " ")
+        if mountpoint.startswith("/tmp/.veracrypt_aux_mnt") and base.name in fields[3]:
+            aux.add(str(Path(mountpoint).parent))  # the container of this test bound on "volume"
+    found = [f"stand-in mapping {path.name}" for path in slots]
+    for directory in sorted(aux):
+        found += [f"mount {m}" for m in host.mounts_under(Path(directory))]
+        found += [f"loop device {d} over {directory}/volume" for d in host.loops_backed_by(Path(directory))]
+        if os.path.lexists(directory):
+            found.append(f"directory {directory}")
+    return found
 
 
 def mounts_and_loops_left(path: Path) -> list[str]:
