@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+import psutil
+
 DEFAULT_TIMEOUT = 120.0
 
 
@@ -144,16 +146,20 @@ def signals_deferred() -> Iterator[None]:
             raise KeyboardInterrupt(f"signal {received[0]} (deferred until teardown finished)")
 
 
-def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
-    """SIGTERM a process unless it has exited, SIGKILL it after ``timeout``, reap it."""
-    if proc.poll() is not None:
-        return
-    proc.terminate()
+def stop_process(process: psutil.Process, timeout: float = 10.0) -> None:
+    """SIGTERM a process unless it has exited, SIGKILL it after ``timeout`` (reaped if it is our
+    child)."""
     try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=timeout)
+        if not process.is_running() or process.status() == psutil.STATUS_ZOMBIE:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except psutil.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=timeout)
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        pass
 
 
 # ---------------------------------------------------------------- loop devices

@@ -158,8 +158,8 @@ def foreign_process(resource: Resource) -> str | None:
     if resource.started is not None and abs(started - resource.started) >= 0.05:
         then = f"{resource.started:.2f}"
         return f"pid {pid} is another process now ({exe or '?'}, started at {started:.2f}, not {then})"
-    if resource.detail and exe != resource.detail:
-        return f"pid {pid} now runs {exe or '?'}, not {resource.detail}"
+    if resource.detail and exe and exe != resource.detail:  # "" while it exits: /proc/PID/exe is gone
+        return f"pid {pid} now runs {exe}, not {resource.detail}"
     return None
 
 
@@ -175,15 +175,9 @@ def _release_process(resource: Resource) -> str:
         if resource.wait:  # a FUSE daemon exits by itself once its mount is gone
             with contextlib.suppress(psutil.TimeoutExpired):
                 process.wait(timeout=resource.wait)
-        if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-            process.terminate()
-            try:
-                process.wait(timeout=PROCESS_EXIT_WAIT)
-            except psutil.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=PROCESS_EXIT_WAIT)
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        pass
+        return f"stopped {what}"
+    host.stop_process(process, PROCESS_EXIT_WAIT)
     return f"stopped {what}"
 
 

@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from .. import host
 from ..host import HostError
 from ..resources import SecretDir
@@ -139,7 +141,7 @@ def start_fuse_daemon(
             detail = host.redact(read_log_tail(log, log_start) or "no message", hidden)
             raise HostError(f"{what} exited with status {code} before mounting: {detail}")
         if time.monotonic() > deadline:
-            host.stop_process(proc)  # never mounted: don't wait for it to exit by itself
+            host.stop_process(psutil.Process(proc.pid))  # never mounted: don't wait for it to exit
             volume.mounted.release()
             detail = host.redact(read_log_tail(log, log_start) or "no message", hidden)
             raise HostError(f"{what} did not mount {mountpoint} within {timeout:g} s: {detail}")
