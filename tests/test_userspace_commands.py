@@ -271,3 +271,24 @@ def test_bitlocker_protected_regions_are_what_dislocker_refuses_to_write() -> No
     ]
     with pytest.raises(HostError, match="cannot find the three BitLocker metadata offsets"):
         protected_regions("[INFO] Sector size: 0x0200 (512) bytes")
+
+
+def test_bitlocker_recovery_password_goes_to_argv_only_with_consent(tmp_path: Path) -> None:
+    spec = f"bitlocker:image={tmp_path}/x.img,recovery-file={tmp_path}/rk"
+    with pytest.raises(ValueError, match="add secret-in-argv=yes to accept that, or use password-file="):
+        parse_backend_list(spec)
+    backend = BitlockerBackend(BackendSpec.parse(f"{spec},secret-in-argv=yes"))
+    volume = volume_for(backend, tmp_path)
+    assert f"-p{PASSWORD.decode()}" in backend.dislocker_command(volume)
+    assert backend.describe(volume)["secret_in_argv"] is True
+
+
+def test_a_daemons_messages_show_its_secrets_as_placeholders(tmp_path: Path) -> None:
+    volume = Volume(GocryptfsBackend(BackendSpec("gocryptfs")), Target("directory", tmp_path, 1), tmp_path)
+    argv = ["sh", "-c", 'read pw; echo "wrong password $pw, recovery $0" >&2; exit 3', "-p123456-654321"]
+    with pytest.raises(HostError) as failed:
+        fuse.start_fuse_daemon(
+            volume, argv, tmp_path / "m", tmp_path / "log", what="fake", stdin_data=PASSWORD + b"\n",
+            secrets=["123456-654321"],
+        )  # fmt: skip
+    assert str(failed.value).endswith("before mounting: wrong password <secret>, recovery -p<secret>")
