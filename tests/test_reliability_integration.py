@@ -27,7 +27,15 @@ import pytest
 
 from pytest_encperf import backends, host, journal, resources
 from pytest_encperf.workloads import MiB
-from tests.support import disk_dir, mounts_and_loops_left, problems_here
+from tests.support import (
+    disk_dir,
+    mounts_and_loops_left,
+    problems_here,
+    secret_dirs,
+    spec_for,
+    veracrypt_leftovers,
+    with_veracrypt_standin,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -132,11 +140,35 @@ def base() -> Iterator[Path]:
         shutil.rmtree(path)
 
 
-def runnable(name: str, base: Path) -> None:
-    """Skip (with the reason) a backend that cannot run here."""
-    problems = problems_here(name, base)
+@pytest.fixture
+def given(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Beside --encperf-dir: what a user gives (volume images, password files) and the VeraCrypt
+    stand-in's state."""
+    path = Path(tempfile.mkdtemp(prefix="encperf-given-", dir=base_directory()))
+    yield path
+    if not host.mounts_under(path) and not host.loops_backed_by(path):
+        shutil.rmtree(path)
+
+
+def runnable(
+    name: str, base: Path, given: Path | None = None, monkeypatch: pytest.MonkeyPatch | None = None
+) -> str:
+    """The spec to run for backend ``name`` (see tests.support.spec_for); ``veracrypt-cli`` is the
+    program, the stand-in where it is missing. Skips (with the reason) one that cannot run here."""
+    spec = name
+    if given is not None and monkeypatch is not None:
+        if name == "veracrypt-cli" and shutil.which("veracrypt") is None:
+            for key, value in with_veracrypt_standin(given).items():
+                monkeypatch.setenv(key, value)
+        spec, _ = spec_for(name.removesuffix("-cli"), given)
+        spec = "veracrypt:tool=native" if name == "veracrypt" else spec
+    problems = problems_here(spec, base)
     if problems:
         pytest.skip(f"{name}: {'; '.join(problems)}")
+    return spec
+
+
+CHAOS_BACKENDS = [*backends.known_names(), "veracrypt-cli"]
 
 
 def start_session(
@@ -168,16 +200,15 @@ def wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60) -> 
 
 
 def start_paused(
-    pytester: pytest.Pytester, base: Path, name: str, point: str
+    pytester: pytest.Pytester, base: Path, spec: str, point: str, paused: str = "paused"
 ) -> subprocess.Popen[bytes] | None:
-    """A session of backend ``name`` held at chaos point ``point``; None when it ended without
-    reaching it (skips a backend that cannot run here)."""
-    runnable(name, base)
+    """A session of backend ``spec`` held at chaos point ``point`` (until the file ``paused``
+    appears in the control directory); None when it ended without reaching it."""
     pytester.makepyfile(test_bench=BENCHMARK)
     pytester.makeconftest(CHAOS_CONFTEST)
     env = {"ENCPERF_CHAOS_POINT": point, "ENCPERF_CHAOS_CONTROL": str(pytester.path)}
-    proc = start_session(pytester, base, name, env)
-    return proc if wait_for(pytester.path / "paused", proc) else None
+    proc = start_session(pytester, base, spec, env)
+    return proc if wait_for(pytester.path / paused, proc) else None
 
 
 def journaled(base: Path) -> list[dict[str, Any]]:
@@ -187,9 +218,16 @@ def journaled(base: Path) -> list[dict[str, Any]]:
     return entries
 
 
-def leftovers(base: Path, recorded: list[dict[str, Any]]) -> list[str]:
-    """Everything of ours still there: mounts, loop devices, dm targets, daemons, files, keys."""
+def leftovers(
+    base: Path, recorded: list[dict[str, Any]], given: Path | None = None, pid: int | None = None
+) -> list[str]:
+    """Everything of ours still there: mounts, loop devices, dm targets, daemons, files, keys,
+    secret directories of session ``pid``, what VeraCrypt (or its stand-in) made for itself."""
     found = mounts_and_loops_left(base)
+    if given is not None:
+        found += veracrypt_leftovers(base, given / "state")
+    if pid is not None:
+        found += [f"secret directory {d}" for d in secret_dirs(pid)]
     found += [f"file {p}" for p in sorted(base.iterdir()) if p.name != journal.RUNS_DIR]
     found += [f"journal {p}" for p in journal.journals(base)]
     for entry in recorded:
@@ -202,38 +240,76 @@ def leftovers(base: Path, recorded: list[dict[str, Any]]) -> list[str]:
             found.append(f"process {entry.get('detail')} (pid {ident})")
         elif kind == "mount" and host.is_mounted(Path(ident)):
             found.append(f"recorded mount {ident}")
+    places = [str(base), *([str(given)] if given is not None else [])]
     for proc in psutil.process_iter(["pid", "cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if str(base) in cmdline and proc.info["pid"] != os.getpid() and "pytest" not in cmdline:
-            found.append(f"process {cmdline} (pid {proc.info['pid']})")  # a daemon working in base
+        if any(p in cmdline for p in places) and proc.info["pid"] != os.getpid() and "pytest" not in cmdline:
+            found.append(f"process {cmdline} (pid {proc.info['pid']})")  # a daemon working there
     keys = Path("/proc/keys").read_text() if Path("/proc/keys").exists() else ""
     found += [f"key {line}" for line in keys.splitlines() if "encperf" in line]
     return found
 
 
+def encperf_cleanup(base: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_encperf.cli", "cleanup", f"--dir={base}"],
+        capture_output=True,
+        text=True,
+    )
+
+
 @pytest.mark.parametrize("point", KILL_POINTS)
-@pytest.mark.parametrize("name", backends.known_names())
+@pytest.mark.parametrize("name", CHAOS_BACKENDS)
 def test_sigkill_then_encperf_cleanup_leaves_nothing(
-    pytester: pytest.Pytester, base: Path, name: str, point: str
+    pytester: pytest.Pytester, base: Path, given: Path, monkeypatch: pytest.MonkeyPatch, name: str, point: str
 ) -> None:
-    proc = start_paused(pytester, base, name, point)
+    spec = runnable(name, base, given, monkeypatch)
+    proc = start_paused(pytester, base, spec, point)
     if proc is None:
         pytest.skip(f"{name} never reached kill point {point!r}")
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     recorded = journaled(base)
     assert recorded, "the killed run journaled nothing"
-    assert leftovers(base, recorded), "the kill left nothing to clean: the test would prove nothing"
-    cleanup = subprocess.run(
-        [sys.executable, "-m", "pytest_encperf.cli", "cleanup", f"--dir={base}"],
-        capture_output=True,
-        text=True,
-    )
+    before = leftovers(base, recorded, given, proc.pid)
+    assert before, "the kill left nothing to clean: the test would prove nothing"
+    cleanup = encperf_cleanup(base)
     assert cleanup.returncode == 0, cleanup.stdout + cleanup.stderr
     assert f"run pid {proc.pid}" in cleanup.stdout
     assert "removed" in cleanup.stdout
-    found = leftovers(base, recorded)
-    print(f"chaos SIGKILL {name} at {point}: {len(recorded)} resources journaled, leftovers {found}")
+    found = leftovers(base, recorded, given, proc.pid)
+    print(f"chaos SIGKILL {name} at {point}: {len(recorded)} resources journaled, left by the kill:")
+    print("\n".join(f"  {line}" for line in before))
+    print(f"encperf cleanup:\n{cleanup.stdout}leftovers after: {found}")
+    assert found == []
+
+
+def test_sigkill_while_veracrypt_maps_then_cleanup_leaves_nothing(
+    pytester: pytest.Pytester, base: Path, given: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed while the veracrypt program is still working: it has made its own FUSE mount, loop
+    device and daemon, and returned nothing yet. The volume was journaled before the call, so
+    ``encperf cleanup`` dismounts it through the program (here the stand-in, which pauses there)."""
+    for key, value in with_veracrypt_standin(given).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("VERACRYPT_STANDIN_PAUSE", str(pytester.path))
+    spec = runnable("veracrypt-cli", base, given, monkeypatch)
+    proc = start_paused(pytester, base, spec, "none", paused="tool-paused")
+    assert proc is not None, "the session never reached the veracrypt call"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    (pytester.path / "go").touch()  # the stand-in finishes its call, to a caller that is gone
+    recorded = journaled(base)
+    assert [e["ident"] for e in recorded if e["kind"] == "veracrypt-volume"], recorded
+    before = leftovers(base, recorded, given, proc.pid)
+    assert [line for line in before if ".veracrypt_aux_mnt" in line], before
+    cleanup = encperf_cleanup(base)
+    assert cleanup.returncode == 0, cleanup.stdout + cleanup.stderr
+    assert "dismounted veracrypt volume" in cleanup.stdout
+    found = leftovers(base, recorded, given, proc.pid)
+    print("chaos SIGKILL veracrypt (stand-in) inside its map call: left by the kill:")
+    print("\n".join(f"  {line}" for line in before))
+    print(f"encperf cleanup:\n{cleanup.stdout}leftovers after: {found}")
     assert found == []
 
 
@@ -243,24 +319,31 @@ def test_sigkill_then_encperf_cleanup_leaves_nothing(
     + [("round", signal.SIGTERM), ("create", signal.SIGTERM), ("teardown", signal.SIGHUP)],
     ids=[f"{point}-SIGINT" for point in KILL_POINTS] + ["round-SIGTERM", "create-SIGTERM", "teardown-SIGHUP"],
 )
-@pytest.mark.parametrize("name", backends.known_names())
+@pytest.mark.parametrize("name", CHAOS_BACKENDS)
 def test_interrupt_tears_down_without_cleanup(
-    pytester: pytest.Pytester, base: Path, name: str, point: str, signum: int
+    pytester: pytest.Pytester,
+    base: Path,
+    given: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    point: str,
+    signum: int,
 ) -> None:
-    proc = start_paused(pytester, base, name, point)
+    spec = runnable(name, base, given, monkeypatch)
+    proc = start_paused(pytester, base, spec, point)
     if proc is None:
         pytest.skip(f"{name} never reached point {point!r}")
     recorded = journaled(base)
     proc.send_signal(signum)
     (pytester.path / "go").touch()  # a teardown defers the signal until it is done: let it finish
     assert proc.wait(timeout=60) == pytest.ExitCode.INTERRUPTED
-    found = leftovers(base, recorded)
+    found = leftovers(base, recorded, given, proc.pid)
     print(f"chaos {signal.Signals(signum).name} {name} at {point}: leftovers {found}")
     assert found == []
 
 
 def test_next_session_releases_a_killed_runs_leftovers(pytester: pytest.Pytester, base: Path) -> None:
-    killed = start_paused(pytester, base, "plain", "round")
+    killed = start_paused(pytester, base, runnable("plain", base), "round")
     assert killed is not None
     killed.send_signal(signal.SIGKILL)
     killed.wait(timeout=30)
@@ -366,13 +449,15 @@ def test_disk_full_during_a_round_fails_clearly_and_tears_down(
     assert host.mounts_under(small_filesystem) == [small_filesystem]
 
 
-@pytest.mark.parametrize("name", backends.known_names())
-def test_verify_on_real_volumes(pytester: pytest.Pytester, base: Path, name: str) -> None:
-    runnable(name, base)
+@pytest.mark.parametrize("name", CHAOS_BACKENDS)
+def test_verify_on_real_volumes(
+    pytester: pytest.Pytester, base: Path, given: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    spec = runnable(name, base, given, monkeypatch)
     pytester.makepyfile(test_bench=BENCHMARK)
     result = pytester.runpytest_subprocess(
         f"--encperf-dir={base}",
-        f"--encperf-backends={name}",
+        f"--encperf-backends={spec}",
         "--encperf-verify=yes",
         *QUICK[:4],
         "-k",
