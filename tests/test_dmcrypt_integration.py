@@ -258,7 +258,7 @@ def test_native_veracrypt_volume_life_cycle_and_tcrypt_dump(spec: str, target: T
         assert mounted.description["type"] == "TCRYPT"
         assert mounted.description["cipher"] == "aes-xts-plain64"
         (mounted.data_dir / "marker").write_bytes(MARKER * 1024)
-        password = volume.state["password_file"].read_bytes()
+        password = volume.state["password"]
         pim = str(backend.spec.param_dict.get("pim", "1"))
         hash_name = "sha256" if "SHA-256" in spec else "sha512"
         dump = host.run(

@@ -20,10 +20,14 @@ from . import uml
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[1]
+# The secrets scan of the dm-crypt based backends (LUKS, plain, VeraCrypt, TrueCrypt/VeraCrypt and
+# BitLocker volumes) runs here too.
+DM_SECRETS = ("luks2", "luks1", "dm-plain", "veracrypt", "tcrypt", "bitlk")
 LANE_TESTS = [
     "tests/test_dmcrypt_integration.py",
     "tests/test_partition_integration.py",
     "tests/test_ceiling.py::test_kernel_cipher_speed_through_af_alg",  # the guest loads af_alg
+    *(f"tests/test_secrets_integration.py::test_secret_is_never_exposed[{name}]" for name in DM_SECRETS),
 ]
 # Each must have run and passed in the guest: the lane is worthless if they all skip.
 MUST_PASS = [
@@ -41,6 +45,12 @@ MUST_PASS = [
     "test_a_failed_luks_format_wipes_nothing",
     "test_luks2_on_a_partition_leaves_it_as_it_was",
     "test_kernel_cipher_speed_through_af_alg",
+    "test_secret_is_never_exposed[luks2]",
+    "test_secret_is_never_exposed[luks1]",
+    "test_secret_is_never_exposed[dm-plain]",
+    "test_secret_is_never_exposed[veracrypt]",
+    "test_secret_is_never_exposed[tcrypt]",
+    "test_secret_is_never_exposed[bitlk]",
 ]
 
 
