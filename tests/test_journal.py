@@ -8,8 +8,10 @@ foreign pid, a held lock. Each is refused with a message and nothing it names is
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -632,3 +634,11 @@ def test_a_signal_during_teardown_waits_until_it_is_done() -> None:
         steps.append("released the rest")
     assert steps == ["released the rest"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_the_readme_states_the_cleanup_lock_timeout_the_code_uses() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    match = re.search(r"A cleanup waits for that lock (\d+) s at most", readme)
+    assert match is not None and float(match[1]) == journal.LOCK_TIMEOUT
+    default = inspect.signature(journal.release_dead_runs).parameters["lock_timeout"].default
+    assert default == journal.LOCK_TIMEOUT

@@ -160,6 +160,14 @@ def test_secret_dir_is_0700_in_ram_named_like_a_run_directory_and_removed_with_i
     assert not secrets.path.exists()
 
 
+def test_key_file_directories_go_where_the_readme_says() -> None:
+    bases = resources.secret_bases()
+    assert bases[-1] == Path("/dev/shm")
+    assert (bases[0] == Path("/run/encperf")) is (os.geteuid() == 0)
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        assert Path(os.environ["XDG_RUNTIME_DIR"]) in bases
+
+
 def test_no_ram_file_system_means_no_key_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(resources, "secret_bases", lambda: [tmp_path])  # on disk
     with pytest.raises(host.HostError, match="no RAM file system for key files"):
