@@ -243,7 +243,7 @@ def run_cleanup(args: argparse.Namespace) -> int:
     failed = sum(len(run.failed) for run in runs)
     refused = sum(len(run.refused) for run in runs)
     if failed:
-        print(f"encperf cleanup: {failed} resource(s) could not be released", file=sys.stderr)
+        print(f"encperf cleanup: could not release {failed} resource(s) or journal(s)", file=sys.stderr)
     if refused:
         print(f"encperf cleanup: refused {refused} journal(s) or resource(s) (not released)", file=sys.stderr)
     return 1 if failed or refused else 0

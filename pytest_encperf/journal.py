@@ -318,6 +318,7 @@ def _release_entries(dead: DeadRun, data: dict[str, Any], bases: list[Path], dry
     """Release a dead run's entries newest first; returns the entries to keep (failed ones and
     everything older than the first failure, which may depend on it)."""
     assert dead.pid is not None
+    scope = resources.RunScope(dead.pid, tuple(bases))
     entries = [e for e in data["resources"] if isinstance(e, dict)]
     ordered = release_order(entries)
     for index, entry in enumerate(ordered):
@@ -331,9 +332,11 @@ def _release_entries(dead: DeadRun, data: dict[str, Any], bases: list[Path], dry
         if kind is None:
             dead.failed.append(f"{what}: no way to release a {resource.kind!r} resource")
             return ordered[index:]
-        reason = kind.check(resource, dead.pid)
-        for path in kind.paths(resource):
-            reason = reason or resources.outside_run_directories(path, bases, dead.pid)
+        try:
+            reason = kind.check(resource, scope)
+        except resources.Gone:
+            dead.done.append(f"{what}: already gone")
+            continue
         if reason:
             dead.refused.append(f"{what}: {reason}")
             continue

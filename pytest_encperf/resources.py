@@ -8,8 +8,8 @@ process does after the run was killed (``journal.release_dead_runs``): same orde
 first), same tools, same test of whether it is still there.
 
 Backends register the kinds they add with :func:`register_kind`; this module imports no
-backend. A kind also says which paths a resource acts on, so that a dead run's journal can be
-held to its own directories (see :func:`outside_run_directories`).
+backend. A kind also says how a dead run's entry is held to that run's own directories and
+names (:class:`RunScope`).
 
 Secrets that must be files (a key file a tool reads) live in a :class:`SecretDir`: a 0700
 directory on a RAM file system, named like a run directory (``encperf-<pid>-*``), registered
@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -58,40 +58,102 @@ class Resource:
 
 
 @dataclass(frozen=True)
+class RunScope:
+    """What a dead run's journal may name: paths inside its own run directories
+    (``<base>/encperf-<pid>-*``: the run directory under --encperf-dir, its secret directory on
+    the RAM file system) and names carrying its pid."""
+
+    pid: int
+    bases: tuple[Path, ...]
+
+    def outside(self, path_text: str) -> str | None:
+        """Why ``path_text`` does not name something inside the run's directories, by its text
+        alone (for a path the release does not act on through the file system)."""
+        path = Path(path_text)
+        if not path.is_absolute() or os.path.normpath(path_text) != path_text:
+            return f"{path_text!r} is not a normalised absolute path"
+        if self._run_relative(path) is None:
+            where = " or ".join(f"{base}/encperf-{self.pid}-*" for base in self.bases)
+            return f"{path_text} is outside the run's own directories ({where})"
+        return None
+
+    def unsafe(self, path_text: str) -> str | None:
+        """Why acting on ``path_text`` could touch something the run did not make, or None.
+
+        Besides :meth:`outside`: the run directory must be ours and 0700, and every directory
+        from it down to the path's parent ours, a real directory (no symbolic link) and writable
+        by us only; then nobody else can have made or redirect anything below it. (The path
+        itself is not examined: a mount point shows what is mounted on it.) Raises Gone when a
+        directory on the way no longer exists: there is nothing to release, and a name that
+        may be made again by someone else must not be acted on.
+        """
+        reason = self.outside(path_text)
+        if reason:
+            return reason
+        base, parts = self._run_relative(Path(path_text)) or (Path("/"), ())
+        current = base
+        for depth, part in enumerate(parts[:-1] if len(parts) > 1 else parts):
+            current = current / part
+            try:
+                info = os.lstat(current)
+            except FileNotFoundError:
+                raise Gone(path_text) from None
+            except OSError as exc:
+                return f"{current}: {exc.strerror}"
+            if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+                return f"{current} is not a directory"
+            problem = owned_problem(info, current, mode=0o700 if depth == 0 else None)
+            if problem:
+                return problem
+            if info.st_mode & 0o022:
+                return f"{current} is writable by other users"
+        return None
+
+    def _run_relative(self, path: Path) -> tuple[Path, tuple[str, ...]] | None:
+        pattern = re.compile(rf"encperf-{self.pid}-[A-Za-z0-9_]+")
+        for base in self.bases:
+            try:
+                parts = path.relative_to(base).parts
+            except ValueError:
+                continue
+            if parts and pattern.fullmatch(parts[0]):
+                return base, parts
+        return None
+
+
+class Gone(Exception):
+    """A dead run's path whose directory no longer exists: nothing there to release."""
+
+
+@dataclass(frozen=True)
 class Kind:
-    """How resources of one kind are released, and where they may act.
+    """How resources of one kind are released, and what a dead run's journal may say of them.
 
     ``release`` returns what it did (a line for the user); it is a no-op with a message when the
-    resource is gone already. ``paths`` gives the paths a resource acts on: in a dead run's
-    journal each must lie inside that run's own directories. ``check`` says why a dead run's
-    entry cannot be trusted (None when it can), given the run's pid.
+    resource is gone already. ``check`` says why a dead run's entry cannot be trusted (None when
+    it can) given the run's scope; it may raise Gone.
     """
 
     release: Callable[[Resource], str]
-    paths: Callable[[Resource], Sequence[str]]
-    check: Callable[[Resource, int], str | None]
+    check: Callable[[Resource, RunScope], str | None]
 
 
 KINDS: dict[str, Kind] = {}
 
 
-def _ident(resource: Resource) -> Sequence[str]:
-    return [resource.ident]
-
-
-def _no_check(resource: Resource, pid: int) -> str | None:
-    return None
+def _check_ident_path(resource: Resource, scope: RunScope) -> str | None:
+    return scope.unsafe(resource.ident)
 
 
 def register_kind(
     name: str,
     release: Callable[[Resource], str],
     *,
-    paths: Callable[[Resource], Sequence[str]] = _ident,
-    check: Callable[[Resource, int], str | None] = _no_check,
+    check: Callable[[Resource, RunScope], str | None] = _check_ident_path,
 ) -> None:
-    """Add (or replace, on re-import) the release function of a resource kind."""
-    KINDS[name] = Kind(release, paths, check)
+    """Add (or replace, on re-import) the release function of a resource kind; ``check`` holds
+    a dead run's entry to the run's scope (default: ``ident`` is a path it acts on)."""
+    KINDS[name] = Kind(release, check)
 
 
 def release(resource: Resource) -> str:
@@ -181,7 +243,7 @@ def _release_process(resource: Resource) -> str:
     return f"stopped {what}"
 
 
-def _check_process(resource: Resource, pid: int) -> str | None:
+def _check_process(resource: Resource, scope: RunScope) -> str | None:
     if not resource.ident.isdigit():
         return f"process {resource.ident!r} is not a pid"
     if resource.started is None or not resource.detail:
@@ -209,14 +271,11 @@ def _release_loop(resource: Resource) -> str:
     return f"detached {device}"
 
 
-def _loop_paths(resource: Resource) -> Sequence[str]:
-    return [resource.detail]
-
-
-def _check_loop(resource: Resource, pid: int) -> str | None:
+def _check_loop(resource: Resource, scope: RunScope) -> str | None:
     if not re.fullmatch(r"/dev/loop[0-9]+", resource.ident):
         return f"{resource.ident} is not a loop device"
-    return None
+    # detached only while it is still attached to that file: the path is compared, not opened
+    return scope.outside(resource.detail)
 
 
 def _release_dm(resource: Resource) -> str:
@@ -225,9 +284,9 @@ def _release_dm(resource: Resource) -> str:
     return f"closed dm target {resource.ident}"
 
 
-def _check_dm(resource: Resource, pid: int) -> str | None:
-    if not re.fullmatch(rf"encperf-{pid}-[0-9]+", resource.ident):
-        return f"dm target {resource.ident!r} is not one of this run's (encperf-{pid}-N)"
+def _check_dm(resource: Resource, scope: RunScope) -> str | None:
+    if not re.fullmatch(rf"encperf-{scope.pid}-[0-9]+", resource.ident):
+        return f"dm target {resource.ident!r} is not one of this run's (encperf-{scope.pid}-N)"
     return None
 
 
@@ -255,9 +314,9 @@ def _release_path(resource: Resource) -> str:
 
 register_kind("path", _release_path)
 register_kind("mount", _release_mount)
-register_kind("loop", _release_loop, paths=_loop_paths, check=_check_loop)
-register_kind("dm", _release_dm, paths=lambda r: [], check=_check_dm)
-register_kind("process", _release_process, paths=lambda r: [], check=_check_process)
+register_kind("loop", _release_loop, check=_check_loop)
+register_kind("dm", _release_dm, check=_check_dm)
+register_kind("process", _release_process, check=_check_process)
 
 
 # ---------------------------------------------------------------- trusting files in shared directories
@@ -294,53 +353,6 @@ def owned_problem(info: os.stat_result, path: object, *, mode: int | None = None
     if mode is not None and stat.S_IMODE(info.st_mode) != mode:
         return f"{path} has mode {stat.S_IMODE(info.st_mode):04o}, not {mode:04o}"
     return None
-
-
-def run_directory_pattern(pid: int) -> re.Pattern[str]:
-    return re.compile(rf"encperf-{pid}-[A-Za-z0-9_]+")
-
-
-def outside_run_directories(path_text: str, bases: Sequence[Path], pid: int) -> str | None:
-    """Why ``path_text`` is not inside a run directory of run ``pid`` we own, or None.
-
-    A run directory is ``<base>/encperf-<pid>-*`` (the run directory under --encperf-dir, the
-    secret directory on the RAM file system). The run directory must be ours and 0700, and every
-    directory from it down to the path's parent ours, a real directory (no symbolic link) and
-    writable by us only: then nobody else can have made or redirect anything below it. (The
-    path itself is not examined: a mount point shows what is mounted on it.)
-    """
-    path = Path(path_text)
-    if not path.is_absolute() or os.path.normpath(path_text) != path_text:
-        return f"{path_text!r} is not a normalised absolute path"
-    pattern = run_directory_pattern(pid)
-    for base in bases:
-        try:
-            relative = path.relative_to(base)
-        except ValueError:
-            continue
-        if not relative.parts or not pattern.fullmatch(relative.parts[0]):
-            continue
-        current = base
-        for depth, part in enumerate(relative.parts):
-            current = current / part
-            if depth and depth == len(relative.parts) - 1:
-                return None
-            try:
-                info = os.lstat(current)
-            except FileNotFoundError:
-                return None  # gone already: releasing it is a no-op
-            except OSError as exc:
-                return f"{current}: {exc.strerror}"
-            if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-                return f"{current} is not a directory"
-            problem = owned_problem(info, current, mode=0o700 if depth == 0 else None)
-            if problem:
-                return problem
-            if info.st_mode & 0o022:
-                return f"{current} is writable by other users"
-        return None
-    where = " or ".join(f"{base}/encperf-{pid}-*" for base in bases)
-    return f"{path_text} is outside the run's own directories ({where})"
 
 
 # ---------------------------------------------------------------- holding resources

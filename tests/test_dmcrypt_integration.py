@@ -7,7 +7,6 @@ skips with the backend's own problems() reason.
 
 from __future__ import annotations
 
-import configparser
 import contextlib
 import hashlib
 import os
@@ -25,12 +24,10 @@ from pytest_encperf.backends.dmcrypt import CryptsetupBackend, device_mapper_pro
 from pytest_encperf.runner import open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
-from tests.support import disk_dir, mounts_and_loops_left
+from tests.support import BITLK_IMAGE, bitlk_passwords, disk_dir, extract, mounts_and_loops_left
 
 pytestmark = [pytest.mark.integration, pytest.mark.dmcrypt]
 
-TESTDATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "testdata" / "cryptsetup"
-TESTDATA = Path(os.environ.get("ENCPERF_CRYPTSETUP_TESTDATA", TESTDATA))
 MARKER = b"ENCPERF-PLAINTEXT-MARKER-5d1e42"
 TC_PASSWORD = "aaaaaaaaaaaa"
 PIM_PASSWORD = "cccccccccccccccccccc"
@@ -63,12 +60,6 @@ def scratch() -> Iterator[Path]:
 @pytest.fixture
 def target(scratch: Path) -> Target:
     return Target("container", scratch, container_size(16 * MiB))
-
-
-def extract(archive: str, member: str, into: Path) -> Path:
-    """One member of a shared test archive (GNU tar keeps the BitLocker images sparse)."""
-    subprocess.run(["tar", "-xJf", str(TESTDATA / archive), "-C", str(into), member], check=True)
-    return into / member
 
 
 def write_secret(directory: Path, name: str, text: str) -> Path:
@@ -206,17 +197,10 @@ def test_tcrypt_wrong_password_fails_and_leaves_nothing(scratch: Path) -> None:
         open_volume(backend, Target("container", scratch, 1), scratch / "volume")
 
 
-def bitlk_config(scratch: Path) -> configparser.ConfigParser:
-    conf = configparser.ConfigParser()
-    conf.optionxform = str  # type: ignore[assignment,method-assign]
-    conf.read(extract("bitlk-images.tar.xz", "bitlk-images/images.conf", scratch))
-    return conf
-
-
 @pytest.mark.parametrize("secret_kind", ["password-file", "recovery-key-file"])
 def test_bitlk_opens_shared_image_with_the_right_content(secret_kind: str, scratch: Path) -> None:
-    conf = bitlk_config(scratch)["bitlk-aes-xts-128"]
-    path = extract("bitlk-images.tar.xz", "bitlk-images/bitlk-aes-xts-128.img", scratch)
+    conf = bitlk_passwords(scratch)
+    path = extract("bitlk-images.tar.xz", f"bitlk-images/{BITLK_IMAGE}.img", scratch)
     secret = write_secret(scratch, "secret", conf["PW"] if secret_kind == "password-file" else conf["RP"])
     with image_mapping(f"bitlk:image={path},{secret_kind}={secret}", scratch) as (volume, mapped):
         assert status(volume.state["dm_name"])["type"] == "BITLK"
@@ -228,8 +212,8 @@ def test_bitlk_opens_shared_image_with_the_right_content(secret_kind: str, scrat
 
 
 def test_bitlk_full_volume_life_cycle(scratch: Path) -> None:
-    conf = bitlk_config(scratch)["bitlk-aes-xts-128"]
-    path = extract("bitlk-images.tar.xz", "bitlk-images/bitlk-aes-xts-128.img", scratch)
+    conf = bitlk_passwords(scratch)
+    path = extract("bitlk-images.tar.xz", f"bitlk-images/{BITLK_IMAGE}.img", scratch)
     secret = write_secret(scratch, "secret", conf["PW"])
     original = hashlib.sha256(path.read_bytes()).hexdigest()
     backend = make_backend(BackendSpec.parse(f"bitlk:image={path},password-file={secret}"))

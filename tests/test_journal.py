@@ -537,7 +537,7 @@ def test_cli_cleanup_fails_when_something_cannot_be_released(
 ) -> None:
     write_journal(tmp_path, dead_pid(), 1.0, [{"kind": "teleporter", "ident": "t1"}])
     assert cli.main(["cleanup", "--dir", str(tmp_path)]) == 1
-    assert "1 resource(s) could not be released" in capsys.readouterr().err
+    assert "could not release 1 resource(s) or journal(s)" in capsys.readouterr().err
 
 
 def test_cli_cleanup_reports_refusals_and_fails(
@@ -642,3 +642,21 @@ def test_the_readme_states_the_cleanup_lock_timeout_the_code_uses() -> None:
     assert match is not None and float(match[1]) == journal.LOCK_TIMEOUT
     default = inspect.signature(journal.release_dead_runs).parameters["lock_timeout"].default
     assert default == journal.LOCK_TIMEOUT
+
+
+def test_entries_below_a_run_directory_that_is_gone_are_not_acted_on(
+    tmp_path: Path, released: list[Resource]
+) -> None:
+    # removed with the run directory (the newer entry), then the name is free in a shared
+    # directory: whoever makes it again (with a link to /etc inside) must not steer the release
+    pid = dead_pid()
+    run = run_dir(tmp_path, pid)
+    path = write_journal(
+        tmp_path,
+        pid,
+        1.0,
+        [{"kind": "path", "ident": str(run / "link" / "shadow")}, {"kind": "path", "ident": str(run)}],
+    )
+    (dead,) = journal.release_dead_runs(tmp_path)
+    assert dead.done == [f"removed {run}", f"path {run / 'link' / 'shadow'}: already gone"]
+    assert [r.ident for r in released] == [str(run)] and not path.exists()

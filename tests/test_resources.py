@@ -183,12 +183,19 @@ def test_safe_path_rules(tmp_path: Path) -> None:
     assert resources.unsafe_ancestor(shared) == f"{shared} is writable by other users"
     run = tmp_path / "encperf-7-a"
     run.mkdir(mode=0o755)
-    assert (
-        resources.outside_run_directories(str(run / "f"), [tmp_path], 7) == f"{run} has mode 0755, not 0700"
-    )
+    scope = resources.RunScope(7, (tmp_path,))
+    assert scope.unsafe(str(run / "f")) == f"{run} has mode 0755, not 0700"
     run.chmod(0o700)
-    assert resources.outside_run_directories(str(run / "f"), [tmp_path], 7) is None
-    assert resources.outside_run_directories(str(run / "f"), [tmp_path], 8) is not None  # another run's
+    assert scope.unsafe(str(run / "f")) is None
+    assert scope.unsafe(str(run)) is None
+    assert resources.RunScope(8, (tmp_path,)).unsafe(str(run / "f")) is not None  # another run's
+    (run / "link").symlink_to("/etc")
+    assert scope.unsafe(str(run / "link" / "passwd")) == f"{run / 'link'} is not a directory"
+    assert scope.outside(str(run / "link" / "passwd")) is None  # by its text alone it is inside
+    # a directory on the way is gone: nothing to release, and the name must not be acted on
+    # (someone else could make it again, with a symbolic link in it)
+    with pytest.raises(resources.Gone):
+        scope.unsafe(str(tmp_path / "encperf-7-b" / "link" / "shadow"))
 
 
 def test_machine_lock_refuses_a_symlink_and_times_out(tmp_path: Path) -> None:

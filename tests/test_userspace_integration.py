@@ -24,16 +24,13 @@ from pytest_encperf.backends.fuse import FuseBackend
 from pytest_encperf.runner import open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
-from tests.support import disk_dir, mounts_and_loops_left
+from tests.support import BITLK_IMAGE, TESTDATA, bitlk_passwords, disk_dir, extract, mounts_and_loops_left
 
 pytestmark = pytest.mark.integration
 
 MARKER = b"ENCPERF-PLAINTEXT-MARKER-7f3a9c"
 NAME_MARKER = "encperf-secret-filename-7f3a9c"
-BITLK_TARBALL = (
-    Path(__file__).resolve().parents[2] / "shared" / "testdata" / "cryptsetup" / "bitlk-images.tar.xz"
-)
-BITLK_IMAGE = "bitlk-aes-xts-128"  # NTFS inside (its data area is wiped in the test image)
+BITLK_TARBALL = TESTDATA / "bitlk-images.tar.xz"
 
 
 def skip_unless_usable(backend: BackendBase, target: Target) -> None:
@@ -268,12 +265,8 @@ def bitlk_source(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, config
     if not BITLK_TARBALL.exists():
         pytest.skip(f"BitLocker test images not found ({BITLK_TARBALL})")
     directory = tmp_path_factory.mktemp("bitlk")
-    members = [f"bitlk-images/{BITLK_IMAGE}.img", "bitlk-images/images.conf"]
-    subprocess.run(["tar", "-xJf", str(BITLK_TARBALL), "-C", str(directory), *members], check=True)
-    config = configparser.ConfigParser(interpolation=None)
-    config.optionxform = str  # type: ignore[assignment,method-assign]
-    config.read(directory / "bitlk-images" / "images.conf", encoding="utf-8")
-    return directory / "bitlk-images" / f"{BITLK_IMAGE}.img", config[BITLK_IMAGE]
+    passwords = bitlk_passwords(directory)
+    return extract("bitlk-images.tar.xz", f"bitlk-images/{BITLK_IMAGE}.img", directory), passwords
 
 
 @pytest.fixture

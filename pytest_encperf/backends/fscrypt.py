@@ -140,13 +140,13 @@ def release_key(resource: Resource) -> str:
     return f"removed fscrypt key {resource.ident} from {directory}"
 
 
-def _check_key(resource: Resource, pid: int) -> str | None:
+def _check_key(resource: Resource, scope: resources.RunScope) -> str | None:
     if not re.fullmatch(r"[0-9a-f]{32}", resource.ident):
         return f"{resource.ident!r} is not a key identifier"
-    return None
+    return scope.unsafe(resource.detail)  # the ioctl goes through that directory
 
 
-resources.register_kind(KEY_KIND, release_key, paths=lambda r: [r.detail], check=_check_key)
+resources.register_kind(KEY_KIND, release_key, check=_check_key)
 
 
 class FscryptBackend(BackendBase):
