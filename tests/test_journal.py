@@ -660,3 +660,14 @@ def test_entries_below_a_run_directory_that_is_gone_are_not_acted_on(
     (dead,) = journal.release_dead_runs(tmp_path)
     assert dead.done == [f"removed {run}", f"path {run / 'link' / 'shadow'}: already gone"]
     assert [r.ident for r in released] == [str(run)] and not path.exists()
+
+
+def test_a_session_says_in_its_header_what_it_refused_to_release(pytester: pytest.Pytester) -> None:
+    pid = dead_pid()
+    write_journal(pytester.path, pid, 1.0, [{"kind": "path", "ident": "/etc"}])
+    pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    result = pytester.runpytest(f"--encperf-dir={pytester.path}", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    head = f"encperf: cleanup of dead runs: run pid {pid} (run-{pid}-beef.json)"
+    result.stdout.fnmatch_lines([f"{head}: REFUSED path /etc: /etc is outside the run's own directories*"])
+    assert Path("/etc/passwd").exists()
