@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 
+# pytester's in-process runs remove from sys.modules what was first imported during them, and
+# cryptography's OpenSSL bindings do not survive a second import (AES-XTS then reports itself
+# "not supported"): import it here, before any run, so it stays.
+import cryptography.hazmat.primitives.ciphers  # noqa: F401
 import pytest
 
 pytest_plugins = ["pytester"]
