@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 
 from . import stats
-from .model import Measurement, Result, RunData
+from .model import Measurement, Result, RunData, io_mode_problem, round_ratios
 from .workloads import MiB, Workload
 
 EXIT_REGRESSION = 7  # pytest exit status (and `encperf compare`'s) when the gate fails; see README
@@ -239,13 +239,7 @@ class Cell:
             return [float(getattr(m, attr)) for m in self.rounds]
         if self.pairing_problem():
             return []
-        if self.before_after:
-            plain = statistics.median(getattr(b, attr) for b in self.baseline_rounds)
-            return [_ratio(getattr(v, attr), plain) for v in self.rounds]
-        return [
-            _ratio(getattr(v, attr), getattr(b, attr))
-            for v, b in zip(self.rounds, self.baseline_rounds, strict=True)
-        ]
+        return round_ratios(self.rounds, self.baseline_rounds, attr, before_after=self.before_after)
 
     def pairing_problem(self) -> str | None:
         """Why the backend's rounds cannot be divided by plain rounds, if they cannot: a round
@@ -254,7 +248,7 @@ class Cell:
             return f"{len(self.rounds)} rounds but {len(self.baseline_rounds)} plain rounds beside them"
         if not self.baseline_rounds:
             return "no plain rounds"
-        return self.mode_mismatch()
+        return io_mode_problem(self.rounds, self.baseline_rounds)
 
     def setup(self, metric: Metric) -> dict[str, str]:
         """What has to match for two cells to be compared on ``metric``."""
@@ -268,18 +262,6 @@ class Cell:
         if metric.attr_for(self.workload).startswith("lat_"):  # total latency, or fio's older clat
             setup["latency"] = "/".join(sorted({m.latency or "completion" for m in rounds}))
         return setup
-
-    def mode_mismatch(self) -> str | None:
-        """Why the backend's rounds and its paired plain rounds cannot be divided, if they can't."""
-        mine = {m.io_mode for m in self.rounds}
-        plain = {m.io_mode for m in self.baseline_rounds}
-        if mine and plain and mine != plain:
-            return f"I/O mode {'/'.join(sorted(mine))} vs plain {'/'.join(sorted(plain))}"
-        return None
-
-
-def _ratio(value: float, plain: float) -> float:
-    return value / plain if plain else math.inf
 
 
 @cache
@@ -304,7 +286,7 @@ def cells_of(results: Iterable[Result]) -> dict[tuple[str, str], Cell]:
             continue
         cells[(result.backend, name)] = Cell(
             result.backend, result.workload, tuple(result.rounds), tuple(result.baseline_rounds),
-            result.stop_reason, result.confirm_rounds, result.description.get("baseline") == "before/after",
+            result.stop_reason, result.confirm_rounds, result.before_after,
         )  # fmt: skip
     for name, rounds in plain.items():
         if rounds:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -162,8 +164,13 @@ class Result:
     @property
     def comparable(self) -> bool:
         """Every round of both sides ran in one I/O mode; otherwise no ratio is computed."""
-        modes = {m.io_mode for m in (*self.rounds, *self.baseline_rounds)}
-        return not self.baseline_rounds or len(modes) <= 1
+        return io_mode_problem(self.rounds, self.baseline_rounds) is None
+
+    @property
+    def before_after(self) -> bool:
+        """Partition target: the plain rounds were measured before the volume existed and after it
+        was removed, not beside each round."""
+        return self.description.get("baseline") == "before/after"
 
     @property
     def cipher_ceiling(self) -> str | None:
@@ -187,14 +194,12 @@ class Result:
     def ratio(self, metric: str | None = None) -> float | None:
         """Median of the per-round ratios volume/baseline (paired rounds cancel machine drift)."""
         metric = metric or self.primary_metric
-        if not self.comparable:
+        paired = self.before_after or len(self.rounds) == len(self.baseline_rounds)
+        if not self.comparable or not self.baseline_rounds or not paired:
             return None
-        pairs = [
-            getattr(v, metric) / getattr(b, metric)
-            for v, b in zip(self.rounds, self.baseline_rounds, strict=False)
-            if getattr(b, metric)
-        ]
-        return statistics.median(pairs) if pairs else None
+        ratios = round_ratios(self.rounds, self.baseline_rounds, metric, before_after=self.before_after)
+        finite = [r for r in ratios if math.isfinite(r)]  # a plain round of 0 has no ratio
+        return statistics.median(finite) if finite else None
 
     @property
     def change_percent(self) -> float | None:
@@ -246,6 +251,36 @@ class RunData:
     results: tuple[Result, ...]
     settings: dict[str, str] = field(default_factory=dict)  # as saved: size, runtime, target, ...
     machine_info: dict[str, Any] = field(default_factory=dict)
+
+
+def io_mode_problem(rounds: Sequence[Measurement], baseline_rounds: Sequence[Measurement]) -> str | None:
+    """Why rounds and their plain rounds cannot be divided: not all of them ran in one I/O mode."""
+    mine = sorted({m.io_mode for m in rounds})
+    plain = sorted({m.io_mode for m in baseline_rounds})
+    if rounds and baseline_rounds and len({*mine, *plain}) > 1:
+        return f"I/O mode {'/'.join(mine)} vs plain {'/'.join(plain)}"
+    return None
+
+
+def round_ratios(
+    rounds: Sequence[Measurement],
+    baseline_rounds: Sequence[Measurement],
+    attr: str,
+    *,
+    before_after: bool = False,
+) -> list[float]:
+    """Each round's ``attr`` over that of the plain round run beside it (A B B A pairs), or with
+    ``before_after`` (the partition target) over the median of the plain rounds measured before
+    and after the volume. A plain value of 0 gives infinity. The one definition of "ratio to
+    plain" for the tables, the saved results and the gate."""
+    if before_after:
+        plain = statistics.median(getattr(b, attr) for b in baseline_rounds)
+        return [_divide(getattr(v, attr), plain) for v in rounds]
+    return [_divide(getattr(v, attr), getattr(b, attr)) for v, b in zip(rounds, baseline_rounds, strict=True)]
+
+
+def _divide(value: float, plain: float) -> float:
+    return value / plain if plain else math.inf
 
 
 def coefficient_of_variation(values: list[float]) -> float | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import statistics
 from dataclasses import replace
 from pathlib import Path
 
@@ -130,7 +131,22 @@ def test_modes_that_differ_are_never_compared() -> None:
     assert "NOT COMPARED" in detail_table([result])
 
 
+def test_the_tables_and_the_gate_share_one_ratio_to_plain() -> None:
+    from pytest_encperf.compare import METRICS, cells_of
+
+    paired = Result("fscrypt", SEQ_READ, [measurement(v) for v in (40, 45, 50)], [measurement(100)] * 3)
+    before_after = Result(
+        "fscrypt", SEQ_READ, [measurement(v) for v in (40, 45, 50)],
+        [measurement(v) for v in (80, 90, 100, 110)], {"baseline": "before/after"},
+    )  # fmt: skip
+    for result in (paired, before_after):
+        (cell,) = [c for (backend, _), c in cells_of([result]).items() if backend == "fscrypt"]
+        assert result.ratio() == pytest.approx(statistics.median(cell.samples(METRICS["throughput"])))
+    assert before_after.ratio() == pytest.approx(45 / 95)  # over the median of the plain rounds
+
+
 def test_a_volume_serving_o_direct_buffered_is_marked_with_a_note() -> None:
+
     buffered = measurement(mode="buffered")
     result = Result(
         "fscrypt", SEQ_READ, rounds=[buffered], baseline_rounds=[buffered],
