@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf import host
-from pytest_encperf.backends import BackendSpec, Volume, dmcrypt, make_backend, parse_backend_list
+from pytest_encperf.backends import (
+    BackendError,
+    BackendSpec,
+    Volume,
+    dmcrypt,
+    make_backend,
+    parse_backend_list,
+)
 from pytest_encperf.resources import Cleanup, Resource
 from pytest_encperf.targets import Target
 
@@ -224,6 +231,11 @@ def test_tcrypt_device_needs_the_allowed_partition(tmp_path: Path) -> None:
     assert any("--encperf-allow-destroy=/dev/sdz9" in r for r in reasons)
     allowed = Target("partition", tmp_path, 1 << 20, device=Path("/dev/sdz9"))
     assert not any("allow-destroy" in r for r in backend.problems(allowed))
+    # create() checks again, whether or not its caller asked problems() first
+    volume = Volume(backend, Target("container", tmp_path, 1 << 20), tmp_path)
+    with pytest.raises(BackendError, match="device=/dev/sdz9 is overwritten"):
+        backend.prepare_device(volume)
+    assert backend.prepare_device(Volume(backend, allowed, tmp_path)) == Path("/dev/sdz9")
 
 
 def test_cleanup_dm_records_resource_and_is_a_no_op_when_absent() -> None:

@@ -244,6 +244,35 @@ def test_a_plugin_backend_must_say_that_it_formats_the_partition(scratch: Path) 
     ]
 
 
+def test_any_spec_parameter_naming_a_block_device_must_be_the_partition(
+    partition: Path, scratch: Path
+) -> None:
+    """bitlocker's device=, tcrypt's and bitlk's, and whatever a plugin backend calls it: a
+    block device in a spec is used only as the partition target's own device."""
+
+    class Raw(BackendBase):
+        accepted_params = {"disk": "a block device it writes to"}
+
+        def partition_refusal(self, target: Target) -> str | None:
+            return None
+
+    backend = Raw(BackendSpec.parse(f"raw:disk={partition}"))
+    refusal = (
+        f"raw: disk={partition} is a block device: name it with --encperf-target=partition "
+        f"--encperf-device={partition} --encperf-allow-destroy={partition}"
+    )
+    for kind in ("container", "directory"):
+        assert placement_problems(backend, Target(kind, scratch, 16 * MiB)) == [refusal]
+    other = Target("partition", scratch, 16 * MiB, device=Path("/dev/sdz1"))
+    assert placement_problems(backend, other) == [refusal]
+    assert placement_problems(backend, Target("partition", scratch, 16 * MiB, device=partition)) == []
+    container = Target("container", scratch, 16 * MiB)
+    for name in ("bitlocker", "tcrypt"):
+        spec = f"{name}:image={partition},password-file=/p"
+        problems = placement_problems(make_backend(BackendSpec.parse(spec)), container)
+        assert problems == [refusal.replace("raw: disk", f"{name}: image")]
+
+
 def test_allow_destroy_must_repeat_the_device_exactly() -> None:
     base = {"target": "partition", "device": "/dev/sdz1"}
     with pytest.raises(ValueError, match=r"pass --encperf-allow-destroy=/dev/sdz1 \(the exact same path\)"):

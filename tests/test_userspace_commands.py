@@ -11,7 +11,16 @@ import psutil
 import pytest
 
 from pytest_encperf import host
-from pytest_encperf.backends import BackendSpec, Volume, fuse, make_backend, parse_backend_list
+from pytest_encperf.backends import (
+    BackendError,
+    BackendSpec,
+    Volume,
+    bitlocker,
+    fuse,
+    make_backend,
+    parse_backend_list,
+    placement_problems,
+)
 from pytest_encperf.backends.bitlocker import BitlockerBackend, protected_regions
 from pytest_encperf.backends.fuse import (
     CryfsBackend,
@@ -24,6 +33,7 @@ from pytest_encperf.backends.qemu import QemuLuksBackend
 from pytest_encperf.host import HostError
 from pytest_encperf.resources import SecretDir, secret_base
 from pytest_encperf.targets import Target
+from tests.standin import StandIns
 
 PASSWORD = b"not-in-argv-7f3a9c"
 
@@ -224,6 +234,66 @@ def test_bitlocker_without_a_volume_is_a_skip_reason(tmp_path: Path) -> None:
     problems = BitlockerBackend(BackendSpec("bitlocker")).problems(Target("directory", tmp_path, 1 << 20))
     assert any("needs an existing BitLocker volume: image=PATH or device=PATH" in p for p in problems)
     assert any("password-file=PATH, recovery-file=PATH or bek-file=PATH" in p for p in problems)
+
+
+BITLOCKER_DEVICE = "bitlocker:device=/dev/sdz3,password-file=/root/pw,filesystem=ext4"
+
+
+@pytest.mark.parametrize("kind", ["container", "directory"])
+def test_bitlocker_device_is_refused_off_the_partition_target(kind: str, tmp_path: Path) -> None:
+    """dislocker opens device= read-write and filesystem=ext4 formats it: only the partition
+    target's own device, which the user named twice on the command line, may be used."""
+    backend = make_backend(BackendSpec.parse(BITLOCKER_DEVICE))
+    problems = backend.problems(Target(kind, tmp_path, 1 << 20))
+    assert (
+        "bitlocker: device=/dev/sdz3 is opened read-write by dislocker (filesystem=ext4 overwrites it): "
+        "name it with --encperf-target=partition --encperf-device=/dev/sdz3 "
+        "--encperf-allow-destroy=/dev/sdz3"
+    ) in problems
+
+
+def test_bitlocker_device_must_be_the_partition_target_s_device(tmp_path: Path) -> None:
+    backend = make_backend(BackendSpec.parse(BITLOCKER_DEVICE))
+    other = Target("partition", tmp_path, 1 << 20, device=Path("/dev/sdz4"))
+    same = Target("partition", tmp_path, 1 << 20, device=Path("/dev/sdz3"))
+    assert any("device=/dev/sdz3 is opened read-write" in p for p in backend.problems(other))
+    assert placement_problems(backend, other) != []
+    assert not any("device=/dev/sdz3 is opened read-write" in p for p in backend.problems(same))
+    assert placement_problems(backend, same) == []
+
+
+def test_bitlocker_create_refuses_the_device_even_when_problems_were_not_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    password = tmp_path / "pw"
+    password.write_bytes(PASSWORD)
+    backend = make_backend(BackendSpec.parse(f"bitlocker:device=/dev/null,password-file={password}"))
+    started: list[object] = []
+    monkeypatch.setattr(bitlocker, "start_fuse_daemon", lambda *a, **k: started.append(a))
+    with pytest.raises(BackendError, match="device=/dev/null is opened read-write by dislocker"):
+        backend.create(Target("container", tmp_path, 1 << 20), tmp_path)
+    assert started == [], "dislocker was started on a device the user did not allow"
+
+
+def test_bitlocker_image_must_be_a_regular_file(tmp_path: Path) -> None:
+    backend = make_backend(BackendSpec.parse("bitlocker:image=/dev/null,password-file=/root/pw"))
+    problems = backend.problems(Target("container", tmp_path, 1 << 20))
+    assert "bitlocker: image=/dev/null is not a regular file (a partition goes in device=)" in problems
+
+
+def test_a_bitlocker_device_from_the_environment_is_skipped_and_dislocker_never_runs(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reviewer's case: the spec comes from ENCPERF_BACKENDS on the container target."""
+    tools = StandIns(pytester.path / "bin")
+    tools.add("dislocker-fuse")
+    monkeypatch.setenv("PATH", tools.path_env)
+    monkeypatch.setenv("ENCPERF_BACKENDS", BITLOCKER_DEVICE)
+    pytester.makepyfile(test_bench="def test_w(encperf_volume):\n    pass\n")
+    result = pytester.runpytest(f"--encperf-dir={pytester.path}", "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*bitlocker: device=/dev/sdz3 is opened read-write by dislocker*"])
+    assert tools.calls() == []
 
 
 def test_daemon_that_exits_before_mounting_is_reported_with_its_messages(tmp_path: Path) -> None:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import re
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -183,12 +185,41 @@ class BackendBase:
             raise BackendError(f"{self.spec}: destroy: {exc}") from exc
 
 
-def placement_problems(backend: BackendBase, target: Target) -> list[str]:
-    """The partition target's rule for every backend: its volume lives on the partition."""
-    if target.kind != "partition":
+def named_device_problems(name: str, param: str, device: Path, target: Target, use: str) -> list[str]:
+    """The rule for a block device that a spec names (``device=``): the run may use it only as
+    the partition target's own device, which the user named twice on the command line
+    (``--encperf-device`` and ``--encperf-allow-destroy``, never from the environment or an ini
+    file) and which passed the partition rules. ``use`` says what the backend does to it."""
+    if target.kind == "partition" and target.device is not None and str(target.device) == str(device):
         return []
+    return [
+        f"{name}: {param}={device} {use}: name it with --encperf-target=partition "
+        f"--encperf-device={device} --encperf-allow-destroy={device}"
+    ]
+
+
+def is_block_device(text: str) -> bool:
+    """Whether ``text`` names a block device (through symbolic links too)."""
+    try:
+        return stat.S_ISBLK(os.stat(text).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def placement_problems(backend: BackendBase, target: Target) -> list[str]:
+    """The target's rules for every backend, its own or a plugin's: a spec parameter that names
+    a block device must name the partition target's device (see named_device_problems), and on
+    the partition target the volume lives on the partition."""
+    found = [
+        problem
+        for key, value in backend.spec.params
+        if is_block_device(value)
+        for problem in named_device_problems(backend.name, key, Path(value), target, "is a block device")
+    ]
+    if target.kind != "partition":
+        return found
     reason = backend.partition_refusal(target)
-    return [] if reason is None else [f"{backend.name}: refused on the partition target: {reason}"]
+    return found if reason is None else [*found, f"{backend.name}: refused on the partition target: {reason}"]
 
 
 def register(name: str, backend: str | type[BackendBase]) -> None:

@@ -1,12 +1,13 @@
 """bitlocker: an existing BitLocker volume opened in userspace by dislocker (FUSE).
 
-BitLocker volumes cannot be created on Linux: the user names one (``image=`` a file, or
-``device=`` a block device) and how to unlock it (``password-file=``, ``recovery-file=`` or
-``bek-file=``). ``dislocker-fuse`` exposes the decrypted volume as ``dislocker-file``; a loop
-device (``--direct-io=on``) over that file carries the file system Windows made on it, which is
-mounted as it is: NTFS with ntfs-3g (FUSE, kept in the foreground as our child), FAT/exFAT/ext4
-with the kernel's driver. ``filesystem=ext4`` instead puts a fresh ext4 on the decrypted volume
-(destroys its content: for throw-away images only).
+BitLocker volumes cannot be created on Linux: the user names one (``image=`` a regular file,
+or ``device=`` a block device: only the partition target's own device, named twice on the
+command line, since dislocker opens it read-write) and how to unlock it (``password-file=``,
+``recovery-file=`` or ``bek-file=``). ``dislocker-fuse`` exposes the decrypted volume as
+``dislocker-file``; a loop device (``--direct-io=on``) over that file carries the file system
+Windows made on it, which is mounted as it is: NTFS with ntfs-3g (FUSE, kept in the foreground
+as our child), FAT/exFAT/ext4 with the kernel's driver. ``filesystem=ext4`` instead puts a fresh
+ext4 on the decrypted volume (destroys its content: for throw-away images only).
 
 Secrets: the user password goes to dislocker on stdin (``-u`` without a value prompts and
 reads stdin). dislocker reads a *recovery* password only from its argument (``-p VALUE``) or a
@@ -25,7 +26,7 @@ from typing import Any
 from .. import host
 from ..host import HostError
 from ..targets import Target
-from . import BackendBase, BackendError, BackendSpec, Volume
+from . import BackendBase, BackendError, BackendSpec, Volume, named_device_problems
 from .ext4 import MKFS_OPTIONS, e2fsprogs_version, mount_ext4
 from .fuse import _flag, fuse_problems, package_version, start_fuse_daemon, tool_problems
 
@@ -80,8 +81,9 @@ class BitlockerBackend(BackendBase):
         given = [key for key in UNLOCK_PARAMS if key in params]
         if len(given) > 1:
             raise ValueError(f"bitlocker: give one of {', '.join(UNLOCK_PARAMS)}, not {' and '.join(given)}")
-        source = params.get("image") or params.get("device")
-        self.source = Path(source) if source else None
+        self.image = Path(params["image"]) if "image" in params else None
+        self.device = Path(params["device"]) if "device" in params else None
+        self.source = self.image or self.device
         self.unlock = (given[0], Path(params[given[0]])) if given else None
         self.secret_in_argv = _flag(spec, "secret-in-argv")
         if given == ["recovery-file"] and not self.secret_in_argv:
@@ -92,7 +94,7 @@ class BitlockerBackend(BackendBase):
             )
 
     def partition_refusal(self, target: Target) -> str | None:
-        if self.source is not None and str(self.source) == str(target.device):
+        if self.device is not None and str(self.device) == str(target.device):
             return None  # device= names the partition itself
         return (
             f"it reads the BitLocker volume its spec names ({self.source}), not {target.device} where "
@@ -108,6 +110,7 @@ class BitlockerBackend(BackendBase):
                 f"{name}: needs an existing BitLocker volume: image=PATH or device=PATH "
                 "(BitLocker volumes cannot be created on Linux)"
             )
+        found += self.source_problems(target)
         if self.unlock is None:
             found.append(f"{name}: needs password-file=PATH, recovery-file=PATH or bek-file=PATH")
         found += tool_problems(name, "dislocker-fuse", "dislocker")
@@ -119,6 +122,17 @@ class BitlockerBackend(BackendBase):
             found += [f"{name}: needs {tool} (e2fsprogs)" for tool in host.missing_tools("mkfs.ext4")]
             found += tool_problems(name, "dislocker-metadata", "dislocker")
         return found
+
+    def source_problems(self, target: Target) -> list[str]:
+        """dislocker opens the volume read-write (and ``filesystem=ext4`` overwrites it): a
+        ``device=`` only as the partition target's own device, named twice on the command line;
+        an ``image=`` only as a regular file (never a device under another parameter's name)."""
+        if self.device is not None:
+            use = "is opened read-write by dislocker (filesystem=ext4 overwrites it)"
+            return named_device_problems(self.name, "device", self.device, target, use)
+        if self.image is not None and self.image.exists() and not self.image.is_file():
+            return [f"{self.name}: image={self.image} is not a regular file (a partition goes in device=)"]
+        return []
 
     # -- dislocker
     def dislocker_command(self, volume: Volume) -> list[str]:
@@ -160,8 +174,11 @@ class BitlockerBackend(BackendBase):
         with self.undo_on_failure(volume, "open", self.destroy):
             if self.source is None or self.unlock is None:
                 raise BackendError(f"{self.spec}: " + "; ".join(self.problems(target)))
+            refused = self.source_problems(target)  # problems() said so; never rely on it here
+            if refused:
+                raise BackendError(f"{self.spec}: " + "; ".join(refused))
             if not self.source.exists():
-                what = "image" if "image" in self.spec.param_dict else "device"
+                what = "image" if self.image is not None else "device"
                 raise BackendError(f"{self.spec}: {what} {self.source} does not exist")
             kind, path = self.unlock
             try:
@@ -283,7 +300,7 @@ class BitlockerBackend(BackendBase):
             "unlock": self.unlock[0] if self.unlock else None,
             "secret_in_argv": self.unlock is not None and self.unlock[0] == "recovery-file",
             "filesystem": volume.state.get("fstype"),
-            "target": "image" if "image" in self.spec.param_dict else "device",
+            "target": "image" if self.image is not None else "device",
             "loop_direct_io": volume.state.get("loop_direct_io"),
         }
         if "protected_regions" in volume.state:

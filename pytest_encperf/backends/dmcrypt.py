@@ -30,7 +30,7 @@ from uuid import uuid4
 from .. import host
 from ..ceiling import dm_crypt_cipher
 from ..targets import Target, create_container, wipe_own_signature
-from . import BackendBase, BackendError, BackendSpec, Volume
+from . import BackendBase, BackendError, BackendSpec, Volume, named_device_problems
 from .ext4 import e2fsprogs_version, make_ext4, mount_ext4
 
 CRYPTSETUP_PACKAGE = "cryptsetup-bin"  # Debian/Ubuntu package with cryptsetup and dmsetup
@@ -399,17 +399,20 @@ class ExistingVolumeBackend(CryptsetupBackend):
         if self.image is not None and not self.image.is_file():
             found.append(f"{self.name}: image {self.image} is not a file")
         if self.device is not None:
-            allowed = target.kind == "partition" and str(target.device) == str(self.device)
-            if not allowed:
-                found.append(
-                    f"{self.name}: device={self.device} is overwritten (ext4 on the opened volume): "
-                    f"name it with --encperf-target=partition --encperf-device={self.device} "
-                    f"--encperf-allow-destroy={self.device}"
-                )
+            found += self.device_problems(target)
         return found
+
+    def device_problems(self, target: Target) -> list[str]:
+        assert self.device is not None
+        return named_device_problems(
+            self.name, "device", self.device, target, "is overwritten (ext4 on the opened volume)"
+        )
 
     def prepare_device(self, volume: Volume) -> Path:
         if self.device is not None:
+            refused = self.device_problems(volume.target)
+            if refused:  # problems() said so already; never rely on the caller having asked
+                raise BackendError("; ".join(refused))
             return self.device
         assert self.image is not None
         copy = volume.workdir / "container.img"
