@@ -95,6 +95,40 @@ def known_directories() -> list[Path]:
     return found
 
 
+def directory_refusal(directory: Path) -> str | None:
+    """Why a run must not create volumes under ``directory`` (a usage error), with the remedy;
+    None when it may.
+
+    Every release acts on names below the directory (rmtree, umount, losetup). If another user
+    owns the directory or one of its parents, or may write to one without the sticky bit, they
+    can rename the run directory and plant symbolic links in its place, and the run's own
+    teardown would delete or unmount what those point to; and the journal refuses such a
+    directory, so a killed run's leftovers could not be found either.
+    """
+    real = Path(os.path.realpath(directory))
+    problem = resources.unsafe_ancestor(real)
+    if problem is None:
+        return None
+    culprit = next((d for d in [real, *real.parents] if problem.startswith(f"{d} ")), real)
+    who = "root" if host.is_root() else "you"
+    head = (
+        f"--encperf-dir {directory}: refusing to create volumes there: {problem}. Whoever can "
+        "rename or replace a directory on that path can redirect this run's teardown (unmount, "
+        "detach, delete) to whatever they point it at, and the run's resource journal is refused "
+        f"there. Use a directory that only {who} can change, on the disk you want to measure"
+    )
+    with contextlib.suppress(OSError):
+        if os.lstat(culprit).st_uid in (0, os.geteuid()):  # writable by others, not sticky
+            return f"{head}: make {culprit} sticky like /var/tmp (`chmod +t {culprit}`), or see below"
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", real.name or "root")
+    mirror = f"/var/lib/encperf-{name}"
+    return (
+        f"{head}, e.g. `mkdir -m 700 {real}/encperf {mirror} && mount --bind {real}/encperf {mirror}` "
+        f"and --encperf-dir={mirror} (a bind mount is reached through {mirror} only, whatever "
+        f"happens to the names under {culprit})"
+    )
+
+
 def open_runs_dir(directory: Path, *, create: bool = False) -> int:
     """A descriptor of ``<directory>/.encperf-runs``; Refused unless it is ours, 0700, not a
     symbolic link, in a directory chain nobody else can change. FileNotFoundError if absent."""

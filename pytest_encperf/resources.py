@@ -254,10 +254,20 @@ def _check_process(resource: Resource, scope: RunScope) -> str | None:
 # ---------------------------------------------------------------- mounts, loop devices, dm, files
 
 
+def _redirectable(path: Path, action: str) -> None:
+    """HostError when another user could have redirected ``path`` (a symbolic link or a
+    directory of theirs on the way to it): releases act by name, and a name others can change
+    may now lead anywhere. The run's own teardown is held to this as well as a dead run's."""
+    problem = unsafe_ancestor(path.parent)
+    if problem:
+        raise HostError(f"not {action} {path}: {problem} (another user could redirect it)")
+
+
 def _release_mount(resource: Resource) -> str:
     mountpoint = Path(resource.ident)
     if not host.is_mounted(mountpoint):
         return f"{mountpoint}: not mounted any more"
+    _redirectable(mountpoint, "unmounting")
     if host.unmount(mountpoint):
         warnings.warn(f"{mountpoint} was still busy: unmounted lazily", RuntimeWarning, stacklevel=2)
         return f"unmounted {mountpoint} (lazily: it was still busy)"
@@ -296,6 +306,7 @@ def _release_path(resource: Resource) -> str:
         raise HostError(f"not removing {path}: not an absolute path below /")
     if not os.path.lexists(path):
         return f"{path}: already gone"
+    _redirectable(path, "removing")
     if path.is_dir() and not path.is_symlink():
         # What a kill between "made" and "registered" can leave inside a directory of ours:
         # mounts under it (deepest first) and loop devices backed by its files.

@@ -312,6 +312,9 @@ class EncperfSession:
         )
         if uses_volumes:
             self.check_room()
+            refusal = journal.directory_refusal(self.settings.dir)
+            if refusal:
+                raise pytest.UsageError(refusal)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         # A teardown failure is reported in the summary and fails the run; raising here would

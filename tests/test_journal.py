@@ -189,6 +189,66 @@ def test_an_observer_that_raises_never_stops_registration_or_release() -> None:
     assert done == ["x"]
 
 
+# ------------------------------------------------------------------ a directory others control
+
+BENCH = "def test_w(encperf_volume):\n    pass\n"
+
+
+@needs_root
+def test_a_dir_owned_by_another_user_stops_a_session_that_would_create_volumes(
+    pytester: pytest.Pytester,
+) -> None:
+    """The reviewer's case: --encperf-dir=/mnt/ssd owned by a desktop user. Its owner could
+    rename the run directory and plant symbolic links that the teardown would follow."""
+    userdir = pytester.path / "ssd"
+    userdir.mkdir()
+    os.chown(userdir, NOBODY, NOBODY)
+    pytester.makepyfile(test_bench=BENCH)
+    result = pytester.runpytest(f"--encperf-dir={userdir}", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            f"ERROR: --encperf-dir {userdir}: refusing to create volumes there: {userdir} is owned by "
+            f"uid {NOBODY}. Whoever can rename or replace a directory on that path can redirect this "
+            "run's teardown*Use a directory that only root can change, on the disk you want to "
+            f"measure, e.g. `mkdir -m 700 {userdir}/encperf /var/lib/encperf-ssd && mount --bind "
+            f"{userdir}/encperf /var/lib/encperf-ssd` and --encperf-dir=/var/lib/encperf-ssd*"
+        ]
+    )
+    assert list(userdir.iterdir()) == [], "something was created in the refused directory"
+    inner = userdir / "encperf"  # a directory of root's under it is no better: its parent is not
+    inner.mkdir(mode=0o700)
+    result = pytester.runpytest(f"--encperf-dir={inner}", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{userdir} is owned by uid {NOBODY}*"])
+
+
+def test_a_dir_others_may_write_without_the_sticky_bit_is_refused_with_the_remedy(
+    pytester: pytest.Pytester,
+) -> None:
+    shared = pytester.path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    pytester.makepyfile(test_bench=BENCH)
+    result = pytester.runpytest(f"--encperf-dir={shared}", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"*{shared} is writable by other users.*make {shared} sticky like /var/tmp (`chmod +t {shared}`)*"]
+    )
+    assert list(shared.iterdir()) == []
+    shared.chmod(0o1777)  # sticky: others can no longer rename what the run makes in it
+    assert journal.directory_refusal(shared) is None
+
+
+def test_a_session_that_creates_no_volume_is_not_refused(pytester: pytest.Pytester) -> None:
+    shared = pytester.path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    result = pytester.runpytest(f"--encperf-dir={shared}", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
 # ------------------------------------------------------------------ dead runs: what is released
 
 

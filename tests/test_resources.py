@@ -215,3 +215,62 @@ def test_machine_lock_refuses_a_symlink_and_times_out(tmp_path: Path) -> None:
         assert time.monotonic() - start < 10
     assert other.returncode == 1
     assert f"LockTimeout: lock {lock} is held by pid {os.getpid()} for more than 0.2 s" in other.stderr
+
+
+NOBODY = 65534
+
+
+def test_the_run_s_own_teardown_does_not_follow_a_planted_symbolic_link(tmp_path: Path) -> None:
+    """The reviewer's case (h2_userdir.py): whoever owns --encperf-dir renames the run directory
+    and puts symbolic links in its place; the teardown, which acts by name, must not follow them
+    to a directory it never made."""
+    base = tmp_path / "userdir"
+    base.mkdir()
+    victim = tmp_path / "victim" / "mnt"
+    victim.mkdir(parents=True)
+    (victim / "important.txt").write_text("data")
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (tmp_path / "journal").mkdir(mode=0o700)
+    cleanup = Cleanup(journal.Journal(tmp_path / "journal"))  # not the journal of this pytest run
+    run_dir = base / f"encperf-{os.getpid()}-x"
+    run_dir.mkdir(mode=0o700)
+    cleanup.path(run_dir)
+    (run_dir / "01-plain" / "mnt").mkdir(parents=True)
+    cleanup.path(run_dir / "01-plain" / "mnt")
+    if os.geteuid() == 0:
+        os.chown(base, NOBODY, NOBODY)  # what makes the renames below possible for another user
+    run_dir.rename(tmp_path / "moved")
+    run_dir.symlink_to(fake)
+    (fake / "01-plain").symlink_to(victim.parent)
+    with pytest.raises(host.HostError) as failed:
+        cleanup.release()
+    assert (victim / "important.txt").read_text() == "data"
+    assert (
+        f"not removing {run_dir / '01-plain' / 'mnt'}: {run_dir / '01-plain'} is a symbolic link "
+        "(another user could redirect it)"
+    ) in str(failed.value)
+    if os.geteuid() == 0:
+        assert f"not removing {run_dir}: {base} is owned by uid {NOBODY}" in str(failed.value)
+    assert run_dir.is_symlink() and fake.exists(), "nothing was acted on through the links"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount)")
+def test_the_run_s_own_teardown_does_not_unmount_through_a_planted_symbolic_link(tmp_path: Path) -> None:
+    run_dir = tmp_path / f"encperf-{os.getpid()}-x"
+    mountpoint = run_dir / "01-plain" / "mnt"
+    mountpoint.mkdir(parents=True)
+    host.mount(Path("tmpfs"), mountpoint, "tmpfs")
+    moved = tmp_path / "moved"
+    try:
+        cleanup = Cleanup(journal.Journal(tmp_path))
+        cleanup.mount(mountpoint)
+        run_dir.rename(moved)  # what the owner of a directory on the way could do
+        run_dir.symlink_to(moved)
+        with pytest.raises(
+            host.HostError, match=f"not unmounting {mountpoint}: {run_dir} is a symbolic link"
+        ):
+            cleanup.release()
+        assert host.is_mounted(moved / "01-plain" / "mnt")
+    finally:
+        host.unmount(moved / "01-plain" / "mnt")
