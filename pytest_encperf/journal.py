@@ -5,9 +5,9 @@ resource (run directory, container file, loop device, mount, daemon, dm name, se
 is registered on a ``resources.Cleanup``, rewrites it atomically (temp file + rename) on every
 registration and release, and removes it when the run ends with nothing left. A process killed
 with SIGKILL leaves its journal behind; the next session's start and ``encperf cleanup`` find
-journals whose process is dead (pid gone, or reused: the recorded start time differs) and
-release their resources newest first, with the same functions the run itself uses
-(``resources.release``).
+journals whose process is dead (pid gone, or reused: its start, in clock ticks after boot,
+differs; or written in an earlier boot) and release their resources newest first, with the
+same functions the run itself uses (``resources.release``).
 
 Nothing is trusted that this user did not write. The default directory (/var/tmp) is shared
 with every local user, so, like OpenSSH's ``safe_path`` and systemd-tmpfiles:
@@ -19,7 +19,8 @@ with every local user, so, like OpenSSH's ``safe_path`` and systemd-tmpfiles:
 * a journal may name only paths inside its own run's directories (``encperf-<pid>-*`` under the
   directory, or its secret directory on the RAM file system), each directory on the way ours
   and not writable by others; dm names ``encperf-<pid>-N``; and only processes it started,
-  identified by pid, start time and executable;
+  identified by pid, start (clock ticks after boot, boot id, pid namespace) and executable;
+* a journal whose run counted its pid in another pid namespace is left alone;
 * anything else is refused and reported, never released; a journal that is not ours is left
   where it is;
 * waiting for the cleanup lock times out with a message naming its holder.
@@ -46,10 +47,10 @@ from typing import Any
 import psutil
 
 from . import host, resources
-from .resources import Resource
+from .resources import ProcessStart, Resource
 
 RUNS_DIR = ".encperf-runs"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: exact starts (resources.ProcessStart); 2: wall-clock "started", still read
 LOCK_TIMEOUT = 30.0  # a cleanup of dead runs waits this long for another one to finish
 JOURNAL_NAME = re.compile(r"run-([0-9]+)-([0-9a-f]+)\.json")
 TEMP_NAME = re.compile(r"\.run-[0-9]+-[0-9a-f]+\.json\.([0-9]+)\.tmp")
@@ -168,25 +169,42 @@ def _write_atomically(runs_fd: int, name: str, data: dict[str, Any]) -> None:
         raise
 
 
+def start_json(started: ProcessStart | float | None) -> dict[str, Any]:
+    """A process start as journal fields: ``start`` (exact), or an older journal's ``started``."""
+    if isinstance(started, ProcessStart):
+        return {"start": started.as_json()}
+    return {"started": started}
+
+
+def start_of(document: dict[str, Any]) -> ProcessStart | float | None:
+    """The process start a journal (or one of its entries) records; ValueError if malformed.
+    Journals before format 3 recorded psutil's wall-clock start time (``started``)."""
+    if "start" in document:
+        return ProcessStart.from_json(document["start"])
+    started = document.get("started")
+    if started is not None and (not isinstance(started, int | float) or isinstance(started, bool)):
+        raise ValueError("started must be a number")
+    return None if started is None else float(started)
+
+
 def entry_of(resource: Resource, label: str, token: int) -> dict[str, Any]:
     entry: dict[str, Any] = {"id": token, "kind": resource.kind, "ident": resource.ident}
     entry.update(detail=resource.detail, label=label)
     if resource.kind == "process":
-        entry.update(started=resource.started, wait=resource.wait)
+        entry.update(start_json(resource.started), wait=resource.wait)
     return entry
 
 
 def resource_of(entry: dict[str, Any]) -> Resource:
     """The Resource a journal entry describes; ValueError if the entry is malformed."""
     kind, ident, detail = entry.get("kind"), entry.get("ident"), entry.get("detail", "")
-    started, wait = entry.get("started"), entry.get("wait", 0.0)
+    wait = entry.get("wait", 0.0)
     if not (isinstance(kind, str) and isinstance(ident, str) and isinstance(detail, str)):
         raise ValueError("kind, ident and detail must be strings")
-    if started is not None and not isinstance(started, int | float):
-        raise ValueError("started must be a number")
+    started = start_of(entry)
     if not isinstance(wait, int | float) or not 0 <= wait <= 60:
         raise ValueError("wait must be a number of seconds up to 60")
-    return Resource(kind, ident, detail, None if started is None else float(started), float(wait))
+    return Resource(kind, ident, detail, started, float(wait))
 
 
 class Journal:
@@ -199,7 +217,7 @@ class Journal:
     def __init__(self, directory: Path) -> None:
         self.directory = Path(os.path.realpath(directory))
         self.pid = os.getpid()
-        self.started = resources.process_start_time(self.pid)
+        self.start = resources.process_start(self.pid)
         self.path = self.directory / RUNS_DIR / f"run-{self.pid}-{secrets.token_hex(4)}.json"
         self._entries: dict[int, dict[str, Any]] = {}
         self._next_id = 1
@@ -249,7 +267,7 @@ class Journal:
             document = {
                 "version": FORMAT_VERSION,
                 "pid": self.pid,
-                "started": self.started,
+                **start_json(self.start),
                 "directory": str(self.directory),
                 "resources": list(self._entries.values()),
             }
@@ -450,15 +468,20 @@ def _release_journal(
         return dead
     except FileNotFoundError:
         return None  # its run ended meanwhile
-    started = data.get("started")
     if data.get("pid") != pid:
         dead.refused.append(f"journal left alone: it names pid {data.get('pid')!r}, its file name {pid}")
         return dead
     if os.path.realpath(str(data.get("directory", ""))) != str(directory):
         dead.refused.append(f"journal left alone: it belongs to directory {data.get('directory')!r}")
         return dead
-    if started is not None and not isinstance(started, int | float):
-        dead.refused.append("journal left alone: malformed start time")
+    try:
+        started = start_of(data)
+    except ValueError as exc:
+        dead.refused.append(f"journal left alone: malformed start ({exc})")
+        return dead
+    elsewhere = resources.another_namespace(started)
+    if elsewhere:
+        dead.refused.append(f"journal left alone: {elsewhere}")
         return dead
     if resources.is_alive(pid, started):
         return None  # a live run: never touched

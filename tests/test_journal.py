@@ -8,6 +8,7 @@ foreign pid, a held lock. Each is refused with a message and nothing it names is
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import os
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 
 from pytest_encperf import cli, host, journal, resources
-from pytest_encperf.resources import Cleanup, Resource
+from pytest_encperf.resources import Cleanup, ProcessStart, Resource
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (files of another user)")
@@ -48,6 +49,16 @@ def released(monkeypatch: pytest.MonkeyPatch) -> list[Resource]:
     return calls
 
 
+def started(pid: int) -> ProcessStart:
+    start = resources.process_start(pid)
+    assert start is not None, f"pid {pid} is not running"
+    return start
+
+
+def this_process() -> ProcessStart:
+    return started(os.getpid())
+
+
 def dead_pid() -> int:
     """The pid of a process that has exited (and been reaped)."""
     proc = subprocess.Popen(["true"])
@@ -63,16 +74,22 @@ def run_dir(directory: Path, pid: int) -> Path:
 
 
 def write_journal(
-    directory: Path, pid: int, started: float | None, entries: list[dict[str, Any]], *, mode: int = 0o600
+    directory: Path,
+    pid: int,
+    started: ProcessStart | float | None,
+    entries: list[dict[str, Any]],
+    *,
+    mode: int = 0o600,
 ) -> Path:
+    """A journal as a run writes it (a float start: as journals before format 3 did)."""
     runs = directory / journal.RUNS_DIR
     runs.mkdir(mode=0o700, exist_ok=True)
     path = runs / f"run-{pid}-beef.json"
     numbered = [{"id": i + 1, "label": "", "detail": "", **r} for i, r in enumerate(entries)]
     document = {
-        "version": 2,
+        "version": 3 if isinstance(started, ProcessStart) else 2,
         "pid": pid,
-        "started": started,
+        **journal.start_json(started),
         "directory": str(directory),
         "resources": numbered,
     }
@@ -95,7 +112,7 @@ def test_journal_follows_registrations_and_releases(tmp_path: Path) -> None:
     cleanup.push("in-memory only", lambda: None)  # "other": nothing a later process could do
     data = json.loads(log.path.read_text())
     assert data["pid"] == os.getpid()
-    assert data["started"] == resources.process_start_time(os.getpid())
+    assert data["start"] == this_process().as_json() and "started" not in data
     assert data["directory"] == str(tmp_path)
     assert [(r["kind"], r["ident"]) for r in data["resources"]] == [("path", str(tmp_path / "a"))]
     assert oct(log.path.stat().st_mode & 0o777) == "0o600"
@@ -140,7 +157,7 @@ def test_process_entries_record_pid_start_time_and_executable(tmp_path: Path) ->
         cleanup.process(proc)
         (entry,) = log.resources
         assert entry["kind"] == "process" and entry["ident"] == str(proc.pid)
-        assert entry["started"] == resources.process_start_time(proc.pid)
+        assert entry["start"] == started(proc.pid).as_json()
         assert entry["detail"] == os.path.realpath(
             subprocess.check_output(["which", "sleep"], text=True).strip()
         )
@@ -266,7 +283,7 @@ def test_dead_run_is_released_newest_first_and_its_journal_removed(tmp_path: Pat
             {"kind": "path", "ident": str(run)},
             {"kind": "path", "ident": str(run / "01-plain" / "container.img")},
             {"kind": "process", "ident": str(daemon.pid), "detail": resources.executable(daemon.pid),
-             "started": resources.process_start_time(daemon.pid)},
+             "start": started(daemon.pid).as_json()},
             {"kind": "mount", "ident": str(run / "01-plain" / "mnt")},
         ],
     )  # fmt: skip
@@ -300,23 +317,113 @@ def test_secret_directory_on_the_ram_file_system_is_removed(tmp_path: Path) -> N
 
 def test_live_run_is_never_touched(tmp_path: Path, released: list[Resource]) -> None:
     run = run_dir(tmp_path, os.getpid())
-    path = write_journal(
-        tmp_path,
-        os.getpid(),
-        resources.process_start_time(os.getpid()),
-        [{"kind": "path", "ident": str(run)}],
-    )
+    path = write_journal(tmp_path, os.getpid(), this_process(), [{"kind": "path", "ident": str(run)}])
     assert journal.release_dead_runs(tmp_path) == []
     assert run.exists() and path.exists() and released == []
 
 
 def test_reused_pid_counts_as_dead(tmp_path: Path) -> None:
     run = run_dir(tmp_path, os.getpid())
-    started = resources.process_start_time(os.getpid())
-    assert started is not None
-    write_journal(tmp_path, os.getpid(), started - 1000, [{"kind": "path", "ident": str(run)}])
+    reused = dataclasses.replace(this_process(), ticks=this_process().ticks - 1000)
+    write_journal(tmp_path, os.getpid(), reused, [{"kind": "path", "ident": str(run)}])
     (dead,) = journal.release_dead_runs(tmp_path)
     assert dead.done == [f"removed {run}"]
+
+
+def test_a_stepped_clock_does_not_make_a_live_run_look_dead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, released: list[Resource]
+) -> None:
+    """The reviewer's case (h3_clock.py): chrony's makestep, a VM resumed or ``date -s`` moves
+    the boot time the kernel reports, and with it psutil's create_time of every process."""
+    import psutil._pslinux
+
+    log = journal.Journal(tmp_path)
+    run = tmp_path / f"encperf-{os.getpid()}-live"
+    run.mkdir(mode=0o700)
+    cleanup = Cleanup(log)
+    cleanup.path(run)  # this process is the live run
+    boot_time = psutil._pslinux.boot_time
+    monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: boot_time() + 2.0)  # stepped by 2 s
+    assert journal.release_dead_runs(tmp_path) == []
+    assert run.exists() and log.path.exists() and released == []
+    cleanup.release()
+    log.close()
+
+
+def test_a_run_of_an_earlier_boot_is_dead_and_its_pids_name_nothing_of_its(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    earlier_boot = dataclasses.replace(this_process(), boot="00000000-0000-0000-0000-000000000000")
+    run = run_dir(tmp_path, os.getpid())  # the same pid, alive now: another boot's run all the same
+    daemon = dataclasses.replace(started(sleeper.pid), boot=earlier_boot.boot)
+    entries = [
+        {"kind": "path", "ident": str(run)},
+        {"kind": "process", "ident": str(sleeper.pid), "detail": resources.executable(sleeper.pid),
+         "start": daemon.as_json()},
+    ]  # fmt: skip
+    write_journal(tmp_path, os.getpid(), earlier_boot, entries)
+    (dead,) = journal.release_dead_runs(tmp_path)
+    assert dead.done == [f"sleep (pid {sleeper.pid}): not running any more", f"removed {run}"]
+    assert sleeper.poll() is None, "a process of this boot was taken for the earlier boot's daemon"
+
+
+def test_a_journal_of_another_pid_namespace_is_left_alone(tmp_path: Path, released: list[Resource]) -> None:
+    """A pid names another process in another pid namespace (a container sharing /var/tmp)."""
+    pid = dead_pid()
+    run = run_dir(tmp_path, pid)
+    elsewhere = dataclasses.replace(this_process(), pidns=resources.pid_namespace() + 1)
+    path = write_journal(tmp_path, pid, elsewhere, [{"kind": "path", "ident": str(run)}])
+    (dead,) = journal.release_dead_runs(tmp_path)
+    assert dead.refused == [
+        f"journal left alone: its pid is counted in another pid namespace (pid:[{elsewhere.pidns}]; "
+        f"this process is in pid:[{resources.pid_namespace()}]), so whether it still runs cannot be "
+        "told from here"
+    ]
+    assert released == [] and run.exists() and path.exists()
+
+
+def test_a_process_entry_of_another_pid_namespace_is_refused(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes], released: list[Resource]
+) -> None:
+    pid = dead_pid()
+    other = dataclasses.replace(started(sleeper.pid), pidns=resources.pid_namespace() + 1)
+    entry = {"kind": "process", "ident": str(sleeper.pid), "detail": resources.executable(sleeper.pid)}
+    write_journal(tmp_path, pid, this_process(), [{**entry, "start": other.as_json()}])
+    (dead,) = journal.release_dead_runs(tmp_path)
+    assert dead.refused == [
+        f"process {sleeper.pid}: pid {sleeper.pid}: its pid is counted in another pid namespace"
+        f" (pid:[{other.pidns}]; this process is in pid:[{resources.pid_namespace()}]), so whether "
+        "it still runs cannot be told from here"
+    ]
+    assert released == [] and sleeper.poll() is None
+
+
+def test_journals_before_format_3_are_still_read(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes], released: list[Resource]
+) -> None:
+    """They recorded psutil's wall-clock start time ("started"); compared as they were."""
+    live = run_dir(tmp_path, sleeper.pid)
+    wall = resources._wall_clock_start(sleeper.pid)
+    write_journal(tmp_path, sleeper.pid, wall, [{"kind": "path", "ident": str(live)}])
+    assert journal.release_dead_runs(tmp_path) == []  # alive: never touched
+    pid = dead_pid()
+    run = run_dir(tmp_path, pid)
+    write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(run)}])
+    (dead,) = journal.release_dead_runs(tmp_path)
+    assert dead.done == [f"removed {run}"] and live.exists()
+
+
+def test_malformed_start_leaves_the_journal_alone(tmp_path: Path, released: list[Resource]) -> None:
+    pid = dead_pid()
+    run = run_dir(tmp_path, pid)
+    path = write_journal(tmp_path, pid, None, [{"kind": "path", "ident": str(run)}])
+    document = json.loads(path.read_text())
+    path.write_text(json.dumps({**document, "start": {"ticks": "12", "boot": 1}}))
+    (dead,) = journal.release_dead_runs(tmp_path)
+    assert dead.refused == [
+        "journal left alone: malformed start (start must have whole ticks and pidns and a boot id)"
+    ]
+    assert released == [] and run.exists()
 
 
 def test_unknown_kind_is_kept_and_so_is_everything_older(tmp_path: Path) -> None:
@@ -527,11 +634,11 @@ def test_foreign_pid_is_refused_and_left_running(
 ) -> None:
     pid = dead_pid()
     exe = resources.executable(sleeper.pid)
-    started = resources.process_start_time(sleeper.pid)
-    assert started is not None
+    start = started(sleeper.pid)
+    earlier = dataclasses.replace(start, ticks=start.ticks - 50)
     entries = [
-        {"kind": "process", "ident": str(sleeper.pid), "detail": exe, "started": started - 50},
-        {"kind": "process", "ident": str(sleeper.pid), "detail": "/usr/sbin/sshd", "started": started},
+        {"kind": "process", "ident": str(sleeper.pid), "detail": exe, "start": earlier.as_json()},
+        {"kind": "process", "ident": str(sleeper.pid), "detail": "/usr/sbin/sshd", "start": start.as_json()},
         {"kind": "process", "ident": str(sleeper.pid), "detail": exe},  # no start time recorded
     ]
     write_journal(tmp_path, pid, 1.0, entries)
@@ -540,8 +647,8 @@ def test_foreign_pid_is_refused_and_left_running(
         f"process {sleeper.pid}: process {sleeper.pid}: no start time and executable recorded, "
         "cannot tell it is the run's",
         f"process {sleeper.pid}: pid {sleeper.pid} now runs {exe}, not /usr/sbin/sshd",
-        f"process {sleeper.pid}: pid {sleeper.pid} is another process now ({exe}, started at "
-        f"{started:.2f}, not {started - 50:.2f})",
+        f"process {sleeper.pid}: pid {sleeper.pid} is another process now ({exe}, started "
+        f"{start.ticks} clock ticks after boot, not {start.ticks - 50})",
     ]
     assert released == [] and sleeper.poll() is None, "a process the run did not start was touched"
 

@@ -236,7 +236,7 @@ def leftovers(
             found.append(f"recorded path {ident}")
         elif kind == "dm" and Path("/dev/mapper", ident).exists():
             found.append(f"dm target {ident}")
-        elif kind == "process" and resources.is_alive(int(ident), entry.get("started")):
+        elif kind == "process" and resources.is_alive(int(ident), journal.start_of(entry)):
             found.append(f"process {entry.get('detail')} (pid {ident})")
         elif kind == "mount" and host.is_mounted(Path(ident)):
             found.append(f"recorded mount {ident}")

@@ -4,6 +4,7 @@ alike; the safe-path checks a dead run's journal is held to; secret directories 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import subprocess
 import sys
@@ -80,7 +81,9 @@ def test_process_release_stops_ours_and_leaves_a_reused_pid_alone() -> None:
     proc = subprocess.Popen(["sleep", "30"])
     try:
         resource = resources.process_resource(proc.pid)
-        reused = Resource("process", resource.ident, resource.detail, (resource.started or 0) - 100)
+        assert isinstance(resource.started, resources.ProcessStart)
+        earlier = dataclasses.replace(resource.started, ticks=resource.started.ticks - 100)
+        reused = Resource("process", resource.ident, resource.detail, earlier)
         assert "is another process now" in resources.release(reused)
         assert proc.poll() is None
         assert resources.release(resource) == f"stopped sleep (pid {proc.pid})"
