@@ -42,6 +42,33 @@ def missing_tools(*names: str) -> list[str]:
 REDACTED = "<secret>"
 
 
+class Secret(bytes):
+    """Secret bytes (a key, a password read from a file): ``repr`` and ``str`` show <secret>.
+
+    pytest prints the arguments of every function in a traceback (``--tb=long``) and every
+    local variable with ``-l``, into the terminal and the JUnit XML, and a Volume's repr shows
+    its ``state``: a secret held as a Secret shows as <secret> in all of them. Operations on
+    it give plain bytes, so wrap what is derived from it (``Secret(password + b"\\n")``).
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return REDACTED
+
+    __str__ = __repr__
+
+
+class SecretText(str):
+    """A secret as text (an argument a tool takes only in argv, with the user's consent):
+    ``repr`` shows <secret>, as for :class:`Secret`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return REDACTED
+
+
 def redact(text: str, secrets: Sequence[bytes | str]) -> str:
     """``text`` with every secret (and its stripped form) replaced by <secret>."""
     for secret in secrets:
@@ -69,6 +96,7 @@ def run(
     device) is killed with everything it started after ``timeout``, and so is it when this
     process is interrupted (Ctrl-C, SIGTERM) while waiting for it.
     """
+    __tracebackhide__ = True  # its locals hold stdin and argv, which may carry a secret
     args = [os.fspath(a) for a in argv]
     hidden = [*secrets, *([input] if input else [])]
     try:

@@ -259,3 +259,41 @@ def test_session_skips_luks2_with_the_exact_reason(pytester: pytest.Pytester) ->
     result.stdout.fnmatch_lines(
         ["*cryptsetup: kernel has no device-mapper (device-mapper not in /proc/misc)*"]
     )
+
+
+FAILING_OPEN = """
+from pathlib import Path
+from pytest_encperf.backends import BackendSpec, Volume, make_backend
+from pytest_encperf.targets import Target
+
+def test_open(tmp_path):
+    backend = make_backend(BackendSpec.parse("tcrypt:image={image},password-file={password}"))
+    volume = Volume(backend, Target("container", tmp_path, 1 << 20), tmp_path)
+    volume.state["device"] = Path("/dev/loop99")
+    backend.mount(volume)
+"""
+
+
+def test_a_failing_open_shows_the_password_nowhere(
+    standins: StandIns, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrong password file: cryptsetup refuses it, and pytest prints the traceback with every
+    function's arguments (--tb=long) and locals (-l) to the terminal and the JUnit XML."""
+    wrong = "wrong-password-4f1c9e"
+    password = pytester.path / "given-password"
+    password.write_text(wrong + "\n")
+    image = pytester.path / "given.img"
+    image.write_bytes(b"x")
+    monkeypatch.setenv("STANDIN_EXIT_CRYPTSETUP", "2")
+    pytester.makepyfile(test_open=FAILING_OPEN.format(image=image, password=password))
+    result = pytester.runpytest_subprocess(
+        "--tb=long", "-l", "--junitxml=report.xml", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(failed=1)
+    # the traceback went through the frames that hold the password, and printed their locals
+    result.stdout.fnmatch_lines(["*def open_mapping(*", "*stdin * = <secret>*"])
+    assert standins.calls("cryptsetup")[0].stdin == wrong + "\n", "the password reached cryptsetup"
+    junit = (pytester.path / "report.xml").read_text()
+    assert "open_mapping" in junit
+    for where, text in {"stdout": result.stdout.str(), "stderr": result.stderr.str(), "junit": junit}.items():
+        assert wrong not in text and wrong.encode().hex() not in text, f"the password is in {where}"

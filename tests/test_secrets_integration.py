@@ -21,6 +21,7 @@ fscrypt's ``raw_key``, dm-crypt's ``key``), strings under ``passphrase`` / ``pas
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -302,3 +303,36 @@ def test_the_scan_catches_a_secret_in_argv_or_on_the_measured_disk(
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([f"*secret exposed in: *'{where}'*"])
+
+
+def test_a_failing_open_shows_the_password_nowhere(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, given: Path
+) -> None:
+    """A wrong password file, the whole session, the real dislocker: the volume's setup fails,
+    and pytest prints its traceback with every function's arguments (--tb=long) and locals (-l),
+    Volume.state included, to the terminal and the JUnit XML."""
+    spec, _ = spec_for("bitlocker", given)
+    wrong = "wrong-password-8d2e71"
+    password = given_file(given, "given-wrong", wrong + "\n")
+    spec = spec.replace(f"password-file={given / 'given-password'}", f"password-file={password}")
+    problems = problems_here(spec, workspace())
+    if problems:
+        pytest.skip(f"bitlocker: {'; '.join(problems)}")
+    run_dir = Path(tempfile.mkdtemp(prefix="encperf-secrets-", dir=workspace()))
+    try:
+        monkeypatch.setenv("ENCPERF_DIR", str(run_dir))
+        pytester.makepyfile(test_open="def test_w(encperf_volume):\n    pass\n")
+        options = ("--tb=long", "-l", "--junitxml=report.xml", "-p", "no:cacheprovider")
+        result = pytester.runpytest_subprocess(f"--encperf-backends={spec}", *options)
+        assert list(run_dir.glob("encperf-*")) == [], "run directory left behind"
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    result.assert_outcomes(errors=1)
+    shown = result.stdout.str()
+    assert "dislocker-fuse exited with status 1 before mounting" in shown
+    assert "Unable to grab VMK or FVEK" in shown  # the password reached dislocker, which refused it
+    assert re.search(r"^secret +\= <secret>$", shown, re.M), "the frame holding it shows a placeholder"
+    junit = (pytester.path / "report.xml").read_text()
+    assert "Unable to grab VMK or FVEK" in junit
+    written = {"stdout": result.stdout.str(), "stderr": result.stderr.str(), "junit": junit}
+    assert [where for where, text in written.items() if wrong in text or wrong.encode().hex() in text] == []

@@ -206,7 +206,7 @@ class CryptsetupBackend(BackendBase):
     def secret_key(self, volume: Volume) -> bytes:
         """The volume's random key, made on first use; in memory only, forgotten at destroy."""
         if "key" not in volume.state:
-            volume.state["key"] = os.urandom(KEY_BYTES)
+            volume.state["key"] = host.Secret(os.urandom(KEY_BYTES))
             volume.created.push("forget the key", lambda: volume.state.pop("key", None))
         return volume.state["key"]
 
@@ -355,14 +355,13 @@ class PlainDmcryptBackend(CryptsetupBackend):
 # ---------------------------------------------------------------- existing volumes
 
 
-def read_password(path_text: str, backend: str) -> bytes:
+def read_password(path_text: str, backend: str) -> host.Secret:
     path = Path(path_text)
     try:
-        data = path.read_bytes()
+        # one password per file; a trailing newline from an editor is not part of it
+        return host.Secret(path.read_bytes().rstrip(b"\r\n"))
     except OSError as exc:
         raise BackendError(f"{backend}: cannot read password file {path}: {exc.strerror}") from exc
-    # one password per file; a trailing newline from an editor is not part of it
-    return data.rstrip(b"\r\n")
 
 
 class ExistingVolumeBackend(CryptsetupBackend):
@@ -471,7 +470,7 @@ class TcryptBackend(ExistingVolumeBackend):
         for keyfile in self.keyfiles:
             argv += ["--key-file", str(keyfile)]
         password = read_password(self.password_file, self.name) if self.password_file else b""
-        return [*argv, str(device), name], password + b"\n"
+        return [*argv, str(device), name], host.Secret(password + b"\n")
 
     def describe(self, volume: Volume) -> dict[str, Any]:
         info = super().describe(volume)
@@ -503,4 +502,4 @@ class BitlkBackend(ExistingVolumeBackend):
     def open_command(self, volume: Volume, device: Path, name: str) -> tuple[list[str], bytes | None]:
         # cryptsetup tries the given passphrase against the password and the recovery keyslots
         argv = ["cryptsetup", "open", "--type", "bitlk", str(device), name]
-        return argv, read_password(self.secret_file, self.name) + b"\n"
+        return argv, host.Secret(read_password(self.secret_file, self.name) + b"\n")

@@ -66,12 +66,14 @@ def _key_spec(identifier: bytes = b"") -> bytes:
 def add_key(directory: Path, raw_key: bytes) -> bytes:
     """Add a raw key to the file system holding ``directory``; returns its 16-byte identifier."""
     arg = bytearray(_key_spec() + struct.pack("<II32s", len(raw_key), 0, b"") + raw_key)
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fcntl.ioctl(fd, FS_IOC_ADD_ENCRYPTION_KEY, arg, True)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.ioctl(fd, FS_IOC_ADD_ENCRYPTION_KEY, arg, True)
+        finally:
+            os.close(fd)
     finally:
-        os.close(fd)
-    arg[80:] = bytes(len(raw_key))  # don't keep a copy of the key around
+        arg[80:] = bytes(len(raw_key))  # no copy of the key around, nor in a traceback's locals
     return bytes(arg[8:24])
 
 
@@ -185,7 +187,7 @@ class FscryptBackend(BackendBase):
     def create(self, target: Target, workdir: Path) -> Volume:
         volume = Volume(self, target, workdir)
         # The volume's key: random, in memory only, reused by every mount of this volume.
-        volume.state["raw_key"] = os.urandom(RAW_KEY_BYTES)
+        volume.state["raw_key"] = host.Secret(os.urandom(RAW_KEY_BYTES))
         volume.created.push("forget fscrypt key", lambda: volume.state.pop("raw_key", None))
         if target.kind == "container":
             with self.undo_on_failure(volume, "create", self.destroy):

@@ -34,7 +34,7 @@ from typing import Any
 import psutil
 
 from .. import host
-from ..host import HostError
+from ..host import HostError, Secret
 from ..resources import SecretDir
 from ..targets import Target, create_container
 from . import BackendBase, BackendSpec, Volume
@@ -108,6 +108,7 @@ def start_fuse_daemon(
     gets SIGTERM at once). On failure everything is released and a HostError quotes the
     daemon's messages, with ``secrets`` (and ``stdin_data``) shown as <secret>.
     """
+    __tracebackhide__ = True  # its arguments and locals may carry a secret
     args = [os.fspath(a) for a in argv]
     log_start = log.stat().st_size if log.exists() else 0  # quote only this start's messages
     log_handle = open(log, "ab")  # noqa: SIM115 - handed to the child, closed right after
@@ -200,7 +201,7 @@ class FuseBackend(BackendBase):
     def create(self, target: Target, workdir: Path) -> Volume:
         volume = Volume(self, target, workdir)
         # Random per volume; kept in memory for remounts, forgotten at destroy.
-        volume.state["password"] = secrets.token_urlsafe(24).encode()
+        volume.state["password"] = Secret(secrets.token_urlsafe(24).encode())
         volume.created.push("forget password", lambda: volume.state.pop("password", None))
         with self.undo_on_failure(volume, "create", self.destroy):
             if self.secret_via == "file":
@@ -235,7 +236,7 @@ class FuseBackend(BackendBase):
 
     def mount(self, volume: Volume) -> Path:
         mountpoint = self.mountpoint(volume)
-        stdin_data = volume.state["password"] + b"\n" if self.secret_via == "stdin" else None
+        stdin_data = Secret(volume.state["password"] + b"\n") if self.secret_via == "stdin" else None
         with self.undo_on_failure(volume, "mount", self.unmount):
             start_fuse_daemon(
                 volume,

@@ -173,7 +173,7 @@ class QemuLuksBackend(BackendBase):
 
     def create(self, target: Target, workdir: Path) -> Volume:
         volume = Volume(self, target, workdir)
-        volume.state["password"] = secrets.token_urlsafe(24).encode()
+        volume.state["password"] = host.Secret(secrets.token_urlsafe(24).encode())
         volume.created.push("forget passphrase", lambda: volume.state.pop("password", None))
         with self.undo_on_failure(volume, "create", self.destroy):
             volume.state["secrets"] = SecretDir.create(volume.created)

@@ -148,7 +148,7 @@ class VeracryptBackend(CryptsetupBackend):
         """The volume's random password, made on first use; in memory only, forgotten at destroy."""
         if "password" not in volume.state:
             # printable: VeraCrypt limits passwords to 64 (128 since 1.26) ASCII characters
-            volume.state["password"] = secrets.token_urlsafe(32).encode()
+            volume.state["password"] = host.Secret(secrets.token_urlsafe(32).encode())
             volume.created.push("forget the password", lambda: volume.state.pop("password", None))
         return volume.state["password"]
 
@@ -170,7 +170,7 @@ class VeracryptBackend(CryptsetupBackend):
         if self.pim:
             argv += ["--veracrypt-pim", str(self.pim)]  # a cost parameter, not a secret
         argv += ["--hash", self.hash.lower().replace("-", ""), str(device), name]
-        return argv, self.password(volume) + b"\n"
+        return argv, host.Secret(self.password(volume) + b"\n")
 
     # ------------------------------------------------------------ cli: the veracrypt program
     def cli_common(self, password_args: list[str]) -> list[str]:
@@ -182,11 +182,11 @@ class VeracryptBackend(CryptsetupBackend):
         only when the spec accepts that (secret-in-argv=yes)."""
         password = self.password(volume)
         if cli_reads_stdin():
-            return ["--stdin"], password + b"\n"
+            return ["--stdin"], host.Secret(password + b"\n")
         if not self.secret_in_argv:
             raise host.HostError("veracrypt has no --stdin: refusing to pass the password in argv")
         volume.state["secret_in_argv"] = True
-        return [f"--password={password.decode()}"], b""
+        return [host.SecretText(f"--password={password.decode()}")], b""
 
     def run_cli(self, volume: Volume, argv: list[str], stdin: bytes, timeout: float) -> str:
         return host.run(argv, input=stdin, timeout=timeout, secrets=[self.password(volume)])

@@ -1,0 +1,73 @@
+"""host.py: what secrets look like wherever pytest or a report may print them.
+
+(host.run's timeouts, process groups and redaction are tested in test_journal.py.)
+"""
+
+from __future__ import annotations
+
+import pprint
+from pathlib import Path
+
+import pytest
+
+from pytest_encperf import host
+from pytest_encperf.backends import BackendSpec, Volume, make_backend
+from pytest_encperf.backends.dmcrypt import read_password
+from pytest_encperf.targets import Target
+
+VALUE = b"hunter2-not-shown"
+
+
+def test_a_secret_prints_as_a_placeholder_everywhere() -> None:
+    secret = host.Secret(VALUE)
+    assert secret == VALUE and bytes(secret) == VALUE and len(secret) == len(VALUE)
+    for shown in (repr(secret), str(secret), f"{secret}", "%s" % secret):  # noqa: UP031
+        assert shown == "<secret>"
+    held = {"key": secret, "list": [secret]}
+    assert "hunter2" not in repr(held) and "hunter2" not in pprint.pformat(held)
+    assert repr(host.SecretText("--password=hunter2")) == "<secret>"
+    assert "hunter2" not in repr(["tool", host.SecretText("--password=hunter2")])
+
+
+def test_what_backends_hold_and_hand_to_tools_is_a_secret(tmp_path: Path) -> None:
+    password = tmp_path / "pw"
+    password.write_bytes(VALUE + b"\n")
+    assert isinstance(read_password(str(password), "tcrypt"), host.Secret)
+    for spec in (
+        f"tcrypt:image={password},password-file={password}",
+        f"bitlk:image={password},password-file={password}",
+    ):
+        backend = make_backend(BackendSpec.parse(spec))
+        volume = Volume(backend, Target("container", tmp_path, 1 << 20), tmp_path)
+        _, stdin = backend.open_command(volume, Path("/dev/loop99"), "encperf-x")  # type: ignore[attr-defined]
+        assert isinstance(stdin, host.Secret) and stdin == VALUE + b"\n"
+    for spec, method in (("luks2", "secret_key"), ("veracrypt:tool=native", "password")):
+        backend = make_backend(BackendSpec.parse(spec))
+        volume = Volume(backend, Target("container", tmp_path, 1 << 20), tmp_path)
+        assert isinstance(getattr(backend, method)(volume), host.Secret)
+        (key,) = volume.state
+        assert repr(volume.state) == f"{{{key!r}: <secret>}}" and "<secret>" in repr(volume)
+        volume.created.release()
+
+
+PLAIN_BYTES_CALLER = """
+from pytest_encperf import host
+
+def test_open():
+    tool = ["sh", "-c", "cat >/dev/null; echo 'No key available' >&2; exit 2"]
+    host.run(tool, input=b"hunter2-plain-bytes")
+"""
+
+
+def test_host_run_keeps_its_arguments_and_locals_out_of_tracebacks(pytester: pytest.Pytester) -> None:
+    """A caller that hands host.run plain bytes (a plugin's backend): host.run's own frame, whose
+    arguments and locals hold stdin, is hidden from pytest's traceback (``__tracebackhide__``)."""
+    pytester.makepyfile(test_leak=PLAIN_BYTES_CALLER)
+    result = pytester.runpytest("--tb=long", "-l", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*HostError: sh -c * exit 2: No key available"])
+    # the caller's own line shows its literal; host.run's frame (input = ..., hidden = ...) is gone
+    assert "input = b'hunter2" not in result.stdout.str() and "hidden" not in result.stdout.str()
+    # --full-trace shows hidden frames too (as the README says): only a Secret is safe there
+    result = pytester.runpytest("--tb=long", "-l", "--full-trace", "-p", "no:cacheprovider")
+    assert "input = b'hunter2" in result.stdout.str()
