@@ -35,6 +35,7 @@ import contextlib
 import errno
 import json
 import os
+import pwd
 import re
 import secrets
 import stat
@@ -98,7 +99,9 @@ def known_directories() -> list[Path]:
 
 def directory_refusal(directory: Path) -> str | None:
     """Why a run must not create volumes under ``directory`` (a usage error), with the remedy;
-    None when it may.
+    None when it may: the directory is safe (below) and the run's journal can be written there
+    (``.encperf-runs`` made now if absent; one another user made first is refused, or any local
+    user could switch the journal off for root's runs in /var/tmp).
 
     Every release acts on names below the directory (rmtree, umount, losetup). If another user
     owns the directory or one of its parents, or may write to one without the sticky bit, they
@@ -109,7 +112,7 @@ def directory_refusal(directory: Path) -> str | None:
     real = Path(os.path.realpath(directory))
     problem = resources.unsafe_ancestor(real)
     if problem is None:
-        return None
+        return _journal_refusal(directory, real)
     culprit = next((d for d in [real, *real.parents] if problem.startswith(f"{d} ")), real)
     who = "root" if host.is_root() else "you"
     head = (
@@ -128,6 +131,44 @@ def directory_refusal(directory: Path) -> str | None:
         f"and --encperf-dir={mirror} (a bind mount is reached through {mirror} only, whatever "
         f"happens to the names under {culprit})"
     )
+
+
+def _journal_refusal(directory: Path, real: Path) -> str | None:
+    """Why this run's journal cannot be written under ``real``, with the remedy, or None."""
+    runs = real / RUNS_DIR
+    try:
+        os.close(open_runs_dir(real, create=True))
+        return None
+    except Refused as exc:
+        why = str(exc)
+    except OSError as exc:
+        why = f"{runs}: {exc.strerror}"
+    head = (
+        f"--encperf-dir {directory}: refusing to create volumes there: the resource journal cannot "
+        f"be written ({why}). Without it a run killed outright (SIGKILL, the OOM killer) leaves its "
+        "loop devices, mounts, device-mapper targets and key files behind for good"
+    )
+    try:
+        info = os.lstat(runs)
+    except OSError:
+        return head
+    me = os.geteuid()
+    if info.st_uid == me and stat.S_ISDIR(info.st_mode):
+        return f"{head}. Make it private: `chmod 700 {runs}`"
+    owner = f"uid {info.st_uid}" + (f" ({_user_name(info.st_uid)})" if _user_name(info.st_uid) else "")
+    own = f"{real}/encperf-{_user_name(me) or me}"
+    return (
+        f"{head}. {runs} was made by {owner}, not by this user: look at what it holds and remove "
+        f"it (`ls -la {runs}; rm -r {runs}`), or use a directory of your own: `mkdir -m 700 {own}` "
+        f"(it fails if someone made it first) and --encperf-dir={own}"
+    )
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return ""
 
 
 def open_runs_dir(directory: Path, *, create: bool = False) -> int:

@@ -257,13 +257,73 @@ def test_a_dir_others_may_write_without_the_sticky_bit_is_refused_with_the_remed
     assert journal.directory_refusal(shared) is None
 
 
+@needs_root
+def test_a_journal_directory_another_user_made_first_stops_a_session_that_would_create_volumes(
+    pytester: pytest.Pytester,
+) -> None:
+    """The reviewer's case (m4_squat.py): any local user can ``mkdir /var/tmp/.encperf-runs``
+    before root's first run; every root run then went on without a journal, and a SIGKILL left
+    its loop devices, mounts, dm targets and secret directories behind."""
+    shared = pytester.path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)  # like /var/tmp
+    runs = shared / journal.RUNS_DIR
+    runs.mkdir(mode=0o700)
+    os.chown(runs, NOBODY, NOBODY)
+    pytester.makepyfile(test_bench=BENCH)
+    result = pytester.runpytest(f"--encperf-dir={shared}", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            f"ERROR: --encperf-dir {shared}: refusing to create volumes there: the resource journal "
+            f"cannot be written ({runs} is owned by uid {NOBODY}, not by this user (uid 0)). Without "
+            "it a run killed outright (SIGKILL, the OOM killer) leaves its loop devices, mounts, "
+            f"device-mapper targets and key files behind for good. {runs} was made by uid {NOBODY} "
+            f"(nobody), not by this user: look at what it holds and remove it (`ls -la {runs}; rm -r "
+            f"{runs}`), or use a directory of your own: `mkdir -m 700 {shared}/encperf-root` (it "
+            f"fails if someone made it first) and --encperf-dir={shared}/encperf-root"
+        ]
+    )
+    assert sorted(p.name for p in shared.iterdir()) == [journal.RUNS_DIR], "something was created"
+    assert list(runs.iterdir()) == []
+
+
+def test_a_symbolic_link_in_place_of_the_journal_directory_stops_the_session(
+    pytester: pytest.Pytester,
+) -> None:
+    shared = pytester.path / "tmp"
+    shared.mkdir()
+    elsewhere = pytester.path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (shared / journal.RUNS_DIR).symlink_to(elsewhere)
+    pytester.makepyfile(test_bench=BENCH)
+    result = pytester.runpytest(f"--encperf-dir={shared}", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"*the resource journal cannot be written ({shared / journal.RUNS_DIR} is a symbolic link*"]
+    )
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_journal_directory_of_ours_with_a_loose_mode_is_refused_with_the_remedy(
+    pytester: pytest.Pytester,
+) -> None:
+    (pytester.path / journal.RUNS_DIR).mkdir(mode=0o755)
+    pytester.makepyfile(test_bench=BENCH)
+    result = pytester.runpytest(f"--encperf-dir={pytester.path}", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*has mode 0755, not 0700)*Make it private: `chmod 700 *`"])
+
+
 def test_a_session_that_creates_no_volume_is_not_refused(pytester: pytest.Pytester) -> None:
     shared = pytester.path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
+    (shared / journal.RUNS_DIR).symlink_to(pytester.path)
     pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
     result = pytester.runpytest(f"--encperf-dir={shared}", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=1)  # refused for volumes only: every pytest start is not
+    result.stdout.fnmatch_lines(["encperf: cleanup of dead runs: *REFUSED not looking at any journal there*"])
 
 
 # ------------------------------------------------------------------ dead runs: what is released
