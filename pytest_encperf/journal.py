@@ -62,15 +62,55 @@ class Refused(Exception):
 
 
 def state_file() -> Path:
-    """Where this user's runs note their directories, so ``encperf cleanup`` finds them all."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "encperf" / "run-directories"
+    """Where this user's runs note their directories, so ``encperf cleanup`` finds them all:
+    ``$XDG_STATE_HOME/encperf/run-directories``, else ``~/.local/state/...``.
+
+    As root, never a place another user controls: under ``sudo -E``, $HOME and $XDG_STATE_HOME
+    are a user's, who could put a FIFO (hanging ``encperf cleanup``) or a symbolic link there.
+    Root's home comes from the password database, and $XDG_STATE_HOME is taken only when no
+    other user can change it (resources.unsafe_ancestor).
+    """
+    home = pwd.getpwuid(os.geteuid()).pw_dir if host.is_root() else os.path.expanduser("~")
+    default = Path(home) / ".local" / "state"
+    given = os.environ.get("XDG_STATE_HOME")
+    base = Path(given) if given and os.path.isabs(given) else default
+    if host.is_root() and base != default and _unsafe_to_make(base):
+        base = default
+    return base / "encperf" / "run-directories"
+
+
+def _unsafe_to_make(path: Path) -> str | None:
+    """Why ``path`` (or, when it does not exist yet, its nearest existing parent) could be changed
+    by another user, or None."""
+    existing = path
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    return resources.unsafe_ancestor(existing)
+
+
+def _make_private_dirs(path: Path) -> None:
+    """``mkdir -p`` (0700) that follows no symbolic link and makes nothing in, nor accepts, a
+    directory another user could change; OSError otherwise."""
+    problem = _unsafe_to_make(path)
+    if problem:
+        raise OSError(errno.EPERM, f"not using {path}: {problem}")
+    missing = []
+    current = path
+    while not os.path.lexists(current):
+        missing.append(current)
+        current = current.parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, 0o700)
+    problem = resources.unsafe_ancestor(path)  # one made by someone else meanwhile, a link
+    if problem:
+        raise OSError(errno.EPERM, f"not using {path}: {problem}")
 
 
 def remember_directory(directory: Path) -> None:
     """Note ``directory`` (once), forgetting directories that no longer exist."""
     path = state_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_private_dirs(path.parent)
     fd = host.open_own_file(path, os.O_RDWR | os.O_CREAT)
     with os.fdopen(fd, "r+") as handle:
         os.set_blocking(fd, True)
@@ -84,11 +124,18 @@ def remember_directory(directory: Path) -> None:
 
 
 def known_directories() -> list[Path]:
-    """Directories runs of this user have journaled in (that still exist), oldest first."""
+    """Directories runs of this user have journaled in (that still exist), oldest first. The
+    state file is read only when it is our regular 0600 file (no FIFO, no symbolic link) in a
+    directory nobody else can change."""
+    path = state_file()
+    if resources.unsafe_ancestor(path.parent):
+        return []
     try:
-        lines = state_file().read_text().splitlines()
+        fd = host.open_own_file(path, os.O_RDONLY)
     except OSError:
         return []
+    with os.fdopen(fd, "rb") as handle:
+        lines = handle.read(1 << 20).decode(errors="replace").splitlines()
     found: list[Path] = []
     for line in lines:
         path = Path(line)

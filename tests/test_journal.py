@@ -12,12 +12,14 @@ import dataclasses
 import inspect
 import json
 import os
+import pwd
 import re
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -816,6 +818,70 @@ def test_cleanup_without_dir_finds_every_directory_runs_journaled_in(
     write_journal(elsewhere, pid, 1.0, [{"kind": "path", "ident": str(run)}])
     assert cli.main(["cleanup"]) == 0
     assert f"run pid {pid} (run-{pid}-beef.json): removed {run}" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ the state file
+
+
+def test_a_fifo_in_place_of_the_state_file_does_not_hang_cleanup(tmp_path: Path) -> None:
+    """A FIFO (made by whoever controls $XDG_STATE_HOME under sudo -E) used to block the read."""
+    state = tmp_path / "state"
+    (state / "encperf").mkdir(parents=True, mode=0o700)
+    state.chmod(0o700)
+    os.mkfifo(state / "encperf" / "run-directories", 0o600)
+    env = {**os.environ, "XDG_STATE_HOME": str(state), "ENCPERF_DIR": str(tmp_path)}
+    code = "from pytest_encperf import cli; raise SystemExit(cli.main(['cleanup']))"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing left behind by dead runs" in proc.stdout
+
+
+def test_the_state_file_is_not_made_through_a_symbolic_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (state / "encperf").symlink_to(elsewhere)
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    with pytest.raises(OSError, match=f"{state / 'encperf'} is a symbolic link"):
+        journal.remember_directory(tmp_path)
+    assert list(elsewhere.iterdir()) == []
+    (state / "encperf").unlink()
+    (state / "encperf").mkdir(mode=0o700)
+    (elsewhere / "run-directories").write_text(f"{tmp_path}\n")
+    (state / "encperf" / "run-directories").symlink_to(elsewhere / "run-directories")
+    assert journal.known_directories() == []  # a link in place of the file is not read
+    log = journal.Journal(tmp_path)
+    Cleanup(log).path(tmp_path / "x")  # the journal is written all the same; the note is not
+    assert log.path.exists() and (elsewhere / "run-directories").read_text() == f"{tmp_path}\n"
+
+
+@needs_root
+def test_as_root_the_state_file_never_follows_a_user_s_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under sudo -E, $HOME and $XDG_STATE_HOME are the user's: root's home comes from the
+    password database, and $XDG_STATE_HOME is used only when no other user can change it."""
+    user_home = tmp_path / "alice"
+    (user_home / ".local" / "state").mkdir(parents=True)
+    for path in (user_home, user_home / ".local", user_home / ".local" / "state"):
+        os.chown(path, NOBODY, NOBODY)
+    root_home = tmp_path / "root"
+    root_home.mkdir(mode=0o700)
+    root = SimpleNamespace(pw_dir=str(root_home), pw_name="root")
+    real = pwd.getpwuid
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: root if uid == 0 else real(uid))
+    monkeypatch.setenv("HOME", str(user_home))
+    monkeypatch.setenv("XDG_STATE_HOME", str(user_home / ".local" / "state"))
+    assert journal.state_file() == root_home / ".local" / "state" / "encperf" / "run-directories"
+    journal.remember_directory(tmp_path)
+    assert journal.known_directories() == [tmp_path]
+    assert list((user_home / ".local" / "state").iterdir()) == []
+    own = tmp_path / "own-state"  # root's own $XDG_STATE_HOME (as this test suite sets it) is used
+    monkeypatch.setenv("XDG_STATE_HOME", str(own))
+    assert journal.state_file() == own / "encperf" / "run-directories"
 
 
 # ------------------------------------------------------------------ host.run: never waits forever
