@@ -305,27 +305,36 @@ def attach_loop(backing_file: Path, *, direct_io: bool = True) -> LoopDevice:
     return LoopDevice(device, backing_file, loop_direct_io(device))
 
 
+DELETED = " (deleted)"  # what the kernel appends to a backing file removed while attached
+
+
+def loop_backing_file(device: Path) -> str | None:
+    """The backing file the kernel names for a loop device (its real path, with " (deleted)"
+    when it was removed while attached), None when the device is not attached."""
+    try:
+        return (Path("/sys/block") / device.name / "loop" / "backing_file").read_text().rstrip("\n")
+    except OSError:
+        return None
+
+
 def detach_loop(device: Path, backing_file: Path | None = None, *, timeout: float = 10.0) -> bool:
     """Detach a loop device and wait until it is really free; False when there was nothing to do.
 
-    A no-op when it is already gone or now backs another file. ``losetup --detach`` of a device
-    that something still holds open (udev's probe after an unmount) only sets autoclear and
-    returns; the device is released when the last holder closes it, so wait for that.
+    A no-op when it is already gone or now backs another file: the kernel's name of its backing
+    file must be ``backing_file`` exactly (the real path Cleanup.loop recorded), never compared
+    after resolving links, which someone could have planted since. ``losetup --detach`` of a
+    device that something still holds open (udev's probe after an unmount) only sets autoclear
+    and returns; the device is released when the last holder closes it, so wait for that.
     """
-    backing = Path("/sys/block") / device.name / "loop" / "backing_file"
 
     def current() -> str | None:
-        try:
-            return backing.read_text().strip()
-        except OSError:
-            return None
+        return loop_backing_file(device)
 
     attached = current()
     if attached is None:
         return False
-    # a backing file removed while attached shows as "<path> (deleted)"
-    attached = attached.removesuffix(" (deleted)")
-    if backing_file is not None and os.path.realpath(attached) != os.path.realpath(backing_file):
+    attached = attached.removesuffix(DELETED)
+    if backing_file is not None and attached != str(backing_file):
         return False  # reused by someone else since: never touch it
     deadline = time.monotonic() + timeout
     while True:
@@ -381,10 +390,9 @@ def loops_backed_by(directory: Path) -> list[Path]:
     found = []
     prefix = os.path.realpath(directory) + os.sep
     for entry in Path("/sys/block").glob("loop*"):
-        with contextlib.suppress(OSError):
-            backing = (entry / "loop" / "backing_file").read_text().strip().removesuffix(" (deleted)")
-            if os.path.realpath(backing).startswith(prefix):
-                found.append(Path("/dev") / entry.name)
+        backing = loop_backing_file(Path("/dev") / entry.name)
+        if backing is not None and backing.removesuffix(DELETED).startswith(prefix):  # the kernel's
+            found.append(Path("/dev") / entry.name)  # real path, compared as it is
     return found
 
 

@@ -376,10 +376,18 @@ def _release_loop(resource: Resource) -> str:
 
 
 def _check_loop(resource: Resource, scope: RunScope) -> str | None:
+    """A dead run's loop device is detached only while the kernel names exactly the backing
+    file the run recorded (see host.detach_loop), and that file must lie in the run's own
+    directories, reached through directories of the run only: a run directory aged out and made
+    again (as a link into another run's directory, say) is no longer the run's."""
     if not re.fullmatch(r"/dev/loop[0-9]+", resource.ident):
         return f"{resource.ident} is not a loop device"
-    # detached only while it is still attached to that file: the path is compared, not opened
-    return scope.outside(resource.detail)
+    try:
+        return scope.unsafe(resource.detail)
+    except Gone:
+        if host.loop_backing_file(Path(resource.ident)) == resource.detail + host.DELETED:
+            return None  # its file went with its directory while attached: still the run's
+        raise
 
 
 def _release_dm(resource: Resource) -> str:
@@ -529,7 +537,11 @@ class Cleanup:
         self.add(Resource("path", str(path)), f"remove {path}")
 
     def loop(self, device: Path, backing_file: Path) -> None:
-        self.add(Resource("loop", str(device), str(backing_file)), f"detach {device}")
+        """A loop device we attached to ``backing_file``; recorded with the kernel's name of the
+        file (its real path), which its release compares exactly."""
+        attached = host.loop_backing_file(device)
+        backing = attached if attached and not attached.endswith(host.DELETED) else str(backing_file)
+        self.add(Resource("loop", str(device), backing), f"detach {device}")
 
     def mount(self, mountpoint: Path) -> None:
         self.add(Resource("mount", str(mountpoint)), f"unmount {mountpoint}")
