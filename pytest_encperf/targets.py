@@ -22,6 +22,7 @@ import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from . import host, resources
 from .workloads import MiB
@@ -122,6 +123,19 @@ def _unescape(text: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), text)
 
 
+# file systems that live on a block device: a root of one of these that sysfs cannot name hides the disk
+DISK_FILE_SYSTEMS = frozenset(
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "jfs", "reiserfs", "bcachefs", "vfat", "exfat", "ntfs3"}
+)
+
+
+class MountEntry(NamedTuple):
+    point: str
+    fstype: str
+    source: str
+    names: list[str]  # kernel names of the devices it is on
+
+
 @dataclass(frozen=True)
 class BlockStack:
     """The host's block devices, mounts and swaps as the partition rules read them.
@@ -138,6 +152,7 @@ class BlockStack:
     root_mountinfo: tuple[Path, ...] = (Path("/proc/self/mountinfo"), Path("/proc/1/mountinfo"))
     swaps: Path = Path("/proc/swaps")
     btrfs: Path = Path("/sys/fs/btrfs")
+    proc: Path = Path("/proc")
 
     def name_of(self, device: Path) -> str | None:
         """Kernel name of a block device node, by its device number (None when it is not one)."""
@@ -223,8 +238,8 @@ class BlockStack:
                 return candidate
         return None
 
-    def _mount_entries(self, files: tuple[Path, ...]) -> Iterator[tuple[str, list[str]]]:
-        """(mount point, the devices it is on: by device number and by source) per mountinfo line."""
+    def _mount_entries(self, files: tuple[Path, ...]) -> Iterator[MountEntry]:
+        """One entry per mountinfo line, with the devices it is on (by device number and by source)."""
         for path in files:
             try:
                 lines = path.read_text().splitlines()
@@ -235,13 +250,19 @@ class BlockStack:
                 if "-" not in fields[6:]:
                     continue
                 separator = fields.index("-", 6)
+                fstype = fields[separator + 1] if len(fields) > separator + 1 else ""
                 source = _unescape(fields[separator + 2]) if len(fields) > separator + 2 else ""
                 names = [self.by_number(fields[2]), self.by_source(source)]
-                yield _unescape(fields[4]), [name for name in dict.fromkeys(names) if name is not None]
+                yield MountEntry(
+                    _unescape(fields[4]),
+                    fstype,
+                    source,
+                    [name for name in dict.fromkeys(names) if name is not None],
+                )
 
     def _mounts(self, files: tuple[Path, ...]) -> dict[str, list[str]]:
         found: dict[str, list[str]] = {}
-        for mountpoint, names in self._mount_entries(files):
+        for mountpoint, _, _, names in self._mount_entries(files):
             for name in names:
                 points = found.setdefault(name, [])
                 if mountpoint not in points:
@@ -271,14 +292,68 @@ class BlockStack:
                         found[name] = source
         return found
 
+    def root_entries(self) -> list[MountEntry]:
+        """The mounts on / (this process's mount namespace and init's)."""
+        return [entry for entry in self._mount_entries(self.root_mountinfo) if entry.point == "/"]
+
     def root_devices(self) -> list[str]:
         """The devices mounted on / (by number and by source, as for any mount)."""
-        on_root = [names for point, names in self._mount_entries(self.root_mountinfo) if point == "/"]
-        return list(dict.fromkeys(name for names in on_root for name in names))
+        return list(dict.fromkeys(name for entry in self.root_entries() for name in entry.names))
 
     def root_stack(self) -> list[str]:
         """The devices holding / and everything below them, root first."""
         return list(dict.fromkeys(d for root in self.root_devices() for d in self.below(root)))
+
+    def unnamed_root(self) -> str | None:
+        """Why the devices holding / cannot be known, when they cannot: no readable mount of /,
+        or / on a disk file system that no device in sysfs matches. A root on
+        no disk (network, hostfs, tmpfs, an overlay whose layers are mounts of their own) is
+        not a reason: no block device holds it."""
+        entries = self.root_entries()
+        if not entries:
+            return "the mount of / cannot be read"
+        for entry in entries:
+            if not entry.names and entry.fstype in DISK_FILE_SYSTEMS:  # hostfs says /dev/root too
+                return f"/ is {entry.fstype} on {entry.source}, which matches no block device in sysfs"
+        return None
+
+    def number(self, name: str) -> int | None:
+        """The device number (``st_rdev``) of a device by its kernel name."""
+        try:
+            major, minor = (self.sys_block / name / "dev").read_text().strip().split(":")
+        except (OSError, ValueError):
+            return None
+        return os.makedev(int(major), int(minor))
+
+    def openers(self, names: list[str]) -> dict[str, list[str]]:
+        """Device name -> the other processes that have it open (``pid 812 (qemu-system-x86)``).
+
+        A virtual machine, dd or a backup tool opens a disk without O_EXCL, which the exclusive
+        probe cannot see; their open descriptors can (``stat`` follows /proc/PID/fd/N to the
+        device opened, so every path to the node counts)."""
+        wanted = {number: name for name in names if (number := self.number(name)) is not None}
+        found: dict[str, list[str]] = {}
+        for entry in self.proc.iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                descriptors = list((entry / "fd").iterdir())
+            except OSError:
+                continue  # gone, or not ours to read
+            devices = set()
+            for descriptor in descriptors:
+                with contextlib.suppress(OSError):
+                    st = os.stat(descriptor)
+                    if stat.S_ISBLK(st.st_mode) and st.st_rdev in wanted:
+                        devices.add(wanted[st.st_rdev])
+            if devices:
+                try:
+                    command = (entry / "comm").read_text().strip()
+                except OSError:
+                    command = "?"
+                for name in sorted(devices):
+                    found.setdefault(name, []).append(f"pid {entry.name} ({command})")
+        return found
 
 
 class DeviceClaim:
@@ -336,13 +411,20 @@ def partition_problems(device: Path, *, force: bool = False, stack: BlockStack |
 
     Refused: anything that is, sits under, or holds a mounted file system, swap, an active
     device-mapper, LVM or MD device, or the stack holding / (see stack_problems); a device
-    another program holds exclusively; and, unless ``force``, one that carries a signature.
+    another program has open, exclusively or not (it or one of its partitions); and, unless
+    ``force``, one that carries a signature.
     """
     stack = stack or BlockStack()
     name = stack.name_of(device)
     if name is None:
         return [f"partition rule 'block device': {device} is not a block device"]
     found = stack_problems(device, name, stack)
+    for other, processes in stack.openers([name, *stack.partitions(name)]).items():
+        where = f"{device} is" if other == name else f"{device} has a partition, /dev/{other}, that is"
+        found.append(
+            f"partition rule 'not in use': {where} open in {', '.join(processes)} "
+            "(a virtual machine, dd or another program is using it)"
+        )
     if not found and not DeviceClaim.holds(device):
         try:
             os.close(os.open(device, os.O_RDONLY | os.O_EXCL | os.O_CLOEXEC))
@@ -392,6 +474,13 @@ def stack_problems(device: Path, name: str, stack: BlockStack) -> list[str]:
             f"partition rule 'not in use': {device} is held by {', '.join(map(stack.label, held))} "
             "(an active device-mapper, LVM, dm-crypt or MD device is built on it)"
         )
+    unnamed = stack.unnamed_root()
+    if unnamed is not None:
+        found.append(
+            f"partition rule 'not the root disk': {unnamed}, so {device} cannot be shown to be apart "
+            "from the disk holding /"
+        )
+        return found
     root_stack = stack.root_stack()
     chain = " on ".join(["/", *map(stack.label, root_stack)])
     below, above = stack.below(name), up[1:]

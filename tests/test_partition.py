@@ -56,6 +56,10 @@ def mounted(device: Path, mountpoint: Path, fstype: str = "ext4") -> Iterator[Pa
         host.unmount(mountpoint)
 
 
+def command_of(pid: int) -> str:
+    return Path(f"/proc/{pid}/comm").read_text().strip()
+
+
 def rules(problems: list[str]) -> list[str]:
     return [p.split("'")[1] for p in problems if p.startswith("partition rule")]
 
@@ -159,14 +163,38 @@ def test_a_device_another_program_holds_exclusively_is_refused(partition: Path) 
     )  # fmt: skip
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-        assert partition_problems(partition) == [
-            f"partition rule 'not in use': {partition} cannot be opened exclusively (O_EXCL: Device or "
-            "resource busy): something else holds it (a mount, perhaps in another mount namespace, a "
-            "device-mapper, MD or btrfs member, swap, or another program)"
+        assert partition_problems(partition) == [  # named by its open descriptor
+            f"partition rule 'not in use': {partition} is open in pid {holder.pid} "
+            f"({command_of(holder.pid)}) (a virtual machine, dd or another program is using it)"
         ]
     finally:
         holder.communicate("")
     assert partition_problems(partition) == []
+
+
+def test_a_device_a_program_has_open_without_holding_it_exclusively_is_refused(
+    disk: tuple[Path, Path],
+) -> None:
+    """How a virtual machine (qemu without locking) or dd uses a disk: opened, not held O_EXCL,
+    so the exclusive probe succeeds; the open descriptor names the process."""
+    whole, part = disk
+    with part.open("rb") as device:  # a program of another pid: the run's own descriptors do not count
+        user = subprocess.Popen(["sleep", "600"], stdin=device)
+    try:
+        assert partition_problems(part, force=True) == [
+            f"partition rule 'not in use': {part} is open in pid {user.pid} (sleep) (a virtual machine, "
+            "dd or another program is using it)"
+        ]
+        assert rules(partition_problems(whole, force=True)) == ["not in use"]
+        assert (
+            f"{whole} has a partition, {part}, that is open in pid {user.pid}"
+            in partition_problems(whole, force=True)[0]
+        )
+        os.close(os.open(part, os.O_RDONLY | os.O_EXCL))  # what the probe alone would have accepted
+    finally:
+        user.kill()
+        user.wait()
+    assert partition_problems(part, force=True) == []
 
 
 def test_the_claim_keeps_everything_else_off_the_device_until_released(

@@ -220,3 +220,43 @@ def test_above_follows_partitions_then_holders(tmp_path: Path, name: str, expect
     stack = layout(tmp_path, devices, [])
     assert stack.above(name) == expected
     assert stack.below("dm-3") == ["dm-3", "loop7p1", "loop7"]
+
+
+@pytest.mark.parametrize(
+    ("root", "why"),
+    [
+        (None, "the mount of / cannot be read"),
+        (
+            ("0:33", "/", "btrfs", "/dev/root"),
+            "/ is btrfs on /dev/root, which matches no block device in sysfs",
+        ),
+        (
+            ("8:99", "/", "ext4", "/dev/sdz9"),
+            "/ is ext4 on /dev/sdz9, which matches no block device in sysfs",
+        ),
+    ],
+)
+def test_a_root_on_a_disk_sysfs_does_not_name_refuses_rather_than_guessing(
+    tmp_path: Path, root: tuple[str, str, str, str] | None, why: str
+) -> None:
+    stack = layout(tmp_path, {"sdb": Dev("8:16")}, [root] if root else [])
+    assert check(stack, "sdb") == [
+        f"partition rule 'not the root disk': {why}, so /dev/sdb cannot be shown to be apart "
+        "from the disk holding /"
+    ]
+
+
+@pytest.mark.parametrize(
+    "root",
+    [
+        ("0:52", "/", "overlay", "overlay"),
+        ("0:41", "/", "nfs4", "server:/export"),
+        ("0:15", "/", "hostfs", "/dev/root"),
+    ],
+)
+def test_a_root_on_no_disk_is_no_reason_to_refuse(tmp_path: Path, root: tuple[str, str, str, str]) -> None:
+    """A container's overlay (its layers are mounts of their own, refused as such), a network or
+    hostfs root (the UML lane's): no block device holds /."""
+    stack = layout(tmp_path, {"sdb": Dev("8:16")}, [root])
+    assert stack.root_stack() == []
+    assert check(stack, "sdb") == []
