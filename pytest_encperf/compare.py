@@ -676,17 +676,23 @@ def overhead_checks(results: Sequence[Result], rules: Sequence[Rule]) -> list[Ch
             continue
         for name in dict.fromkeys(rule.metric for rule in rules):
             rule = select_rule(rules, cell.backend, cell.workload, name)
-            if rule is None:
-                continue
-            metric = METRICS["abs-throughput" if METRICS[name].paired else name]
-            mismatch = cell.pairing_problem()
-            plain = Cell(BASELINE, cell.workload, cell.baseline_rounds)
-            check = assess(
-                "overhead", cell, metric, cell.samples(metric), plain.samples(metric), rule,
-                differences=[mismatch] if mismatch else [],
-            )  # fmt: skip
-            checks.append(replace(check, metric=name))  # named as the rule names it
+            if rule is not None:
+                checks.append(overhead_check(cell, name, rule))
     return checks
+
+
+def overhead_check(cell: Cell, name: str, rule: Rule | None) -> Check:
+    """One backend x workload on metric ``name`` against the plain rounds interleaved with it:
+    the estimate and 95% interval ``--encperf-max-overhead`` judges (``rule`` None: not judged,
+    as the HTML report's overhead chart shows it)."""
+    metric = METRICS["abs-throughput" if METRICS[name].paired else name]
+    mismatch = cell.pairing_problem()
+    plain = Cell(BASELINE, cell.workload, cell.baseline_rounds)
+    check = assess(
+        "overhead", cell, metric, cell.samples(metric), plain.samples(metric), rule,
+        differences=[mismatch] if mismatch else [],
+    )  # fmt: skip
+    return replace(check, metric=name)  # named as the rule names it
 
 
 # ----------------------------------------------------------------------------- the verdict
