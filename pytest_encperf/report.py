@@ -23,10 +23,11 @@ from .compare import (
     Verdict,
 )
 from .model import CAVEATS, Measurement, Result
-from .workloads import GiB, KiB, Workload
+from .workloads import PROFILES, GiB, KiB, Profile, Workload, fit_to_size
 
 DIRECTIONS = ("read", "write", "mixed")
 TRANSPOSE_AFTER = 6  # more workload labels than this: labels become rows
+MARKDOWN_LIMIT = 60_000  # characters; a GitHub PR comment takes 65,536
 
 
 def _format_value(value: float) -> str:
@@ -90,6 +91,40 @@ def _change_cell(result: Result, value: str) -> str:
     return text
 
 
+def _backend_cells(
+    by_key: Mapping[tuple[str, str, str], Result],
+    backend: str,
+    columns: list[tuple[str, str, list[str]]],
+    value: str,
+    newline: str = "\n",
+) -> tuple[list[str] | None, list[float]]:
+    """One backend's summary cells (value, ``plain ...`` and the change, one line each, per
+    workload label) and every change shown; None when nothing of it was measured."""
+    cells, all_changes = [], []
+    measured_any = False
+    for label, _, directions in columns:
+        value_cells, plain_cells, change_cells = [], [], []
+        for direction in directions:
+            result = by_key.get((backend, label, direction))
+            if result is None or not result.rounds:
+                value_cells.append("-")
+                plain_cells.append("-")
+                continue
+            metric = result.primary_metric
+            value_cells.append(_format_value(_pick([getattr(m, metric) for m in result.rounds], value)))
+            base = [getattr(m, metric) for m in result.baseline_rounds]
+            plain_cells.append(_format_value(_pick(base, value)) if base else "-")
+            change_cells.append(_change_cell(result, value))
+            change = _shown_change(result, value)
+            if change is not None:
+                all_changes.append(change)
+        measured = any(cell != "-" for cell in value_cells)
+        measured_any = measured_any or measured
+        lines = (" / ".join(value_cells), "plain " + " / ".join(plain_cells) if measured else "")
+        cells.append(newline.join(line for line in (*lines, " / ".join(change_cells)) if line))
+    return (cells if measured_any else None), all_changes
+
+
 def summary_table(
     results: list[Result],
     skipped: dict[str, str],
@@ -121,32 +156,8 @@ def summary_table(
         if backend in skipped:
             rows.append([backend, f"skipped: {skipped[backend]}", *([""] * (width - 1))])
             continue
-        values, plains, changes, all_changes = [], [], [], []
-        for label, _, directions in columns:
-            value_cells, plain_cells, change_cells = [], [], []
-            for direction in directions:
-                result = by_key.get((backend, label, direction))
-                if result is None or not result.rounds:
-                    value_cells.append("-")
-                    plain_cells.append("-")
-                    continue
-                metric = result.primary_metric
-                value_cells.append(_format_value(_pick([getattr(m, metric) for m in result.rounds], value)))
-                base = [getattr(m, metric) for m in result.baseline_rounds]
-                plain_cells.append(_format_value(_pick(base, value)) if base else "-")
-                change_cells.append(_change_cell(result, value))
-                change = _shown_change(result, value)
-                if change is not None:
-                    all_changes.append(change)
-            values.append(" / ".join(value_cells))
-            measured = any(cell != "-" for cell in value_cells)
-            plains.append("plain " + " / ".join(plain_cells) if measured else "")
-            changes.append(" / ".join(change_cells))
-        if any(v.strip("-/ ") for v in values):
-            cells = [
-                "\n".join(line for line in (v, p, c) if line)
-                for v, p, c in zip(values, plains, changes, strict=True)
-            ]
+        cells, all_changes = _backend_cells(by_key, backend, columns, value)
+        if cells is not None:
             row = [backend, *cells]
             if mean_column:
                 row.append(_format_change(statistics.fmean(all_changes)) if all_changes else "n/a")
@@ -464,6 +475,43 @@ def verdict_report(verdict: Verdict) -> list[Line]:
     return lines
 
 
+def shown_profiles(
+    results: Iterable[Result], names: Iterable[str] | None = None
+) -> list[tuple[Profile, list[Workload]]]:
+    """The profiles ``names`` (those a run was given: ``--encperf-profile``), or when unknown each
+    profile all of whose workloads are among ``results``, with the workloads that ran in the
+    profile's order (a grid cell as it ran: its label names the file size it had, see
+    workloads.fit_to_size)."""
+    ran = list(dict.fromkeys(r.workload for r in results if r.rounds))
+    wanted = [PROFILES[name] for name in names or () if name in PROFILES]
+    found = []
+    for profile in wanted or PROFILES.values():
+        matches = [
+            [w for w in ran if (fit_to_size(p, w.extent) if w.extent else p) == w] for p in profile.workloads
+        ]
+        mine = list(dict.fromkeys(w for found_here in matches for w in found_here))
+        if mine and (wanted or all(matches)):
+            found.append((profile, mine))
+    return found
+
+
+def compact_table(results: list[Result], backends: list[str], workloads: list[Workload], value: str) -> str:
+    """The summary table as a GitHub-flavoured Markdown table: a row per backend, a column per
+    workload label, its three lines (value, ``plain ...``, change) joined by ``<br>``."""
+    names = {w.name for w in workloads}
+    columns = _columns(workloads)
+    by_key = {
+        (r.backend, r.workload.label, r.workload.direction): r for r in results if r.workload.name in names
+    }
+    rows = []
+    for backend in backends:
+        cells, _ = _backend_cells(by_key, backend, columns, value, newline="<br>")
+        if cells is not None:
+            rows.append([backend, *cells])
+    headers = ["backend", *(f"{label}<br>{unit} {' / '.join(dirs)}" for label, unit, dirs in columns)]
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True) if rows else ""
+
+
 def results_markdown(results: list[Result]) -> str:
     headers = [
         "backend",
@@ -494,17 +542,67 @@ def results_markdown(results: list[Result]) -> str:
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True) if rows else ""
 
 
-def markdown_report(results: list[Result], verdict: Verdict | None, title: str = "encperf") -> str:
+def markdown_report(
+    results: list[Result],
+    verdict: Verdict | None,
+    title: str = "encperf",
+    backends: list[str] | None = None,
+    profiles: Iterable[str] | None = None,
+    limit: int = MARKDOWN_LIMIT,
+) -> str:
     """A GitHub-flavoured Markdown report (for PR comments and $GITHUB_STEP_SUMMARY): the verdict's
-    one-line header first, the results, then what explains the verdict and every check."""
-    parts = [f"## {title}", ""]
+    one-line header (✅/❌ with its counts), what failed, the compact CrystalDiskMark table(s) of
+    ``profiles`` (see shown_profiles), then everything else in a collapsed ``<details>`` block:
+    every result, what explains the verdict and the check table.
+
+    The text stays under ``limit`` characters (a PR comment takes 65,536): the details shrink to
+    the checks that need attention, then go, then the tables; the header and the failures stay."""
+    head = [f"## {title}", ""]
+    failures: list[str] = []
     if verdict is not None:
         icon = "❌" if verdict.failed else "✅"
         baseline = f" (baseline `{verdict.baseline}`)" if verdict.baseline else ""
-        parts += [f"**{icon} {verdict_header(verdict)}**{baseline}", ""]
-    parts += [results_markdown(results) or "_no results_", ""]
-    if verdict is not None:
-        parts += [f"- {message}" for _, message in verdict_messages(verdict)]
-        if verdict.checks:
-            parts += ["", check_table(verdict.checks, tablefmt="github"), "", CHECK_LEGEND]
-    return "\n".join(parts) + "\n"
+        head += [f"**{icon} {verdict_header(verdict)}**{baseline}", ""]
+        failures = [f"- {message}" for tone, message in verdict_messages(verdict) if tone == "red"]
+    names = backends or list(dict.fromkeys(r.backend for r in results))
+    tables = [part for profile, workloads in shown_profiles(results, profiles) if profile.value == "best"
+              for part in (f"**{profile.title}** ({profile.value} of the rounds; under it plain "
+                           "beside it and the change)", "",
+                           compact_table(results, names, workloads, profile.value), "")]  # fmt: skip
+    if not any(r.rounds for r in results):
+        tables = ["_no results_", ""]
+
+    def details(checks: list[Check] | None, note: str = "") -> list[str]:
+        body = [results_markdown(results), ""] if checks is None else []
+        if verdict is not None:
+            body += [f"- {message}" for tone, message in verdict_messages(verdict) if tone != "red"]
+            shown = verdict.checks if checks is None else checks
+            if shown:
+                body += ["", check_table(shown, tablefmt="github"), "", CHECK_LEGEND]
+        body += [note] if note else []
+        summary = (
+            "Details: every result and check" if checks is None else "Details: checks that need attention"
+        )
+        return ["<details>", f"<summary>{summary}</summary>", "", *body, "", "</details>", ""]
+
+    def text(*parts: list[str]) -> str:
+        return "\n".join(line for part in parts for line in part) + "\n"
+
+    attention = [c for c in (verdict.checks if verdict else []) if c.status not in (PASS, INFO, NOT_GATED)]
+    cut = "_details cut to keep this report under {limit:,} characters: see the JSON or HTML report_"
+    for candidate in (
+        text(head, failures, tables, details(None)),
+        text(head, failures, tables, details(attention, cut.format(limit=limit))),
+        text(head, failures, tables, [cut.format(limit=limit)]),
+        text(head, failures, [cut.format(limit=limit)]),
+    ):
+        if len(candidate) < limit:
+            return candidate
+    kept: list[str] = []  # the failures alone are too long: as many as fit, and how many were left
+    size = len(text(head)) + len("- ... and 999999 more\n")
+    for line in failures:
+        size += len(line) + 1
+        if size >= limit:
+            break
+        kept.append(line)
+    return text(head, kept, [f"- ... and {len(failures) - len(kept)} more"])

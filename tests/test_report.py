@@ -1,0 +1,71 @@
+"""The Markdown report for pull requests (report.markdown_report): header, compact table,
+details block, size cap; and which profiles a set of results shows (report.shown_profiles)."""
+
+from __future__ import annotations
+
+from pytest_encperf.compare import FAIL, PASS, Check, Verdict
+from pytest_encperf.report import markdown_report, shown_profiles, verdict_header
+from pytest_encperf.workloads import ATTO, CDM, MATRIX, MiB, fit_to_size
+from tests.test_charts import result
+
+
+def check(workload: str, status: str, backend: str = "fscrypt") -> Check:
+    reason = "worse by 50.0% > 10%, adjusted p=0.001 <= 0.05" if status == FAIL else "not worse"
+    return Check(
+        "baseline", backend, workload, "throughput", "x plain", "paired ratios", 0.5, 0.25, -50.0, 50.0,
+        (0.4, 0.6), 0.001, (10, 10), 10.0, "10%", status, reason, gated=True, p_adjusted=0.001,
+    )  # fmt: skip
+
+
+def test_markdown_leads_with_the_verdict_the_failures_and_the_compact_table() -> None:
+    results = [result("fscrypt", w, [50, 60], [100, 120]) for w in CDM]
+    verdict = Verdict(baseline="m/0001_main.json", checks=[check("SEQ1M-Q8T1-read", FAIL), check("x", PASS)])
+    text = markdown_report(results, verdict)
+    lines = text.splitlines()
+    assert lines[2] == f"**❌ {verdict_header(verdict)}** (baseline `m/0001_main.json`)"
+    assert lines[2].startswith("**❌ encperf: 1 regression, 1 within threshold")
+    failure = next(i for i, line in enumerate(lines) if line.startswith("- FAIL: fscrypt SEQ1M-Q8T1-read"))
+    table = next(
+        i for i, line in enumerate(lines) if line.startswith("| backend   | SEQ1M Q8T1<br>MB/s read")
+    )
+    assert failure < table < lines.index("<details>")
+    # the summary table's three lines in one cell: best, best of plain beside it, the change
+    assert "| fscrypt   | 60.0 / 60.0<br>plain 120.0 / 120.0<br>-50.0% / -50.0% " in text
+    details = text[text.index("<details>") :]
+    assert details.startswith("<details>\n<summary>Details: every result and check</summary>\n")
+    assert "| fscrypt   | SEQ1M-Q8T1-read" in details  # every result
+    assert "| rounds now/before" in details and details.rstrip().endswith("</details>")
+    assert len(text) < 60_000
+
+
+def test_markdown_stays_under_the_cap_keeping_the_header_and_the_failures() -> None:
+    workloads = [fit_to_size(w, 16 * MiB) for w in (*CDM, *ATTO, *MATRIX)]
+    results = [result(f"backend{b}", w, [50, 60], [100, 120]) for b in range(12) for w in workloads]
+    checks = [
+        check(w.name, FAIL if i % 50 == 0 else PASS, f"backend{b}")
+        for b in range(12)
+        for i, w in enumerate(workloads)
+    ]
+    verdict = Verdict(baseline="m/0001_main.json", checks=checks)
+    full = markdown_report(results, verdict, limit=10**9)
+    assert len(full) > 60_000  # what it would be
+    text = markdown_report(results, verdict, profiles=["cdm", "atto", "matrix"])
+    assert len(text) < 60_000
+    assert text.splitlines()[2].startswith("**❌ encperf: 12 regressions, ")
+    failures = [line for line in text.splitlines() if line.startswith("- FAIL:")]
+    assert len(failures) == 12
+    assert "_details cut to keep this report under 60,000 characters: see the JSON or HTML report_" in text
+    tiny = markdown_report(results, verdict, limit=2_000)  # not even the failures fit: as many as do
+    assert len(tiny) < 2_000 and tiny.startswith("## encperf\n\n**❌ encperf: 12 regressions")
+    assert tiny.rstrip().endswith("more") and "- FAIL:" in tiny
+
+
+def test_shown_profiles_are_those_given_or_those_that_ran_whole() -> None:
+    cdm = [result("fscrypt", w, [50], [100]) for w in CDM]
+    grid = [result("fscrypt", fit_to_size(w, 16 * MiB), [50], [100]) for w in MATRIX]
+    found = {profile.name: workloads for profile, workloads in shown_profiles([*cdm, *grid])}
+    # cdm-nvme shares two workloads with cdm but did not run whole: not shown unless named
+    assert list(found) == ["cdm", "matrix"]
+    assert found["cdm"] == list(CDM) and found["matrix"][-1].label == "F16M R1M"
+    named = {p.name: w for p, w in shown_profiles(cdm[:2], ["cdm", "cdm-nvme"])}
+    assert [w.name for w in named["cdm-nvme"]] == ["SEQ1M-Q8T1-read", "SEQ1M-Q8T1-write"]
