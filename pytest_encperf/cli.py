@@ -1,4 +1,4 @@
-"""The ``encperf`` command: saved runs without pytest (list, compare, show), what can run
+"""The ``encperf`` command: saved runs without pytest (list, compare, show, report), what can run
 here (backends), and release of what killed runs left behind (cleanup).
 
 Each subcommand is a ``Command`` (its arguments and its function) in ``COMMANDS``; adding one
@@ -21,15 +21,17 @@ from typing import Any
 
 from tabulate import tabulate
 
-from . import backends, journal, machine, storage
+from . import backends, html, journal, machine, storage
 from .backends import BackendSpec, known_names, make_backend
-from .compare import EXIT_REGRESSION, judge
-from .report import detail_table, markdown_report, verdict_report
+from .compare import EXIT_REGRESSION, Verdict, judge
+from .model import RunData
+from .report import detail_table, markdown_report, verdict_header, verdict_report
 from .settings import (
     OPTIONS,
     default_directory,
     parse_choice,
     parse_directory,
+    parse_html_path,
     parse_path,
 )
 from .targets import Target, container_size
@@ -114,12 +116,14 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run_compare(args: argparse.Namespace) -> int:
-    base_run, _ = storage.resolve(args.storage, args.baseline, None)
-    current_run, _ = storage.resolve(args.storage, args.current, None)
+def saved_verdict(
+    args: argparse.Namespace, ref: str, base_run: storage.SavedRun, current_run: storage.SavedRun
+) -> tuple[Verdict, RunData]:
+    """The gate's verdict on ``current_run`` against ``base_run`` (named ``ref``), with the
+    history of saved runs before it, as the pytest run would judge it; and the current run."""
     reference, current = storage.load_run(base_run), storage.load_run(current_run)
     history = [reference]
-    for run in storage.history(args.storage, base_run, args.baseline, args.history)[1:]:
+    for run in storage.history(args.storage, base_run, ref, args.history)[1:]:
         if run.path != current_run.path:
             history.append(storage.load_run(run))
     verdict = judge(current, reference, args.fail, args.max_overhead, history, strict=args.strict)
@@ -130,6 +134,13 @@ def run_compare(args: argparse.Namespace) -> int:
             f"warning: the runs come from different machines ({base_run.machine_id}, "
             f"{current_run.machine_id}): differences may be the machines', not the code's"
         )
+    return verdict, current
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    base_run, _ = storage.resolve(args.storage, args.baseline, None)
+    current_run, _ = storage.resolve(args.storage, args.current, None)
+    verdict, current = saved_verdict(args, args.baseline, base_run, current_run)
     print(f"{base_run.label} -> {current_run.label}")
     for kind, _, line in verdict_report(verdict):
         print(line if kind == "line" else f"---- {line} ----")
@@ -138,6 +149,51 @@ def run_compare(args: argparse.Namespace) -> int:
             markdown_report(list(current.results), verdict, f"encperf: {current_run.label}")
         )
     return EXIT_REGRESSION if verdict.failed else 0
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "One self-contained HTML page (charts inlined as SVG, no network needed to view it) of "
+        "saved runs: the newest in full (tiles, overhead, latency, CPU, ATTO and grid profiles, "
+        "context) with the history of the others, judged against the run before it like "
+        "`encperf compare` (exit 7 when that gate fails). Needs pytest-encperf[html]."
+    )
+    parser.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN",
+        help="saved runs: number, name, MACHINE-ID/RUN, latest or .json path",
+    )
+    parser.add_argument(
+        "-o", "--output", required=True, type=argument_type(parse_html_path), metavar="PATH",
+        help="the HTML file to write",
+    )  # fmt: skip
+    add_shared_option(parser, "fail", "--fail", " (the newest run against the one before it)")
+    add_shared_option(parser, "max-overhead", "--max-overhead", " (in the newest run)")
+    add_shared_option(parser, "history", "--history")
+    parser.add_argument("--strict", action="store_true", help=_option("strict").help)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    found = [storage.resolve(args.storage, ref, None)[0] for ref in args.runs]
+    refs = {run.path: ref for run, ref in zip(found, args.runs, strict=True)}
+    saved = sorted(dict.fromkeys(found), key=lambda run: (run.datetime_key, run.number))  # oldest first
+    runs = [storage.load_run(run) for run in saved]
+    if len(saved) > 1:
+        verdict, runs[-1] = saved_verdict(args, refs[saved[-2].path], saved[-2], saved[-1])
+    else:  # one run: judged only against its own plain rounds, when asked
+        verdict = (
+            judge(runs[-1], None, [], args.max_overhead, strict=args.strict) if args.max_overhead else None
+        )
+    text = html.render(html.Page(runs, verdict, f"encperf report: {saved[-1].label}"))
+    storage.write_report(args.output, text)
+    print(f"encperf report: wrote {args.output} ({len(text.encode()):,} bytes; {len(runs)} run(s))")
+    if verdict is not None:
+        print(verdict_header(verdict))
+    return EXIT_REGRESSION if verdict is not None and verdict.failed else 0
 
 
 # ----------------------------------------------------------------------------- show
@@ -265,6 +321,11 @@ COMMANDS: dict[str, Command] = {
         "compare two saved runs (exit 7 on a regression with --fail)", add_compare_arguments, run_compare
     ),
     "show": Command("the results of one saved run", add_show_arguments, run_show),
+    "report": Command(
+        "a self-contained HTML report of saved runs (needs pytest-encperf[html])",
+        add_report_arguments,
+        run_report,
+    ),
     "backends": Command(
         "list backends and whether they can run here (doctor)", add_backends_arguments, run_backends
     ),

@@ -317,6 +317,12 @@ class Runner:
     steady_budget: float = 60.0  # ... or this many seconds have been spent on the extra rounds
     gate: Confirmer | None = None  # asked after the rounds whether the checks are decided ...
     confirm_budget: ConfirmBudget | None = None  # ... and more pairs are run while this lasts
+    # told after each round (warm-up too): (workload, volume spec, spec of the side measured, round)
+    on_round: Callable[[Workload, str, str, Measurement], None] | None = None
+
+    def _tell(self, workload: Workload, side: str, measurement: Measurement) -> None:
+        if self.on_round is not None:
+            self.on_round(workload, self.volume.spec, side, measurement)
 
     @property
     def warmup_runtime(self) -> float:
@@ -348,7 +354,11 @@ class Runner:
                 def measure(runtime: float) -> Measurement:
                     nonlocal side
                     side = mounted
-                    return self.engine.run(workload, path, runtime=runtime, direct=direct, observe=observe)
+                    measured = self.engine.run(
+                        workload, path, runtime=runtime, direct=direct, observe=observe
+                    )
+                    self._tell(workload, mounted.spec, measured)
+                    return measured
 
                 return measure
 
@@ -396,14 +406,16 @@ class Runner:
         )
         result.baseline_rounds.extend(self.measured_baseline.get(workload.name, []))
         for _ in range(self.warmup):
-            self.engine.run(
+            measurement = self.engine.run(
                 workload, volume_file, runtime=self.warmup_runtime, direct=direct, observe=observe
             )
+            self._tell(workload, self.volume.spec, measurement)
         for _ in range(self.rounds):
             started = time.time()
             measurement = self.engine.run(
                 workload, volume_file, runtime=self.runtime, direct=direct, observe=observe
             )
+            self._tell(workload, self.volume.spec, measurement)
             result.rounds.append(dataclasses.replace(measurement, started=started))
         result.stop_reason = f"{self.rounds} rounds (partition: no confirmation rounds)"
         self.record(result)

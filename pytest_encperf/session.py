@@ -7,6 +7,7 @@ registered with the plugin manager in ``pytest_configure``, unregistered at the 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import itertools
 import os
@@ -22,11 +23,13 @@ from typing import Any
 import pytest
 
 from . import backends, host, journal, machine, resources, storage
+from . import html as html_report
 from .backends import BASELINE, BackendSpec, make_backend, placement_problems
 from .ceiling import Ceiling, kernel_xts_driver, measure_ciphers
 from .compare import EXIT_REGRESSION, Gate, Verdict, expected_family_size, judge
 from .engines import Engine, select_engine
 from .model import Measurement, Result, RunData
+from .progress import Plan, ProgressLine
 from .report import detail_table, markdown_report, summary_table, verdict_report
 from .runner import (
     ConfirmBudget,
@@ -84,6 +87,7 @@ class EncperfSession:
         self._claim: DeviceClaim | None = None
         self._device_refused = ""
         self._device_lost = ""
+        self._progress: ProgressLine | bool | None = None  # False: no terminal to show it on
 
     # ------------------------------------------------------------- selection
 
@@ -260,6 +264,7 @@ class EncperfSession:
             steady_budget=self.settings.steady_budget,
             gate=self.gate(),
             confirm_budget=self._confirm_budget,
+            on_round=self.round_callback(),
         )
 
     def ceilings(self) -> dict[str, Ceiling]:
@@ -303,6 +308,52 @@ class EncperfSession:
         return [f"encperf: released leftover of a dead run: {line}" for line in self.cleaned] + [
             f"encperf: cleanup of dead runs: {line}" for line in self.cleanup_problems
         ]
+
+    def pytest_report_collectionfinish(self, config: pytest.Config, items: list[pytest.Item]) -> list[str]:
+        """The plan, in one line after pytest's "collected N items"."""
+        tests = []
+        for item in items:
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            if "encperf_volume" in params and "encperf_workload" in params:
+                tests.append((str(params["encperf_volume"]), str(params["encperf_workload"])))
+        if not tests or self.is_worker:
+            return []
+        s = self.settings
+        plan = Plan(
+            tests, s.rounds, s.runtime, s.warmup, self.sequential, len(self.workloads),
+            s.steady_budget if s.steady_cv else None,
+            s.confirm_budget if (s.fail or s.max_overhead) and not self.sequential else 0.0,
+        )  # fmt: skip
+        return [plan.line()]
+
+    def round_callback(self) -> Any:
+        """The live status line's round callback, on a terminal (not -q, not an xdist worker)."""
+        if self._progress is None:
+            self._progress = False
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            quiet = self.config.getoption("verbose") < 0 or os.environ.get("TERM") == "dumb"
+            if reporter is not None and bool(reporter.isatty) and not quiet and not self.is_worker:
+                self._progress = self._make_progress()
+        return self._progress.round_done if self._progress else None
+
+    def _make_progress(self) -> ProgressLine:
+        writer = self.config.get_terminal_writer()
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+
+        def write(text: str) -> None:  # the test's output is captured while it runs: not ours
+            with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+                writer.write_raw(text, flush=True)
+
+        s = self.settings
+        return ProgressLine(
+            write, lambda: writer.width_of_current_line, lambda: writer.fullwidth,
+            rounds=s.rounds, runtime=s.runtime, warmup=s.warmup, sides=1 if self.sequential else 2,
+        )  # fmt: skip
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self._progress:  # before pytest writes the test's outcome
+            self._progress.clear()
 
     def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
         if self.config.option.collectonly:
@@ -410,7 +461,9 @@ class EncperfSession:
         """Save, compare, write reports, decide; set the exit status only if the run is otherwise OK
         (like pytest's --max-warnings), so failing tests keep their own status."""
         s = self.settings
-        wanted = s.save or s.autosave or s.compare or s.fail or s.json or s.markdown or s.max_overhead
+        wanted = (
+            s.save or s.autosave or s.compare or s.fail or s.json or s.markdown or s.html or s.max_overhead
+        )
         if not wanted:
             return
         try:
@@ -446,8 +499,15 @@ class EncperfSession:
         verdict.errors = [*reference.errors, *errors, *verdict.errors]
         verdict.unchecked = [*reference.unchecked, *verdict.unchecked]
         verdict.machine_differences = reference.machine_differences
+        if s.html:
+            try:
+                self.write_html(current, reference, verdict)
+            except Exception as exc:  # the verdict stands; the report that failed is an error
+                verdict.errors.append(
+                    f"could not write the HTML report {s.html}: {type(exc).__name__}: {exc}"
+                )
         if s.markdown:
-            text = markdown_report(self.results, verdict)
+            text = markdown_report(self.results, verdict, backends=self.backend_specs, profiles=s.profile)
             s.markdown.parent.mkdir(parents=True, exist_ok=True)
             s.markdown.write_text(text, encoding="utf-8")
             summary = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -455,6 +515,18 @@ class EncperfSession:
                 with open(summary, "a", encoding="utf-8") as file:
                     file.write(text)
         return verdict
+
+    def write_html(self, current: RunData, reference: Reference, verdict: Verdict) -> None:
+        """The HTML report of this run, with the saved runs of its history before it."""
+        assert self.settings.html is not None
+        info, machine_id = self.machine()
+        now = RunData(current.label, current.results, current.settings, {**info, "machine_id": machine_id})
+        notes = [f"cipher ceiling: {ceiling.describe()}" for ceiling in self.ceilings().values()]
+        page = html_report.Page(
+            [*reversed(reference.history), now], verdict, "encperf report: this run",
+            dict(self.skipped), notes,
+        )  # fmt: skip
+        storage.write_report(self.settings.html, html_report.render(page))
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         for error in self.teardown_errors:

@@ -30,6 +30,7 @@ from . import storage
 from .backends import PLANNED, BackendSpec, known_names, parse_backend_list
 from .compare import MIN_HISTORY, Rule, parse_rules
 from .engines import ENGINES
+from .html import matplotlib_problem
 from .targets import KINDS
 from .workloads import PROFILES, GiB, KiB, MiB
 
@@ -169,6 +170,14 @@ def parse_path(text: str) -> Path:
     return Path(str(text).strip()).expanduser()
 
 
+def parse_html_path(text: str) -> Path:
+    """A path for the HTML report, which draws its charts with matplotlib (the ``html`` extra)."""
+    problem = matplotlib_problem()
+    if problem:
+        raise ValueError(problem)
+    return parse_path(text)
+
+
 def parse_compare(text: str) -> str:
     """``latest`` (the bare flag), a run number (``3``), a run name (``main``),
     ``<machine-id>/<number or name>``, or a saved file's path."""
@@ -304,6 +313,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("json", "PATH", "write the full results (the saved-run format) to PATH", optional(parse_path), ""),
     Option("markdown", "PATH", "write a GitHub-flavoured Markdown report to PATH (and append it to "
            "$GITHUB_STEP_SUMMARY when set)", optional(parse_path), ""),
+    Option("html", "PATH", "write a self-contained HTML report with charts to PATH (needs matplotlib: "
+           "pip install 'pytest-encperf[html]')", optional(parse_html_path), ""),
     Option("verify", "yes|no",
            "after each write workload, check that the data reads back intact after unmount + mount",
            parse_bool, "no"),
@@ -338,6 +349,7 @@ class Settings:
     max_overhead: list[Rule] = field(default_factory=list)
     json: Path | None = None
     markdown: Path | None = None
+    html: Path | None = None
     verify: bool = False
     sources: dict[str, str] = field(default_factory=dict)  # option -> where its value came from
 

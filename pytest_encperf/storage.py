@@ -218,13 +218,18 @@ def save(storage: Path, machine_id: str, name: str, doc: dict[str, Any]) -> Path
 
 def write_json(path: Path, doc: dict[str, Any]) -> None:
     """Write a report file atomically (temp file + rename); reports may be replaced."""
+    write_report(path, json.dumps(doc, indent=2, default=str) + "\n")
+
+
+def write_report(path: Path, text: str) -> None:
+    """Write a report (JSON, HTML) atomically: a temporary file in the same directory, renamed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as file:
-            json.dump(doc, file, indent=2, default=str)
-            file.write("\n")
+            file.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a report is for reading
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

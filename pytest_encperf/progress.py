@@ -1,0 +1,148 @@
+"""The plan printed before a run, and the live status line of a long workload (no pytest).
+
+The plan is one line: backends x workloads x rounds and an estimate of the time the rounds take.
+The status line is for a person at a terminal: the session gives ProgressLine a function that
+writes raw text to the terminal (pytest's terminal writer), only when the output is a terminal
+and not ``-q``; in CI logs nothing of it is written.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .model import Measurement
+from .runner import WARMUP_SECONDS
+from .workloads import Workload
+
+LIVE_AFTER = 10.0  # seconds: a workload estimated to take at least this long gets a status line
+
+
+def workload_seconds(rounds: int, runtime: float, warmup: int, sides: int = 2) -> float:
+    """What the rounds of one workload take: counted and warm-up rounds on each side."""
+    return sides * (rounds * runtime + warmup * min(runtime, WARMUP_SECONDS))
+
+
+def format_duration(seconds: float) -> str:
+    """``45 s``, ``12 min``, ``1 h 05 min``."""
+    if seconds < 90:
+        return f"{math.ceil(seconds)} s"
+    minutes = math.ceil(seconds / 60)
+    return f"{minutes} min" if minutes < 90 else f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a session is about to measure: one (backend, workload) per collected benchmark test."""
+
+    tests: Sequence[tuple[str, str]]
+    rounds: int
+    runtime: float
+    warmup: int
+    sequential: bool = False  # partition target: plain measured before and after each volume
+    workloads_per_volume: int = 0  # partition target: workloads of each plain measurement
+    steady_budget: float | None = None  # --encperf-steady-cv: most extra seconds per workload
+    confirm_budget: float = 0.0  # most extra seconds of confirmation rounds in the run
+
+    def seconds(self) -> float:
+        """The rounds alone (warm-up included); making volumes and test files is extra."""
+        sides = 1 if self.sequential else 2
+        total = len(self.tests) * workload_seconds(self.rounds, self.runtime, self.warmup, sides)
+        if self.sequential:  # plain, every workload, before and after each encrypted volume
+            volumes = len({backend for backend, _ in self.tests})
+            total += volumes * 2 * self.workloads_per_volume * (self.rounds + self.warmup) * self.runtime
+        return total
+
+    def extra_seconds(self) -> float:
+        """At most this much more: steady-state rounds and confirmation rounds."""
+        steady = len(self.tests) * self.steady_budget if self.steady_budget else 0.0
+        return steady + self.confirm_budget
+
+    def line(self) -> str:
+        backends = list(dict.fromkeys(backend for backend, _ in self.tests))
+        workloads = list(dict.fromkeys(workload for _, workload in self.tests))
+        warmup = f" + {self.warmup} warm-up" if self.warmup else ""
+        against = "plain before and after each volume" if self.sequential else "alternating with plain"
+        extra = self.extra_seconds()
+        more = (
+            f", up to {format_duration(extra)} more for steady-state and confirmation rounds" if extra else ""
+        )
+        return (
+            f"encperf plan: {len(backends)} backend{'s' * (len(backends) != 1)} ({', '.join(backends)}) x "
+            f"{len(workloads)} workload{'s' * (len(workloads) != 1)} x {self.rounds} rounds{warmup} of "
+            f"{self.runtime:g} s, {against}: {len(self.tests)} tests, about "
+            f"{format_duration(self.seconds())} of rounds{more} (making volumes and test files comes on top)"
+        )
+
+
+class ProgressLine:
+    """A status line under pytest's output while a long workload runs: its round, the last
+    round's MB/s and the time left. ``write`` puts raw text on the terminal; the line is
+    written below the current one and, when cleared, the cursor goes back to where pytest
+    left it (``column``), so pytest's own output continues undisturbed."""
+
+    def __init__(
+        self,
+        write: Callable[[str], None],
+        column: Callable[[], int],
+        width: Callable[[], int],
+        *,
+        rounds: int,
+        runtime: float,
+        warmup: int,
+        sides: int = 2,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.write, self.column, self.width, self.clock = write, column, width, clock
+        self.rounds, self.runtime, self.warmup, self.sides = rounds, runtime, warmup, sides
+        self.key: tuple[str, str] | None = None
+        self.done = 0
+        self.started = 0.0
+        self.shown = False
+        self.back_to = 0
+
+    @property
+    def planned(self) -> int:
+        return self.sides * (self.rounds + self.warmup)
+
+    @property
+    def live(self) -> bool:
+        return workload_seconds(self.rounds, self.runtime, self.warmup, self.sides) >= LIVE_AFTER
+
+    def round_done(self, workload: Workload, volume: str, side: str, measurement: Measurement) -> None:
+        key = (volume, workload.name)
+        if key != self.key:
+            self.clear()
+            self.key, self.done, self.started = key, 0, self.clock()
+        self.done += 1
+        if self.live:
+            self.show(self.text(workload, volume, side, measurement))
+
+    def text(self, workload: Workload, volume: str, side: str, measurement: Measurement) -> str:
+        kind = "warm-up" if self.done <= self.sides * self.warmup else side
+        if self.done <= self.planned:
+            elapsed = self.clock() - self.started
+            left = (self.planned - self.done) * elapsed / self.done
+            where = f"round {self.done} of {self.planned} ({kind})"
+            rest = f"about {format_duration(left)} left" if self.done < self.planned else "done"
+        else:
+            where = f"round {self.done} ({kind}, extra: steady state or confirmation)"
+            rest = "until decided"
+        return f"encperf: {volume} {workload.name}: {where}, {measurement.mb_per_s:.1f} MB/s, {rest}"
+
+    def show(self, text: str) -> None:
+        text = text[: max(20, self.width() - 1)]  # a wrapped line could not be rewritten
+        if not self.shown:
+            self.back_to = self.column()
+            self.write("\n")
+            self.shown = True
+        self.write(f"\r{text}\x1b[K")
+
+    def clear(self) -> None:
+        """Erase the status line and put the cursor back at the end of pytest's line."""
+        if self.shown:
+            forward = f"\x1b[{self.back_to}C" if self.back_to else ""
+            self.write(f"\r\x1b[K\x1b[A{forward}")
+            self.shown = False
