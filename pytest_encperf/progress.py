@@ -9,7 +9,6 @@ and not ``-q``; in CI logs nothing of it is written.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -79,9 +78,9 @@ class Plan:
 
 class ProgressLine:
     """A status line under pytest's output while a long workload runs: its round, the last
-    round's MB/s and the time left. ``write`` puts raw text on the terminal; the line is
-    written below the current one and, when cleared, the cursor goes back to where pytest
-    left it (``column``), so pytest's own output continues undisturbed."""
+    round's MB/s and the time its remaining planned rounds take. ``write`` puts raw text on the
+    terminal; the line is written below the current one and, when cleared, the cursor goes back
+    to where pytest left it (``column``), so pytest's own output continues undisturbed."""
 
     def __init__(
         self,
@@ -93,13 +92,11 @@ class ProgressLine:
         runtime: float,
         warmup: int,
         sides: int = 2,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.write, self.column, self.width, self.clock = write, column, width, clock
+        self.write, self.column, self.width = write, column, width
         self.rounds, self.runtime, self.warmup, self.sides = rounds, runtime, warmup, sides
         self.key: tuple[str, str] | None = None
         self.done = 0
-        self.started = 0.0
         self.shown = False
         self.back_to = 0
 
@@ -115,7 +112,7 @@ class ProgressLine:
         key = (volume, workload.name)
         if key != self.key:
             self.clear()
-            self.key, self.done, self.started = key, 0, self.clock()
+            self.key, self.done = key, 0
         self.done += 1
         if self.live:
             self.show(self.text(workload, volume, side, measurement))
@@ -123,8 +120,9 @@ class ProgressLine:
     def text(self, workload: Workload, volume: str, side: str, measurement: Measurement) -> str:
         kind = "warm-up" if self.done <= self.sides * self.warmup else side
         if self.done <= self.planned:
-            elapsed = self.clock() - self.started
-            left = (self.planned - self.done) * elapsed / self.done
+            warmups_left = max(0, self.sides * self.warmup - self.done)
+            counted_left = self.planned - self.done - warmups_left
+            left = warmups_left * min(self.runtime, WARMUP_SECONDS) + counted_left * self.runtime
             where = f"round {self.done} of {self.planned} ({kind})"
             rest = f"about {format_duration(left)} left" if self.done < self.planned else "done"
         else:

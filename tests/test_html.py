@@ -108,7 +108,8 @@ def test_a_page_from_saved_runs_has_every_part_an_svg_per_chart_and_nothing_to_f
     assert "Verdict against m1/0002_main.json" in found["context"]
     header = re.search(r'<p class="verdict fail">(.*?)</p>', page)[1]
     assert "gate failed" in header and re.search(r"encperf: \d+ regressions", header)
-    assert header.endswith(verdict_header_of(saved)) and re.search(r"<th>rounds now/before *</th>", found["context"])
+    assert header.endswith(verdict_header_of(saved))
+    assert re.search(r"<th>rounds now/before *</th>", found["context"])  # the check table
     tiles = found["tiles"]
     assert tiles.count('class="tile ') == 2 * 8  # two backends x CrystalDiskMark's 8 cells
     assert "buffered" in tiles and "loop dio off" in tiles and "tone-severe" in tiles
