@@ -20,7 +20,7 @@ import html
 import io
 import math
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -148,18 +148,32 @@ def _percent(value: float | None) -> str:
 # ----------------------------------------------------------------------------- charts
 
 
+def _grouped(
+    bars: Sequence[Any], backends: list[str]
+) -> tuple[list[str], list[tuple[str, list[float], list[Any]]], float]:
+    """Horizontal grouped bars: the workloads (rows), and per backend the y of its bar in each
+    row it has and those bars; the height of one bar."""
+    workloads = list(dict.fromkeys(b.workload for b in bars))
+    order = [charts.BASELINE, *backends]
+    names = sorted(
+        dict.fromkeys(bar.backend for bar in bars), key=lambda b: order.index(b) if b in order else 99
+    )
+    step = 0.8 / max(1, len(names))
+    groups = []
+    for k, backend in enumerate(names):
+        mine = {bar.workload: bar for bar in bars if bar.backend == backend}
+        ys = [i + (k - (len(names) - 1) / 2) * step for i, w in enumerate(workloads) if w in mine]
+        groups.append((backend, ys, [mine[w] for w in workloads if w in mine]))
+    return workloads, groups, step
+
+
 def draw_overhead(
     bars: list[charts.OverheadBar], backends: list[str], drawing: Drawing, out: list[str]
 ) -> None:
-    workloads = list(dict.fromkeys(b.workload for b in bars))
-    names = [b for b in backends if any(bar.backend == b for bar in bars)]
-    step = 0.8 / max(1, len(names))
+    workloads, groups, step = _grouped(bars, backends)
     with drawing.figure(10.5, 0.9 + 0.28 * len(bars), out) as figure:
         axes = figure.subplots()
-        for k, backend in enumerate(names):
-            mine = {bar.workload: bar for bar in bars if bar.backend == backend}
-            ys = [i + (k - (len(names) - 1) / 2) * step for i, w in enumerate(workloads) if w in mine]
-            shown = [mine[w] for w in workloads if w in mine]
+        for backend, ys, shown in groups:
             widths = [bar.estimate if bar.estimate is not None else 0.0 for bar in shown]
             errors = [
                 [
@@ -182,8 +196,10 @@ def draw_overhead(
         axes.invert_yaxis()
         axes.set_xlabel("change against plain in this run, % (MB/s; IOPS for the 4K rows)")
         axes.grid(axis="x")
-        low, high = axes.get_xlim()
-        axes.set_xlim(low - 0.12 * (high - low), high + 0.12 * (high - low))  # room for the labels
+        # a change is above -100%; intervals reaching past +100% (few, noisy rounds) are cut at the edge
+        shown = [v for bar in bars for v in (bar.estimate, bar.high) if v is not None]
+        left, right = -100.0, min(max([5.0, *shown]), max(100.0, *(b.estimate or 0 for b in bars)))
+        axes.set_xlim(left - 0.18 * (right - left), right + 0.12 * (right - left))  # room for the labels
         axes.legend(loc="lower right", fontsize=8)
 
 
@@ -217,15 +233,10 @@ def draw_latency(bars: list[charts.LatencyBars], drawing: Drawing, out: list[str
 
 
 def draw_cpu(bars: list[charts.CpuBar], backends: list[str], drawing: Drawing, out: list[str]) -> None:
-    workloads = list(dict.fromkeys(b.workload for b in bars))
-    names = [b for b in backends if any(bar.backend == b for bar in bars)]
-    step = 0.8 / max(1, len(names))
+    workloads, groups, step = _grouped(bars, backends)
     with drawing.figure(10.5, 0.9 + 0.24 * len(bars), out) as figure:
         axes = figure.subplots()
-        for k, backend in enumerate(names):
-            mine = {bar.workload: bar for bar in bars if bar.backend == backend}
-            ys = [i + (k - (len(names) - 1) / 2) * step for i, w in enumerate(workloads) if w in mine]
-            shown = [mine[w] for w in workloads if w in mine]
+        for backend, ys, shown in groups:
             daemon = [min(bar.daemon_s_per_gib or 0.0, bar.cpu_s_per_gib) for bar in shown]
             colour = colour_of(backend, backends)
             axes.barh(
@@ -526,66 +537,56 @@ def machine_section(index: int, runs: list[RunData], page: Page, drawing: Drawin
         "CrystalDiskMark tiles",
         tiles_html(results, backends, page.skipped, profiles) or "<p>no tile profile ran</p>",
     )
-    svgs: list[str] = []
-    bars = charts.overhead_bars(focus)
-    if bars:
-        draw_overhead(bars, backends, drawing, svgs)
-        section("overhead", "Overhead against plain", _figure(svgs, (
-            "Bars: Hodges-Lehmann estimate of backend / plain - 1 over the rounds of this run, against "
-            "the plain rounds interleaved with each backend (as --encperf-max-overhead judges it); "
-            "error bars: its 95% distribution-free interval, drawn where the rounds can bound it "
-            "(4 rounds per side or more)."
-        )))  # fmt: skip
-    latency = charts.latency_bars(results)
-    if latency:
-        svgs = []
-        draw_latency(latency, drawing, svgs)
-        section("latency", "Latency of the 4K workloads", _figure(svgs, (
-            "Median over the rounds of each round's p50, p99 and p99.9 total latency (submission to "
-            "completion), log scale; plain is every plain round of the run."
-        )))  # fmt: skip
-    cpu = charts.cpu_bars(focus)
-    if cpu:
-        svgs = []
-        draw_cpu(cpu, backends, drawing, svgs)
-        section("cpu", "CPU cost", _figure(svgs, (
-            "Median CPU seconds per GiB moved (system-wide busy time, psutil); hatched: CPU time of the "
-            "backend's own processes (FUSE daemons) per GiB."
-        )))  # fmt: skip
-    atto = charts.atto_lines(results)
-    if atto:
-        svgs = []
-        draw_atto(atto, backends, drawing, svgs)
-        section("atto", "ATTO sweep", _figure(svgs, (
-            "Median MB/s against transfer size, sequential, queue depth 4; plain dashed."
-        )))  # fmt: skip
-    grids = charts.matrix_grids(results)
-    if grids:
-        svgs = []
-        draw_matrix(grids, drawing, svgs)
-        section("matrix", "File size x record size", _figure(svgs, (
-            "iozone-style grid: each cell's median MB/s and its change against the median of the plain "
-            "rounds interleaved with it (colour: orange slower, purple faster)."
-        )))  # fmt: skip
+    drawn: list[tuple[str, str, Sequence[Any], Callable[[Any, list[str]], None]]] = [
+        ("overhead", "Overhead against plain", charts.overhead_bars(focus),
+         lambda data, out: draw_overhead(data, backends, drawing, out)),
+        ("latency", "Latency of the 4K workloads", charts.latency_bars(results),
+         lambda data, out: draw_latency(data, drawing, out)),
+        ("cpu", "CPU cost", charts.cpu_bars(focus), lambda data, out: draw_cpu(data, backends, drawing, out)),
+        ("atto", "ATTO sweep", charts.atto_lines(results),
+         lambda data, out: draw_atto(data, backends, drawing, out)),
+        ("matrix", "File size x record size", charts.matrix_grids(results),
+         lambda data, out: draw_matrix(data, drawing, out)),
+    ]  # fmt: skip
+    for key, title, data, draw in drawn:
+        if data:
+            svgs: list[str] = []
+            draw(data, svgs)
+            section(key, title, _figure(svgs, CAPTIONS[key]))
     if len(runs) > 1:
         focused = [
             RunData(r.label, tuple(x for x in r.results if not charts.is_sweep(x.workload))) for r in runs
         ]
         series = charts.history_series(focused, page.verdict if with_verdict else None)
         labels = [r.label for r in runs]
-        svgs = []
-        draw_history(series, labels, backends, drawing, svgs, change=False)
-        draw_history(series, labels, backends, drawing, svgs, change=True)
+        history: list[str] = []
+        draw_history(series, labels, backends, drawing, history, change=False)
+        draw_history(series, labels, backends, drawing, history, change=True)
         legend = "".join(f"<li>#{i + 1}: {_e(label)}</li>" for i, label in enumerate(labels))
-        section("history", "History", _figure(svgs, (
-            "Each workload over the runs, oldest first: the median (MB/s, IOPS for the 4K rows), then "
-            "the change against plain (median of the per-round ratios); the newest run's points are "
-            "marked where the verdict found a regression (X) or could not compare (square)."
-        )) + f'<ol class="runs">{legend}</ol>')  # fmt: skip
+        section(
+            "history", "History", _figure(history, CAPTIONS["history"]) + f'<ol class="runs">{legend}</ol>'
+        )
     section("context", "Context", _context(run, page, backends, with_verdict))
     sections.append("</section>")
     return "".join(sections)
 
+
+CAPTIONS = {
+    "overhead": "Bars: Hodges-Lehmann estimate of backend / plain - 1 over the rounds of this run, against "
+    "the plain rounds interleaved with each backend (as --encperf-max-overhead judges it); error bars: its "
+    "95% distribution-free interval, drawn where the rounds can bound it (4 rounds per side or more); the "
+    "axis ends at +100% or the largest estimate.",
+    "latency": "Median over the rounds of each round's p50, p99 and p99.9 total latency (submission to "
+    "completion), log scale; plain is every plain round of the run.",
+    "cpu": "Median CPU seconds per GiB moved (system-wide busy time, psutil); hatched: CPU time of the "
+    "backend's own processes (FUSE daemons) per GiB.",
+    "atto": "Median MB/s against transfer size, sequential, queue depth 4; plain dashed.",
+    "matrix": "iozone-style grid: each cell's median MB/s and its change against the median of the plain "
+    "rounds interleaved with it (colour: orange slower, purple faster).",
+    "history": "Each workload over the runs, oldest first: the median (MB/s, IOPS for the 4K rows), then "
+    "the change against plain (median of the per-round ratios); the newest run's points are marked where "
+    "the verdict found a regression (X) or could not compare (square).",
+}
 
 STYLE = """
 :root { color-scheme: light dark; --bg: #ffffff; --fg: #1b1d21; --muted: #5b6068; --line: #d5d8dc;

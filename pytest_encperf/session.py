@@ -522,8 +522,9 @@ class EncperfSession:
         info, machine_id = self.machine()
         now = RunData(current.label, current.results, current.settings, {**info, "machine_id": machine_id})
         notes = [f"cipher ceiling: {ceiling.describe()}" for ceiling in self.ceilings().values()]
+        judged = verdict.baseline or verdict.checks or verdict.errors or verdict.unchecked
         page = html_report.Page(
-            [*reversed(reference.history), now], verdict, "encperf report: this run",
+            [*reversed(reference.history), now], verdict if judged else None, "encperf report: this run",
             dict(self.skipped), notes,
         )  # fmt: skip
         storage.write_report(self.settings.html, html_report.render(page))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import cli, html, storage
+from pytest_encperf import charts, cli, html, storage
 from pytest_encperf.compare import EXIT_REGRESSION
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.report import verdict_header
@@ -115,6 +115,14 @@ def test_a_page_from_saved_runs_has_every_part_an_svg_per_chart_and_nothing_to_f
     assert "buffered" in tiles and "loop dio off" in tiles and "tone-severe" in tiles
     assert "ATTO" not in tiles  # the sweeps have their own charts
     assert "AES-256-GCM" in found["context"] and "Test CPU" in found["context"]
+    # light and dark viewers, colour-blind-safe colours, a text label on every bar
+    assert "@media (prefers-color-scheme: dark)" in page
+    assert "#e69f00" in found["overhead"] and "#009e73" in found["overhead"]  # Okabe-Ito
+    assert html.PLAIN_COLOUR.lower() in found["cpu"] and html.PLAIN_COLOUR.lower() not in found["overhead"]
+    newest = storage.load_run(storage.resolve(saved, "m1/3", None)[0])
+    focus = [r for r in newest.results if r.workload in CDM]
+    bars = charts.overhead_bars(focus)
+    assert len(bars) == 16 and all(f">{bar.estimate:+.1f}%</text>" in found["overhead"] for bar in bars)
 
 
 def verdict_header_of(saved: Path) -> str:
