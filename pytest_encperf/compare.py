@@ -713,6 +713,8 @@ class Verdict:
     errors: list[str] = field(default_factory=list)  # failing: unreadable baseline, save failed
     strict: bool = False
     saved: str | None = None
+    machine: str = ""  # in a run over several machines: whose verdict this is (one per machine)
+    family_size: int | None = None  # gated checks Holm corrected over (all machines'), if not these
 
     @property
     def failures(self) -> list[Check]:
@@ -753,19 +755,52 @@ def judge(
 
     ``history``: earlier comparable saved runs, the reference among them, newest first.
     """
-    verdict = Verdict(baseline=reference.label if reference else None, strict=strict)
-    checks: list[Check] = []
-    if reference is not None:
-        checks, verdict.only_in_reference, verdict.only_in_current = baseline_checks(
-            reference, current, rules, history
-        )
-        verdict.history = [run.label for run in history]
-        if not checks:
-            verdict.unchecked.append(f"{reference.label} has no backend x workload in common with this run")
-    if overhead_rules:
-        checks += overhead_checks(current.results, overhead_rules)
-    verdict.checks = decide_family(checks, alpha)
+    (verdict,) = judge_machines(
+        [(current, reference, history)], rules, overhead_rules, strict=strict, alpha=alpha
+    )
     return verdict
+
+
+Machine = tuple[RunData, RunData | None, Sequence[RunData]]  # (this run, its reference, history)
+
+
+def judge_machines(
+    machines: Sequence[Machine],
+    rules: Sequence[Rule],
+    overhead_rules: Sequence[Rule] = (),
+    *,
+    strict: bool = False,
+    alpha: float = ALPHA,
+) -> list[Verdict]:
+    """One Verdict per machine of a run, each machine compared with its own reference; the
+    gated checks of all machines form ONE family for Holm's correction, so a run over five
+    machines fails falsely no more often than a run on one (the run has one exit status)."""
+    verdicts: list[Verdict] = []
+    families: list[list[Check]] = []
+    for current, reference, history in machines:
+        verdict = Verdict(baseline=reference.label if reference else None, strict=strict)
+        checks: list[Check] = []
+        if reference is not None:
+            checks, verdict.only_in_reference, verdict.only_in_current = baseline_checks(
+                reference, current, rules, history
+            )
+            verdict.history = [run.label for run in history]
+            if not checks:
+                verdict.unchecked.append(
+                    f"{reference.label} has no backend x workload in common with this run"
+                )
+        if overhead_rules:
+            checks += overhead_checks(current.results, overhead_rules)
+        verdicts.append(verdict)
+        families.append(checks)
+    decided = iter(decide_family([check for checks in families for check in checks], alpha))
+    for verdict, checks in zip(verdicts, families, strict=True):
+        verdict.checks = [next(decided) for _ in checks]
+    if len(machines) > 1:
+        size = sum(check.gated for verdict in verdicts for check in verdict.checks)
+        for verdict in verdicts:
+            verdict.family_size = size
+    return verdicts
 
 
 # ----------------------------------------------------------------------------- confirmation

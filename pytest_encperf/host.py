@@ -233,12 +233,14 @@ def lock_holders(fd: int) -> list[int]:
     return holders
 
 
-def wait_for_lock(fd: int, what: str, timeout: float) -> None:
-    """flock(LOCK_EX) on ``fd``, giving up after ``timeout`` s with a LockTimeout naming the holder."""
+def wait_for_lock(fd: int, what: str, timeout: float, *, shared: bool = False) -> None:
+    """flock(LOCK_EX) (LOCK_SH when ``shared``) on ``fd``, giving up after ``timeout`` s with a
+    LockTimeout naming the holder."""
     deadline = time.monotonic() + timeout
+    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
             return
         except BlockingIOError:
             if time.monotonic() >= deadline:
@@ -383,6 +385,91 @@ def devices_below(device_name: str) -> list[str]:
         below.append(nxt)
         current = nxt
     return below
+
+
+def whole_disks(device_name: str) -> list[str]:
+    """The whole disks at the bottom of a block device's stack: ``vda`` for ``vda1``; for a loop
+    device, the disks under the file system holding its backing file; for device-mapper or MD,
+    the disks under every slave. A loop device whose backing file has no block device (a RAM or
+    FUSE file system) is its own bottom."""
+    found: list[str] = []
+    seen: set[str] = set()
+
+    def walk(name: str, depth: int) -> None:
+        if depth > 16 or name in seen:  # bounded: stacks are shallow
+            return
+        seen.add(name)
+        sys_dir = Path("/sys/class/block") / name
+        if (sys_dir / "partition").exists():
+            walk(sys_dir.resolve().parent.name, depth + 1)
+            return
+        try:
+            backing = (sys_dir / "loop" / "backing_file").read_text().strip().removesuffix(" (deleted)")
+        except OSError:
+            backing = None
+        below = (
+            [block_device_of(Path(backing))] if backing else sorted(p.name for p in sys_dir.glob("slaves/*"))
+        )
+        below = [b for b in below if b]
+        if not below:
+            found.append(name)
+        for nxt in below:
+            walk(nxt, depth + 1)
+
+    walk(device_name, 0)
+    return sorted(set(found))
+
+
+def device_number(device_name: str) -> str | None:
+    """``MAJOR:MINOR`` of a block device by kernel name (``254:0``), or None."""
+    try:
+        return (Path("/sys/class/block") / device_name / "dev").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def lock_directory() -> Path:
+    """Where this user's machine-wide encperf locks live: /run/encperf for root (only root can
+    write there), else ``$XDG_RUNTIME_DIR/encperf`` when that directory is this user's alone,
+    else ``~/.cache/encperf``: never a directory others can write (they could hold our locks)."""
+    if is_root():
+        return Path("/run/encperf")
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    with contextlib.suppress(OSError):
+        info = os.lstat(runtime) if os.path.isabs(runtime) else None
+        if info and stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o077:
+            return Path(runtime) / "encperf"
+    return Path.home() / ".cache" / "encperf"
+
+
+MEASURE_LOCK = "measure.lock"
+
+
+@contextlib.contextmanager
+def measurement_lock(disks: Sequence[str] | None, directory: Path | None = None) -> Iterator[float]:
+    """Hold the right to measure on this machine; yields the seconds spent waiting for it.
+
+    ``disks`` None: alone on the machine (``measure.lock`` exclusively). Otherwise alone on each
+    named disk (``MAJOR:MINOR``: ``measure-254_0.lock`` exclusively, taken in sorted order so two
+    holders never wait for each other), sharing ``measure.lock`` with other per-disk holders, so
+    a holder of the whole machine still excludes them all. Every encperf process of this user
+    takes these locks (xdist workers, separate sessions); flock: released by the kernel when the
+    holder dies. Waits as long as it takes (another process is measuring).
+    """
+    base = directory or lock_directory()
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    names = [(MEASURE_LOCK, disks is not None)]
+    names += [(f"measure-{disk.replace(':', '_')}.lock", False) for disk in sorted(set(disks or ()))]
+    started = time.monotonic()
+    fds: list[int] = []
+    try:
+        for name, shared in names:
+            fds.append(open_own_file(base / name, os.O_RDWR | os.O_CREAT))
+            wait_for_lock(fds[-1], f"lock {base / name}", float("inf"), shared=shared)
+        yield time.monotonic() - started
+    finally:
+        for fd in reversed(fds):
+            os.close(fd)
 
 
 def loops_backed_by(directory: Path) -> list[Path]:

@@ -392,6 +392,10 @@ class Page:
     title: str = "encperf report"
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # e.g. the cipher ceilings of a live run
+    # a live fleet: the runs of each machine (its history, then this run), and each machine's
+    # verdict by machine id; otherwise the runs are grouped by hardware and ``verdict`` is the newest's
+    sections: list[list[RunData]] | None = None
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
 
 
 def _e(text: object) -> str:
@@ -464,7 +468,7 @@ def _tile_html(t: charts.Tile, unit: str) -> str:
     )
 
 
-def _context(run: RunData, page: Page, backends: list[str], with_verdict: bool) -> str:
+def _context(run: RunData, page: Page, backends: list[str], verdict: Verdict | None) -> str:
     info = run.machine_info
     machine = [
         (k, " ".join(map(str, v)) if isinstance(v, list) else v)
@@ -494,8 +498,8 @@ def _context(run: RunData, page: Page, backends: list[str], with_verdict: bool) 
         parts += ["<h4>Settings</h4>", _table(list(run.settings.items()))]
     if page.notes:
         parts.append("<ul>" + "".join(f"<li>{_e(note)}</li>" for note in page.notes) + "</ul>")
-    if with_verdict and page.verdict is not None:
-        parts.append(verdict_html(page.verdict))
+    if verdict is not None:
+        parts.append(verdict_html(verdict))
     return "".join(parts)
 
 
@@ -516,7 +520,9 @@ def verdict_html(verdict: Verdict) -> str:
     return "".join(parts)
 
 
-def machine_section(index: int, runs: list[RunData], page: Page, drawing: Drawing, with_verdict: bool) -> str:
+def machine_section(
+    index: int, runs: list[RunData], page: Page, drawing: Drawing, verdict: Verdict | None
+) -> str:
     run = runs[-1]
     results = [r for r in run.results if r.rounds]
     focus = [r for r in results if not charts.is_sweep(r.workload)]
@@ -557,7 +563,7 @@ def machine_section(index: int, runs: list[RunData], page: Page, drawing: Drawin
         focused = [
             RunData(r.label, tuple(x for x in r.results if not charts.is_sweep(x.workload))) for r in runs
         ]
-        series = charts.history_series(focused, page.verdict if with_verdict else None)
+        series = charts.history_series(focused, verdict)
         labels = [r.label for r in runs]
         history: list[str] = []
         draw_history(series, labels, backends, drawing, history, change=False)
@@ -566,7 +572,7 @@ def machine_section(index: int, runs: list[RunData], page: Page, drawing: Drawin
         section(
             "history", "History", _figure(history, CAPTIONS["history"]) + f'<ol class="runs">{legend}</ol>'
         )
-    section("context", "Context", _context(run, page, backends, with_verdict))
+    section("context", "Context", _context(run, page, backends, verdict))
     sections.append("</section>")
     return "".join(sections)
 
@@ -645,16 +651,23 @@ KEY = (
 def render(page: Page) -> str:
     """The whole page as one string."""
     drawing = Drawing()
-    groups = machines(page.runs)
+    groups = page.sections or machines(page.runs)
     newest = page.runs[-1] if page.runs else None
-    body = []
+    body, shown = [], []
     for index, runs in enumerate(groups):
-        body.append(machine_section(index, runs, page, drawing, with_verdict=newest in runs))
+        if page.sections is not None:
+            verdict = page.verdicts.get(runs[-1].machine_info.get("machine_id", ""))
+        else:
+            verdict = page.verdict if newest in runs else None
+        body.append(machine_section(index, runs, page, drawing, verdict))
+        if verdict is not None:
+            shown.append((runs[-1].machine_info.get("machine_id", ""), verdict))
     header = ""
-    if page.verdict is not None:
-        tone, word = ("fail", "failed") if page.verdict.failed else ("pass", "passed")
+    for machine_id, verdict in shown:
+        tone, word = ("fail", "failed") if verdict.failed else ("pass", "passed")
         badge = f'<span class="badge {tone}">gate {word}</span>'
-        header = f'<p class="verdict {tone}">{badge} {_e(verdict_header(page.verdict))}</p>'
+        where = f"{machine_id}: " if len(shown) > 1 else ""
+        header += f'<p class="verdict {tone}">{badge} {_e(where + verdict_header(verdict))}</p>'
     names = [g[-1].machine_info.get("machine_id") or f"machine {i + 1}" for i, g in enumerate(groups)]
     nav = "".join(f'<a href="#m{i}">{_e(name)}</a>' for i, name in enumerate(names))
     runs = ", ".join(_e(r.label) for r in page.runs)

@@ -61,6 +61,7 @@ class Measurement:
     engine_cpu_seconds: float | None = None  # the engine's own process(es), user + system
     daemon_cpu_seconds: float | None = None  # the backend's daemons (FUSE ...), by pid
     started: float | None = None  # wall-clock time the round started (time.time(); the round order)
+    ended: float | None = None  # wall-clock time it ended (rounds of two processes never overlap)
     caveats: tuple[str, ...] = ()  # keys of CAVEATS that apply to this round
     latency: str = ""  # what lat_* measure: LATENCY_TOTAL ("" in older saved runs: fio's clat)
 
@@ -129,6 +130,8 @@ class Result:
     warmup_rounds: int = 0  # measured and discarded before the counted rounds (per side)
     stop_reason: str = ""  # how the number of rounds was decided (fixed, steady state, confirmation)
     confirm_rounds: int = 0  # pairs added at the end because the gate could not decide yet
+    machine_id: str = ""  # the machine that measured it (machine.machine_id; fleets have several)
+    lock_wait: float = 0.0  # seconds waited for the measurement lock before its first round
 
     def _values(self, metric: str, baseline: bool) -> list[float]:
         rounds = self.baseline_rounds if baseline else self.rounds
@@ -226,6 +229,8 @@ class Result:
             "warmup_rounds": self.warmup_rounds,
             "stop_reason": self.stop_reason,
             "confirm_rounds": self.confirm_rounds,
+            "machine_id": self.machine_id,
+            "lock_wait": self.lock_wait,
         }
 
     @classmethod
@@ -240,6 +245,8 @@ class Result:
             warmup_rounds=int(data.get("warmup_rounds", 0)),
             stop_reason=str(data.get("stop_reason", "")),
             confirm_rounds=int(data.get("confirm_rounds", 0)),
+            machine_id=str(data.get("machine_id", "")),
+            lock_wait=float(data.get("lock_wait", 0.0)),
         )
 
 
@@ -281,6 +288,60 @@ def round_ratios(
 
 def _divide(value: float, plain: float) -> float:
     return value / plain if plain else math.inf
+
+
+@dataclass
+class MachineRun:
+    """What one machine measured in a session, as an xdist worker sends it to the controller
+    (the workers of one machine are merged): its results and whatever the report of that machine
+    needs from the machine itself (its settings as it resolved them, engine, ceilings)."""
+
+    machine_id: str
+    machine_info: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, str] = field(default_factory=dict)  # as saved: its own dir, ...
+    engine: str = ""  # name and version
+    results: list[Result] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # backend spec -> reason
+    ceilings: dict[str, tuple[float | None, str]] = field(default_factory=dict)  # cipher -> (MB/s, how)
+    xts_driver: str = ""
+    problems: list[str] = field(default_factory=list)  # teardown failures (fail the run)
+    notes: list[str] = field(default_factory=list)  # start-up cleanup lines, merge notes
+
+    @property
+    def label(self) -> str:
+        node = self.machine_info.get("node")
+        return f"{self.machine_id} ({node})" if node else self.machine_id
+
+    def merge(self, other: MachineRun) -> None:
+        """Add another worker's part of the same machine; a backend x workload measured twice
+        (``--dist each`` with several workers on one machine) keeps the first, with a note."""
+        have = {(r.backend, r.workload.name) for r in self.results}
+        for result in other.results:
+            key = (result.backend, result.workload.name)
+            if key in have:
+                self.notes.append(f"{' '.join(key)} was measured twice on this machine: the first is kept")
+            else:
+                self.results.append(result)
+                have.add(key)
+        for spec, reason in other.skipped.items():
+            self.skipped.setdefault(spec, reason)
+        self.ceilings.update(other.ceilings)
+        self.problems += other.problems
+        self.notes += [note for note in other.notes if note not in self.notes]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["results"] = [result.to_dict() for result in self.results]
+        data["ceilings"] = {cipher: list(value) for cipher, value in self.ceilings.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MachineRun:
+        names = {f.name for f in fields(cls)}
+        values = {key: value for key, value in data.items() if key in names}
+        values["results"] = [Result.from_dict(doc) for doc in data.get("results", [])]
+        values["ceilings"] = {cipher: tuple(value) for cipher, value in data.get("ceilings", {}).items()}
+        return cls(**values)
 
 
 def coefficient_of_variation(values: list[float]) -> float | None:

@@ -176,6 +176,44 @@ def summary_table(
     return tabulate(rows, headers=headers, tablefmt="simple_grid", maxcolwidths=widths, disable_numparse=True)
 
 
+MACHINES_NOTE = (
+    "per machine: an encrypted backend's vs plain (median of its per-round ratios to the plain "
+    "rounds run beside it on that machine), plain's own median; - = not measured there"
+)
+
+
+def machines_table(machines: list[tuple[str, list[Result]]], tablefmt: str = "simple_grid") -> str:
+    """Across machines (a fleet): one row per backend and workload, one column per machine with
+    that machine's change vs plain (plain: its median MB/s or IOPS), side by side."""
+    keys: dict[tuple[str, str], Workload] = {}
+    for _, results in machines:
+        for result in results:
+            keys.setdefault((result.backend, result.workload.name), result.workload)
+    found = {
+        (label, r.backend, r.workload.name): r for label, results in machines for r in results if r.rounds
+    }
+
+    def cell(label: str, backend: str, workload: Workload) -> str:
+        result = found.get((label, backend, workload.name))
+        if result is None:
+            return "-"
+        if backend.split(":", 1)[0] == "plain":
+            return f"{_format_value(result.median(result.primary_metric))} {workload.unit}"
+        if not result.comparable:
+            return "modes differ"
+        return _format_change(result.change_percent)
+
+    rows = [
+        [backend, name, *(cell(label, backend, workload) for label, _ in machines)]
+        for (backend, name), workload in keys.items()
+    ]
+    if not rows:
+        return ""
+    split = "\n(" if tablefmt != "github" else " ("  # a machine's node under its id in the terminal
+    headers = ["backend", "workload", *(label.replace(" (", split) for label, _ in machines)]
+    return tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+
+
 def _physical(rounds: list[Measurement], is_read: bool) -> str:
     """Device bytes per logical byte over the rounds (``r 1.00`` = every byte read came from
     the device), the average size of the device's requests (a 1 MiB workload whose I/Os were
@@ -437,10 +475,15 @@ def verdict_messages(verdict: Verdict) -> list[tuple[str, str]]:
         out.append(("", f"new in this run (not in the baseline): {', '.join(verdict.only_in_current)}"))
     gated = sum(check.gated for check in verdict.checks)
     if gated:
+        family = (
+            f"{verdict.family_size} gated checks of all machines"
+            if verdict.family_size is not None
+            else f"{gated} gated checks"
+        )
         out.append((
             "red" if verdict.failed else "green",
             f"a check fails only if it is worse than its threshold AND, after Holm's correction over the "
-            f"{gated} gated checks, its rounds show it worse than half the threshold at p <= {ALPHA:g}",
+            f"{family}, its rounds show it worse than half the threshold at p <= {ALPHA:g}",
         ))  # fmt: skip
     if verdict.incomplete and not verdict.strict:
         out.append(
@@ -461,6 +504,8 @@ def verdict_report(verdict: Verdict) -> list[Line]:
     if not (verdict.baseline or verdict.checks or messages):
         return lines
     title = f"encperf: compared with {verdict.baseline}" if verdict.baseline else "encperf: gate"
+    if verdict.machine:
+        title = title.replace("encperf:", f"encperf: machine {verdict.machine}:", 1)
     lines.append(("section", "", title))
     colour = "red" if verdict.failed else ("yellow" if verdict.incomplete else "green")
     lines.append(("line", colour, verdict_header(verdict)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import hashlib
@@ -10,6 +11,7 @@ import random
 import re
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -216,7 +218,8 @@ class PairedRounds:
 
     def measure(self, side: Side, runtime: float) -> Measurement:
         started = self.clock()
-        return dataclasses.replace(side(runtime), started=started)
+        measured = side(runtime)
+        return dataclasses.replace(measured, started=started, ended=self.clock())
 
     def pair(self, index: int, runtime: float) -> tuple[Measurement, Measurement]:
         """(baseline, volume) of the pair at ``index``; even pairs start with the baseline."""
@@ -317,6 +320,9 @@ class Runner:
     steady_budget: float = 60.0  # ... or this many seconds have been spent on the extra rounds
     gate: Confirmer | None = None  # asked after the rounds whether the checks are decided ...
     confirm_budget: ConfirmBudget | None = None  # ... and more pairs are run while this lasts
+    # Held around all rounds of one workload (warm-up to confirmation), never inside a round;
+    # gives the seconds waited for it (host.measurement_lock: one measurement per disk)
+    lock: Callable[[], AbstractContextManager[float]] = lambda: contextlib.nullcontext(0.0)
     # told after each round (warm-up too): (workload, volume spec, spec of the side measured, round)
     on_round: Callable[[Workload, str, str, Measurement], None] | None = None
 
@@ -362,21 +368,23 @@ class Runner:
 
                 return measure
 
-            measure_rounds(
-                result,
-                PairedRounds(
-                    on(baseline, baseline_file, baseline_observe),
-                    on(self.volume, volume_file, volume_observe),
-                ),
-                runtime=self.runtime,
-                rounds=self.rounds,
-                warmup=self.warmup,
-                warmup_runtime=self.warmup_runtime,
-                steady_cv=self.steady_cv,
-                steady_budget=self.steady_budget,
-                gate=self.gate,
-                budget=self.confirm_budget,
-            )
+            with self.lock() as waited:
+                result.lock_wait = waited
+                measure_rounds(
+                    result,
+                    PairedRounds(
+                        on(baseline, baseline_file, baseline_observe),
+                        on(self.volume, volume_file, volume_observe),
+                    ),
+                    runtime=self.runtime,
+                    rounds=self.rounds,
+                    warmup=self.warmup,
+                    warmup_runtime=self.warmup_runtime,
+                    steady_cv=self.steady_cv,
+                    steady_budget=self.steady_budget,
+                    gate=self.gate,
+                    budget=self.confirm_budget,
+                )
         except OSError as exc:
             problem = _STORAGE_ERRORS.get(exc.errno or 0)
             if problem is None:
@@ -405,18 +413,20 @@ class Runner:
             warmup_rounds=self.warmup,
         )
         result.baseline_rounds.extend(self.measured_baseline.get(workload.name, []))
-        for _ in range(self.warmup):
-            measurement = self.engine.run(
-                workload, volume_file, runtime=self.warmup_runtime, direct=direct, observe=observe
-            )
-            self._tell(workload, self.volume.spec, measurement)
-        for _ in range(self.rounds):
-            started = time.time()
-            measurement = self.engine.run(
-                workload, volume_file, runtime=self.runtime, direct=direct, observe=observe
-            )
-            self._tell(workload, self.volume.spec, measurement)
-            result.rounds.append(dataclasses.replace(measurement, started=started))
+        with self.lock() as waited:
+            result.lock_wait = waited
+            for _ in range(self.warmup):
+                measurement = self.engine.run(
+                    workload, volume_file, runtime=self.warmup_runtime, direct=direct, observe=observe
+                )
+                self._tell(workload, self.volume.spec, measurement)
+            for _ in range(self.rounds):
+                started = time.time()
+                measurement = self.engine.run(
+                    workload, volume_file, runtime=self.runtime, direct=direct, observe=observe
+                )
+                self._tell(workload, self.volume.spec, measurement)
+                result.rounds.append(dataclasses.replace(measurement, started=started, ended=time.time()))
         result.stop_reason = f"{self.rounds} rounds (partition: no confirmation rounds)"
         self.record(result)
         return result
@@ -440,7 +450,11 @@ def measure_all(
         direct = o_direct == "direct" and workload.kind != "files"
         for _ in range(warmup):
             engine.run(workload, path, runtime=runtime, direct=direct, observe=observe)
-        measured[workload.name] = [
-            engine.run(workload, path, runtime=runtime, direct=direct, observe=observe) for _ in range(rounds)
-        ]
+        measured[workload.name] = []
+        for _ in range(rounds):
+            started = time.time()
+            measurement = engine.run(workload, path, runtime=runtime, direct=direct, observe=observe)
+            measured[workload.name].append(
+                dataclasses.replace(measurement, started=started, ended=time.time())
+            )
     return measured

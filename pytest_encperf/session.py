@@ -15,6 +15,7 @@ import shutil
 import signal
 import tempfile
 import threading
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -26,11 +27,18 @@ from . import backends, host, journal, machine, resources, storage
 from . import html as html_report
 from .backends import BASELINE, BackendSpec, make_backend, placement_problems
 from .ceiling import Ceiling, kernel_xts_driver, measure_ciphers
-from .compare import EXIT_REGRESSION, Gate, Verdict, expected_family_size, judge
+from .compare import EXIT_REGRESSION, Gate, Verdict, expected_family_size, judge_machines
 from .engines import Engine, select_engine
-from .model import Measurement, Result, RunData
+from .model import MachineRun, Measurement, Result, RunData
 from .progress import Plan, ProgressLine
-from .report import detail_table, markdown_report, summary_table, verdict_report
+from .report import (
+    MACHINES_NOTE,
+    detail_table,
+    machines_table,
+    markdown_report,
+    summary_table,
+    verdict_report,
+)
 from .runner import (
     ConfirmBudget,
     MountedVolume,
@@ -68,7 +76,9 @@ class EncperfSession:
         self._run_dir: Path | None = None
         self._counter = itertools.count(1)
         self._previous_sigterm: signal.Handlers | None = None
-        self.verdict: Verdict | None = None
+        self.verdict: Verdict | None = None  # the verdict of a run on one machine
+        self.verdicts: dict[str, Verdict] = {}  # every machine's (one family: compare.judge_machines)
+        self._worker_runs: list[MachineRun] = []  # under xdist, on the controller: what workers sent
         self.is_worker = hasattr(config, "workerinput")  # an xdist worker: the controller decides
         self._previous_handlers: dict[int, object] = {}
         self.journal = journal.Journal(settings.dir)
@@ -115,7 +125,7 @@ class EncperfSession:
     def check_room(self) -> None:
         """Refuse (before anything is created) a target without room for the baseline and one
         backend volume at a time."""
-        need = 2 * self.target.size
+        need = 2 * self.target.size * self.workers_here()  # each worker has its own baseline
         try:
             free = shutil.disk_usage(self.settings.dir).free
         except OSError as exc:
@@ -124,7 +134,9 @@ class EncperfSession:
             raise pytest.UsageError(
                 f"--encperf-dir {self.settings.dir}: {free // MiB} MiB free, "
                 f"this run needs {need // MiB} MiB "
-                f"(the baseline and one backend volume of {self.target.size // MiB} MiB each); "
+                f"(the baseline and one backend volume of {self.target.size // MiB} MiB each"
+                + (f", for each of {self.workers_here()} xdist workers" if self.workers_here() > 1 else "")
+                + "); "
                 "free some space, pass --encperf-dir on a larger disk or a smaller --encperf-size"
             )
 
@@ -138,7 +150,10 @@ class EncperfSession:
         mounted = self.open(BASELINE)
         try:
             s = self.settings
-            return measure_all(self.engine, mounted, self.workloads, s.size, s.runtime, s.rounds, s.warmup)
+            with host.measurement_lock(self.lock_disks(mounted)):
+                return measure_all(
+                    self.engine, mounted, self.workloads, s.size, s.runtime, s.rounds, s.warmup
+                )
         finally:
             self.close(mounted)
 
@@ -245,6 +260,7 @@ class EncperfSession:
         self, volume: MountedVolume, baseline: MountedVolume | None, item: pytest.Item | None = None
     ) -> Runner:
         def record(result: Result) -> None:
+            result.machine_id = self.machine()[1]
             self.results.append(result)
             if item is not None:  # junitxml writes these; xdist carries them to the controller
                 item.user_properties.extend(user_properties(result))
@@ -265,7 +281,60 @@ class EncperfSession:
             gate=self.gate(),
             confirm_budget=self._confirm_budget,
             on_round=self.round_callback(),
+            lock=lambda: host.measurement_lock(self.lock_disks(volume, baseline)),
         )
+
+    def lock_disks(self, *volumes: MountedVolume | None) -> list[str] | None:
+        """What a measurement on ``volumes`` must have to itself (host.measurement_lock): the whole
+        machine (None), or with --encperf-parallel-devices the physical disks (``MAJOR:MINOR``)
+        under the volumes and under the target (--encperf-dir, or the partition); the whole
+        machine when none can be found."""
+        if not self.settings.parallel_devices:
+            return None
+        names = [name for mounted in volumes if mounted is not None for name in mounted.devices]
+        if self.target.device is not None:
+            names.append(Path(os.path.realpath(self.target.device)).name)
+        else:
+            names += [name for name in [host.block_device_of(self.settings.dir)] if name]
+        disks = {host.device_number(disk) for name in names for disk in host.whole_disks(name)}
+        return sorted(disk for disk in disks if disk) or None
+
+    def _xdist(self) -> tuple[str, int]:
+        """(the controller's --dist, the number of workers) on an xdist worker; ("no", 1) elsewhere."""
+        given = getattr(self.config, "workerinput", {})
+        return str(given.get("encperf_dist", "load")), int(given.get("workercount", 1))
+
+    def workers_here(self) -> int:
+        """xdist workers measuring on this machine at once: 1 without xdist, and with
+        ``--dist each``, where each worker is taken for a machine of its own (a fleet)."""
+        dist, workers = self._xdist()
+        return 1 if not self.is_worker or dist == "each" else workers
+
+    def machines(self) -> int:
+        """Machines in this run as a worker can tell before the end: a fleet (``--dist each``)
+        has one per worker."""
+        dist, workers = self._xdist()
+        return workers if self.is_worker and dist == "each" else 1
+
+    def unreliable(self) -> list[str]:
+        """Why this configuration cannot measure reliably (several workers on one machine)."""
+        workers = self.workers_here()
+        if workers <= 1:
+            return []
+        found = []
+        if self.sequential:
+            found.append(
+                f"--encperf-target=partition with {workers} xdist workers on one machine: the partition "
+                "holds one volume at a time and one worker holds it for the whole run; the other workers' "
+                "backends are skipped. Run it without -n, or with one worker per machine (--dist each)"
+            )
+        if self.settings.parallel_devices:
+            found.append(
+                f"--encperf-parallel-devices with {workers} xdist workers on one machine: rounds on "
+                "different disks run at the same time and share the CPUs, memory and buses of the "
+                "machine; encryption costs CPU, so such overheads are not those of a machine measuring alone"
+            )
+        return found
 
     def ceilings(self) -> dict[str, Ceiling]:
         """The speed of each cipher the measured backends name, measured once per session (a
@@ -366,6 +435,9 @@ class EncperfSession:
             refusal = journal.directory_refusal(self.settings.dir)
             if refusal:
                 raise pytest.UsageError(refusal)
+            if getattr(self.config, "workerinput", {}).get("workerid", "gw0") == "gw0":  # once per run
+                for message in self.unreliable():
+                    warnings.warn(EncperfWarning(message), stacklevel=1)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         # A teardown failure is reported in the summary and fails the run; raising here would
@@ -377,13 +449,52 @@ class EncperfSession:
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         finally:
+            if self.results:  # a measurement (CPU only): never beside another one on this machine
+                with host.measurement_lock(None):
+                    self.ceilings()
             if self.is_worker:
-                self.config.workeroutput["encperf_results"] = [r.to_dict() for r in self.results]
+                self.config.workeroutput["encperf_machine"] = self.machine_run().to_dict()
             else:
                 self.finish(session)
 
-    def add_worker_results(self, documents: list[dict]) -> None:
-        self.results.extend(Result.from_dict(doc) for doc in documents)
+    def add_machine_run(self, document: dict[str, Any]) -> None:
+        """What a worker measured (its ``workeroutput``); the controller alone reports it."""
+        self._worker_runs.append(MachineRun.from_dict(document))
+
+    def machine_run(self) -> MachineRun:
+        """What this process measured on this machine, and what its report needs from here."""
+        info, machine_id = self.machine()
+        return MachineRun(
+            machine_id=machine_id,
+            machine_info=info,
+            settings=self.saved_settings(),
+            engine=f"{self.engine.name} {self.engine.version()}",
+            results=list(self.results),
+            skipped=dict(self.skipped),
+            ceilings={cipher: (c.mb_per_s, c.how) for cipher, c in self.ceilings().items()},
+            xts_driver=kernel_xts_driver(),
+            problems=list(self.teardown_errors),
+            notes=[f"released leftover of a dead run: {line}" for line in self.cleaned]
+            + [f"cleanup of dead runs: {line}" for line in self.cleanup_problems],
+        )
+
+    def machine_runs(self) -> list[MachineRun]:
+        """One part per machine: under xdist what the workers sent, merged by machine id (one
+        machine may have several workers); otherwise this process's own. Results in the order of
+        the selected backends and workloads, whichever worker measured them."""
+        parts: dict[str, MachineRun] = {}
+        for part in self._worker_runs or [self.machine_run()]:
+            if part.machine_id in parts:
+                parts[part.machine_id].merge(part)
+            else:
+                parts[part.machine_id] = MachineRun.from_dict(part.to_dict())
+        specs = {spec: index for index, spec in enumerate(self.backend_specs)}
+        names = {w.name: index for index, w in enumerate(self.workloads)}
+        for part in parts.values():
+            part.results.sort(
+                key=lambda r: (specs.get(r.backend, len(specs)), names.get(r.workload.name, len(names)))
+            )
+        return list(parts.values())
 
     # ------------------------------------------------------------- baselines, reports, verdict
 
@@ -399,16 +510,21 @@ class EncperfSession:
         """The saved run to compare with and its history, loaded once: before this run saves, so
         ``latest`` is never this run itself."""
         if self._reference is None:
-            self._reference = self._load_reference()
+            self._reference = self._load_reference(*self.machine())
         return self._reference
 
-    def _load_reference(self) -> Reference:
+    def reference_for(self, part: MachineRun) -> Reference:
+        """The reference of one machine of the run (another machine of a fleet: its own)."""
+        if part.machine_id == self.machine()[1]:
+            return self.reference()
+        return self._load_reference(part.machine_info, part.machine_id)
+
+    def _load_reference(self, info: dict[str, Any], machine_id: str) -> Reference:
         s = self.settings
         loaded = Reference()
         wanted = s.compare or ("latest" if s.fail else None)  # --encperf-fail alone: vs latest
         if not wanted:
             return loaded
-        info, machine_id = self.machine()
         try:
             run, warning = storage.resolve(s.storage, wanted, machine_id, info)
             loaded.run = storage.load_run(run)
@@ -453,6 +569,7 @@ class EncperfSession:
                 reference.run,
                 len(reference.history),
             )
+            size *= self.machines()  # the checks of every machine form one family (judge_machines)
             self._gate = Gate(reference.run, tuple(rules), tuple(s.max_overhead), self.saved_settings(), size)
             self._confirm_budget = ConfirmBudget(s.confirm_budget)
         return self._gate
@@ -461,71 +578,115 @@ class EncperfSession:
         """Save, compare, write reports, decide; set the exit status only if the run is otherwise OK
         (like pytest's --max-warnings), so failing tests keep their own status."""
         s = self.settings
+        if any(part.problems for part in self._worker_runs) and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a worker could not tear down
         wanted = (
             s.save or s.autosave or s.compare or s.fail or s.json or s.markdown or s.html or s.max_overhead
         )
         if not wanted:
             return
         try:
-            self.verdict = self._judge()
+            self.verdicts = self._judge()
         except Exception as exc:  # never a traceback at the end of a run: say what went wrong
-            self.verdict = Verdict(errors=[f"{type(exc).__name__}: {exc}"])
-        if self.verdict.failed and session.exitstatus == pytest.ExitCode.OK:
+            self.verdicts = {"": Verdict(errors=[f"{type(exc).__name__}: {exc}"])}
+        self.verdict = next(iter(self.verdicts.values())) if len(self.verdicts) == 1 else None
+        if any(v.failed for v in self.verdicts.values()) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = EXIT_REGRESSION
 
-    def _judge(self) -> Verdict:
+    def _judge(self) -> dict[str, Verdict]:
+        """Each machine against its own reference, loaded before anything is saved; one verdict
+        per machine, their gated checks one family (compare.judge_machines)."""
         s = self.settings
         now = dt.datetime.now(dt.UTC)
-        info, machine_id = self.machine()
-        reference = self.reference()
-        saved, notes, errors = None, [], []
-        if s.save or s.autosave or s.json:  # saved before anything is judged
-            commit = storage.commit_info()
-            doc = storage.document(self.results, info, machine_id, commit, self.saved_settings(), now)
-            if self.results and (s.save or s.autosave):
+        parts = self.machine_runs()
+        fleet = len(parts) > 1
+        references = {part.machine_id: self.reference_for(part) for part in parts}
+        commit = storage.commit_info() if (s.save or s.autosave or s.json) else {}
+        saved: dict[str, str | None] = {}
+        notes: dict[str, list[str]] = {part.machine_id: [] for part in parts}
+        errors: dict[str, list[str]] = {part.machine_id: [] for part in parts}
+        for part in parts:  # saved before anything is judged
+            mid = part.machine_id
+            doc = storage.document(part.results, part.machine_info, mid, commit, part.settings, now)
+            if part.results and (s.save or s.autosave):
                 name = s.save or storage.autosave_name(commit, now)
                 try:
-                    saved = str(storage.save(s.storage, machine_id, name, doc))
+                    saved[mid] = str(storage.save(s.storage, mid, name, doc))
                 except (OSError, storage.StorageError) as exc:
-                    errors.append(f"could not save the run: {exc}")
+                    errors[mid].append(f"could not save the run: {exc}")
             elif s.save or s.autosave:
-                notes.append("nothing measured, nothing saved")
+                notes[mid].append("nothing measured, nothing saved")
             if s.json:
-                storage.write_json(s.json, doc)
-        current = RunData("this run", tuple(self.results), self.saved_settings(), info)
-        verdict = judge(current, reference.run, s.fail, s.max_overhead, reference.history, strict=s.strict)
-        verdict.saved = saved
-        verdict.notes = [*reference.notes, *notes, *verdict.notes]
-        verdict.errors = [*reference.errors, *errors, *verdict.errors]
-        verdict.unchecked = [*reference.unchecked, *verdict.unchecked]
-        verdict.machine_differences = reference.machine_differences
+                path = s.json.with_name(f"{s.json.stem}.{mid}{s.json.suffix}") if fleet else s.json
+                storage.write_json(path, doc)
+        machines = [
+            (
+                RunData("this run", tuple(part.results), part.settings, part.machine_info),
+                references[part.machine_id].run,
+                references[part.machine_id].history,
+            )
+            for part in parts
+        ]
+        verdicts = judge_machines(machines, s.fail, s.max_overhead, strict=s.strict)
+        for part, verdict in zip(parts, verdicts, strict=True):
+            reference, mid = references[part.machine_id], part.machine_id
+            verdict.saved = saved.get(mid)
+            verdict.notes = [*reference.notes, *notes[mid], *verdict.notes]
+            verdict.errors = [*reference.errors, *errors[mid], *verdict.errors]
+            verdict.unchecked = [*reference.unchecked, *verdict.unchecked]
+            verdict.machine_differences = reference.machine_differences
+            verdict.machine = part.label if fleet else ""
         if s.html:
             try:
-                self.write_html(current, reference, verdict)
+                self.write_html(parts, references, verdicts)
             except Exception as exc:  # the verdict stands; the report that failed is an error
-                verdict.errors.append(
+                verdicts[0].errors.append(
                     f"could not write the HTML report {s.html}: {type(exc).__name__}: {exc}"
                 )
         if s.markdown:
-            text = markdown_report(self.results, verdict, backends=self.backend_specs, profiles=s.profile)
+            if fleet:
+                text = "\n".join(
+                    markdown_report(
+                        part.results, verdict, f"encperf: machine {part.label}", self.backend_specs, s.profile
+                    )
+                    for part, verdict in zip(parts, verdicts, strict=True)
+                )
+                table = machines_table([(part.label, part.results) for part in parts], tablefmt="github")
+                text += f"\n## encperf: across machines\n\n{table}\n\n{MACHINES_NOTE}\n"
+            else:
+                text = markdown_report(
+                    parts[0].results, verdicts[0], backends=self.backend_specs, profiles=s.profile
+                )
             s.markdown.parent.mkdir(parents=True, exist_ok=True)
             s.markdown.write_text(text, encoding="utf-8")
             summary = os.environ.get("GITHUB_STEP_SUMMARY")
             if summary:
                 with open(summary, "a", encoding="utf-8") as file:
                     file.write(text)
-        return verdict
+        return {part.machine_id: verdict for part, verdict in zip(parts, verdicts, strict=True)}
 
-    def write_html(self, current: RunData, reference: Reference, verdict: Verdict) -> None:
-        """The HTML report of this run, with the saved runs of its history before it."""
+    def write_html(
+        self, parts: list[MachineRun], references: dict[str, Reference], verdicts: list[Verdict]
+    ) -> None:
+        """The HTML report of this run: a section per machine (a fleet has several), each with
+        its saved history before it and its own verdict."""
         assert self.settings.html is not None
-        info, machine_id = self.machine()
-        now = RunData(current.label, current.results, current.settings, {**info, "machine_id": machine_id})
-        notes = [f"cipher ceiling: {ceiling.describe()}" for ceiling in self.ceilings().values()]
-        judged = verdict.baseline or verdict.checks or verdict.errors or verdict.unchecked
+        sections, judged, skipped, notes = [], {}, {}, []
+        for part, verdict in zip(parts, verdicts, strict=True):
+            info = {**part.machine_info, "machine_id": part.machine_id}
+            now = RunData("this run", tuple(part.results), part.settings, info)
+            sections.append([*reversed(references[part.machine_id].history), now])
+            if verdict.baseline or verdict.checks or verdict.errors or verdict.unchecked:
+                judged[part.machine_id] = verdict
+            skipped.update({spec: why for spec, why in part.skipped.items() if spec not in skipped})
+            prefix = f"{part.label}: " if len(parts) > 1 else ""
+            notes += [
+                f"{prefix}cipher ceiling: {Ceiling(cipher, mb_per_s, how).describe()}"
+                for cipher, (mb_per_s, how) in part.ceilings.items()
+            ]
         page = html_report.Page(
-            [*reversed(reference.history), now], verdict if judged else None, "encperf report: this run",
-            dict(self.skipped), notes,
+            [run for runs in sections for run in runs], None, "encperf report: this run", skipped, notes,
+            sections=sections, verdicts=judged,
         )  # fmt: skip
         storage.write_report(self.settings.html, html_report.render(page))
 
@@ -546,13 +707,38 @@ class EncperfSession:
             terminalreporter.write_line(f"encperf: could not print the summary: {exc}", red=True)
 
     def _write_summary(self, tr: pytest.TerminalReporter) -> None:
+        parts = self.machine_runs()
+        fleet = len(parts) > 1
+        for part in parts:
+            if fleet:
+                tr.write_sep("=", f"encperf: machine {part.label}")
+            if self._worker_runs:  # what the workers' own terminals (not shown) would have said
+                for problem in part.problems:
+                    tr.write_line(f"encperf: teardown failed on {part.label}: {problem}", red=True)
+                for note in part.notes:
+                    tr.write_line(f"encperf: {part.label}: {note}", yellow=True)
+            self._write_machine_summary(tr, part)
+        if fleet:
+            tr.write_sep("-", "encperf: across machines")
+            table = machines_table([(part.label, part.results) for part in parts])
+            if table:
+                tr.write_line(table)
+                tr.write_line(MACHINES_NOTE)
+            if self.config.getoption("dist", "no") != "each":
+                tr.write_line(
+                    "encperf: the machines ran different tests: use --dist each so that every machine "
+                    "runs every benchmark",
+                    yellow=True,
+                )
+
+    def _write_machine_summary(self, tr: pytest.TerminalReporter, part: MachineRun) -> None:
         shown = self.backend_specs
-        if not self.results and not self.skipped:
+        if not part.results and not part.skipped:
             return
         s = self.settings
         tr.write_sep("-", "encperf: encryption overhead vs plain")
         tr.write_line(
-            f"target: {s.target} in {s.dir} | engine: {self.engine.name} {self.engine.version()} | "
+            f"target: {s.target} in {part.settings.get('dir', s.dir)} | engine: {part.engine} | "
             f"file: {s.size // (1024 * 1024)} MiB | {s.rounds} rounds x {s.runtime:g} s, "
             + (
                 "baseline measured before and after each volume"
@@ -560,7 +746,7 @@ class EncperfSession:
                 else "alternating with the baseline"
             )
         )
-        skipped = {k: v for k, v in self.skipped.items() if k != BASELINE}
+        skipped = {k: v for k, v in part.skipped.items() if k != BASELINE}
         steady = (
             f"; then steady state until CV < {s.steady_cv:.0%} (at most {s.steady_budget:g} s)"
             if s.steady_cv
@@ -572,7 +758,7 @@ class EncperfSession:
             profile = PROFILES[name]
             workloads = profile.workloads_for(s.size)
             table = summary_table(
-                self.results,
+                part.results,
                 skipped,
                 shown,
                 workloads,
@@ -587,21 +773,23 @@ class EncperfSession:
                 )
                 tr.write_line(table)
             shown_names.update(w.name for w in workloads)
-        others = [r.workload for r in self.results if r.workload.name not in shown_names]
+        others = [r.workload for r in part.results if r.workload.name not in shown_names]
         if others:
-            table = summary_table(self.results, skipped, shown, others)
+            table = summary_table(part.results, skipped, shown, others)
             if table:
                 tr.write_line(
                     "other workloads: median of the rounds; under each backend the median of the plain "
                     "rounds interleaved with its own, and the change between the two"
                 )
                 tr.write_line(table)
-        if BASELINE in self.skipped:
-            tr.write_line(f"baseline unavailable: {BASELINE}: {self.skipped[BASELINE]}", yellow=True)
-        if not self.results:
+        if BASELINE in part.skipped:
+            tr.write_line(f"baseline unavailable: {BASELINE}: {part.skipped[BASELINE]}", yellow=True)
+        if not part.results:
             return
-        ceilings = self.ceilings()
-        details = detail_table(self.results, {cipher: c.mb_per_s for cipher, c in ceilings.items()})
+        ceilings = {
+            cipher: Ceiling(cipher, mb_per_s, how) for cipher, (mb_per_s, how) in part.ceilings.items()
+        }
+        details = detail_table(part.results, {cipher: c.mb_per_s for cipher, c in ceilings.items()})
         if details:
             tr.write_line("")
             tr.write_line(details)
@@ -625,16 +813,15 @@ class EncperfSession:
                 tr.write_line(
                     "cipher ceiling: no backend here names a cipher this run can measure (eff. empty)"
                 )
-            tr.write_line(f"kernel xts(aes) driver: {kernel_xts_driver()}")
+            tr.write_line(f"kernel xts(aes) driver: {part.xts_driver}")
 
     def _write_verdict(self, tr: pytest.TerminalReporter) -> None:
-        if self.verdict is None:
-            return
-        for kind, colour, line in verdict_report(self.verdict):
-            if kind == "section":
-                tr.write_sep("-", line)
-            else:
-                tr.write_line(line, **dict.fromkeys(colour.split(), True))
+        for verdict in self.verdicts.values():
+            for kind, colour, line in verdict_report(verdict):
+                if kind == "section":
+                    tr.write_sep("-", line)
+                else:
+                    tr.write_line(line, **dict.fromkeys(colour.split(), True))
 
 
 @dataclass
@@ -672,15 +859,24 @@ def user_properties(result: Result) -> list[tuple[str, object]]:
     ]
 
 
+class EncperfWarning(pytest.PytestWarning):
+    """A configuration that cannot measure reliably (shown only when benchmarks are collected)."""
+
+
 class XdistResults:
     """Registered on the xdist controller only (hook names unknown without xdist)."""
 
     def __init__(self, session: EncperfSession) -> None:
         self.session = session
 
+    def pytest_configure_node(self, node: Any) -> None:
+        # a worker's own --dist is always "no": tell it the run's (a fleet is --dist each)
+        node.workerinput["encperf_dist"] = self.session.config.getoption("dist", "no")
+
     def pytest_testnodedown(self, node: object, error: object) -> None:
         output = getattr(node, "workeroutput", None) or {}
-        self.session.add_worker_results(output.get("encperf_results", []))
+        if "encperf_machine" in output:
+            self.session.add_machine_run(output["encperf_machine"])
 
 
 def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:

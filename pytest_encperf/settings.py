@@ -318,6 +318,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("verify", "yes|no",
            "after each write workload, check that the data reads back intact after unmount + mount",
            parse_bool, "no"),
+    Option("parallel-devices", "BOOL",
+           "let rounds on different physical disks run at the same time (xdist workers, other sessions); "
+           "rounds on one disk never overlap; without it one measurement at a time per machine "
+           "(bare flag = yes)", parse_bool, "no", form="flag", const="1"),
 )  # fmt: skip
 
 
@@ -351,6 +355,7 @@ class Settings:
     markdown: Path | None = None
     html: Path | None = None
     verify: bool = False
+    parallel_devices: bool = False
     sources: dict[str, str] = field(default_factory=dict)  # option -> where its value came from
 
 
