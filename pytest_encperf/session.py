@@ -79,6 +79,7 @@ class EncperfSession:
         self.verdict: Verdict | None = None  # the verdict of a run on one machine
         self.verdicts: dict[str, Verdict] = {}  # every machine's (one family: compare.judge_machines)
         self._worker_runs: list[MachineRun] = []  # under xdist, on the controller: what workers sent
+        self._worker_order: list[int] = []  # their workers' numbers (gw0 -> 0)
         self.is_worker = hasattr(config, "workerinput")  # an xdist worker: the controller decides
         self._previous_handlers: dict[int, object] = {}
         self.journal = journal.Journal(settings.dir)
@@ -457,9 +458,14 @@ class EncperfSession:
             else:
                 self.finish(session)
 
-    def add_machine_run(self, document: dict[str, Any]) -> None:
-        """What a worker measured (its ``workeroutput``); the controller alone reports it."""
+    def add_machine_run(self, document: dict[str, Any], worker: str = "") -> None:
+        """What a worker (``gw3``) measured, its ``workeroutput``; the controller alone reports it.
+        Machines are reported in the order of their workers, whichever finished first."""
         self._worker_runs.append(MachineRun.from_dict(document))
+        self._worker_order.append(int("".join(filter(str.isdigit, worker)) or 0))
+        order = sorted(range(len(self._worker_runs)), key=self._worker_order.__getitem__)
+        self._worker_runs = [self._worker_runs[i] for i in order]
+        self._worker_order = [self._worker_order[i] for i in order]
 
     def machine_run(self) -> MachineRun:
         """What this process measured on this machine, and what its report needs from here."""
@@ -876,7 +882,8 @@ class XdistResults:
     def pytest_testnodedown(self, node: object, error: object) -> None:
         output = getattr(node, "workeroutput", None) or {}
         if "encperf_machine" in output:
-            self.session.add_machine_run(output["encperf_machine"])
+            worker = getattr(getattr(node, "gateway", None), "id", "")
+            self.session.add_machine_run(output["encperf_machine"], str(worker))
 
 
 def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:

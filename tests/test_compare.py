@@ -30,6 +30,7 @@ from pytest_encperf.compare import (
     expected_family_size,
     history_for,
     judge,
+    judge_machines,
     overhead_checks,
     parse_rules,
     select_rule,
@@ -310,6 +311,33 @@ def test_family_of_checks_is_corrected_with_holm() -> None:
     # with one more round each, 1/1001 * 16 = 0.016 <= 0.05: all sixteen fail
     now4 = run("now", *[result(b, w, spread(40, 4)) for b in ("fscrypt", "luks2") for w in workloads])
     assert {c.status for c in judge(now4, reference, parse_rules("10%")).checks if c.gated} == {FAIL}
+
+
+def test_machines_of_a_fleet_are_judged_each_against_its_own_reference_in_one_family() -> None:
+    workloads = list(CDM)[:4]
+    # machine a is 20% slower than its reference, machine b unchanged against its own (slower) one
+    ref_a = run("a/ref", *[result("fscrypt", w, spread(50, 10)) for w in workloads])
+    ref_b = run("b/ref", *[result("fscrypt", w, spread(40, 10)) for w in workloads])
+    now_a = run("now", *[result("fscrypt", w, spread(40, 4)) for w in workloads])
+    now_b = run("now", *[result("fscrypt", w, spread(40, 4)) for w in workloads])
+    rules = parse_rules("10%")
+    verdict_a, verdict_b = judge_machines([(now_a, ref_a, []), (now_b, ref_b, [])], rules)
+    assert (verdict_a.baseline, verdict_b.baseline) == ("a/ref", "b/ref")
+    assert {c.status for c in verdict_a.checks if c.gated} == {FAIL}
+    assert {c.status for c in verdict_b.checks if c.gated} == {PASS}
+    assert verdict_a.failed and not verdict_b.failed
+    # one family: Holm over all 8 gated checks, not 4 per machine
+    assert verdict_a.family_size == verdict_b.family_size == 8
+    alone = judge(now_a, ref_a, rules)
+    assert alone.family_size is None
+
+    def smallest(verdict) -> float:
+        return min(c.p_adjusted for c in verdict.checks if c.gated)
+
+    assert smallest(verdict_a) == pytest.approx(2 * smallest(alone))  # Holm's first factor: 8, not 4
+    # a single machine is judge() exactly
+    (single,) = judge_machines([(now_a, ref_a, [])], rules)
+    assert [c.p_adjusted for c in single.checks] == [c.p_adjusted for c in alone.checks]
 
 
 # ----------------------------------------------------------------------------- refusals

@@ -1,4 +1,5 @@
-"""host.py: what secrets look like wherever pytest or a report may print them.
+"""host.py: what secrets look like wherever pytest or a report may print them, and the
+measurement lock (no root needed: the locks live in a directory the test names).
 
 (host.run's timeouts, process groups and redaction are tested in test_journal.py.)
 """
@@ -6,6 +7,8 @@
 from __future__ import annotations
 
 import pprint
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -71,3 +74,59 @@ def test_host_run_keeps_its_arguments_and_locals_out_of_tracebacks(pytester: pyt
     # --full-trace shows hidden frames too (as the README says): only a Secret is safe there
     result = pytester.runpytest("--tb=long", "-l", "--full-trace", "-p", "no:cacheprovider")
     assert "input = b'hunter2" in result.stdout.str()
+
+
+Log = list[tuple[str, float, float]]  # (who, got the lock, let go)
+
+
+def hold(directory: Path, disks: list[str] | None, seconds: float, log: Log, name: str) -> threading.Thread:
+    """A thread that takes the lock, notes (name, got it, let go) and holds it ``seconds``."""
+
+    def work() -> None:
+        with host.measurement_lock(disks, directory):
+            got = time.monotonic()
+            time.sleep(seconds)
+            log.append((name, got, time.monotonic()))
+
+    return threading.Thread(target=work)
+
+
+def overlapped(log: Log, a: str, b: str) -> bool:
+    (_, a0, a1), (_, b0, b1) = (next(e for e in log if e[0] == n) for n in (a, b))
+    return a0 < b1 and b0 < a1
+
+
+def run_together(directory: Path, first: list[str] | None, second: list[str] | None) -> bool:
+    log: Log = []
+    threads = [hold(directory, first, 0.3, log, "first"), hold(directory, second, 0.3, log, "second")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return overlapped(log, "first", "second")
+
+
+def test_the_whole_machine_excludes_everyone(tmp_path: Path) -> None:
+    assert not run_together(tmp_path, None, None)
+    assert not run_together(tmp_path, None, ["8:0"])
+    assert not run_together(tmp_path, ["8:0"], None)
+
+
+def test_one_disk_at_a_time_different_disks_together(tmp_path: Path) -> None:
+    assert not run_together(tmp_path, ["8:0"], ["8:0"])
+    assert not run_together(tmp_path, ["8:0", "8:16"], ["8:16"])
+    assert run_together(tmp_path, ["8:0"], ["8:16"])
+
+
+def test_the_wait_is_what_is_yielded_and_locks_are_private(tmp_path: Path) -> None:
+    log: Log = []
+    holder = hold(tmp_path, None, 0.3, log, "holder")
+    holder.start()
+    time.sleep(0.05)
+    with host.measurement_lock(None, tmp_path) as waited:
+        assert waited > 0.15
+    holder.join()
+    with host.measurement_lock(None, tmp_path) as waited:
+        assert waited < 0.1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["measure.lock"]
+    assert (tmp_path / "measure.lock").stat().st_mode & 0o777 == 0o600

@@ -144,13 +144,30 @@ def workspace() -> Path:
     return base if base.is_dir() else Path(tempfile.gettempdir())
 
 
+# Under xdist, what a worker sends to the controller (over the wire, for a remote worker).
+WORKER_OUTPUT = """
+import json
+
+
+def pytest_testnodedown(node, error):
+    with open("workeroutput.json", "w") as file:
+        json.dump(node.workeroutput, file, default=str)
+"""
+
+
 def scanned_session(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, spec: str, user_secrets: list[str]
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    spec: str,
+    user_secrets: list[str],
+    *extra: str,
 ) -> tuple[pytest.RunResult, list[bytes], dict[str, bytes]]:
     """Run the scan in a session of ``spec``; its outcome, the secrets found, the files it wrote."""
     run_dir = Path(tempfile.mkdtemp(prefix="encperf-secrets-", dir=workspace()))
     try:
         pytester.makepyfile(test_scan=SCAN)
+        if extra:
+            pytester.makeconftest(WORKER_OUTPUT)
         (pytester.path / "given-secrets.hex").write_text("\n".join(s.encode().hex() for s in user_secrets))
         monkeypatch.setenv("ENCPERF_DIR", str(run_dir))
         result = pytester.runpytest_subprocess(
@@ -167,6 +184,7 @@ def scanned_session(
             "SEQ1M-Q1T1-write",
             "-p",
             "no:cacheprovider",
+            *extra,
         )
         assert list(run_dir.glob("encperf-*")) == [], "run directory left behind"
         assert list(run_dir.glob(".encperf-runs/*.json")) == [], "journal left behind"
@@ -336,3 +354,21 @@ def test_a_failing_open_shows_the_password_nowhere(
     assert "Unable to grab VMK or FVEK" in junit
     written = {"stdout": result.stdout.str(), "stderr": result.stderr.str(), "junit": junit}
     assert [where for where, text in written.items() if wrong in text or wrong.encode().hex() in text] == []
+
+
+@pytest.mark.parametrize("name", ["fscrypt", "gocryptfs"])
+def test_what_a_worker_sends_to_the_controller_carries_no_secret(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """Under xdist the worker makes and uses the secrets; what crosses to the controller (for an
+    ssh worker: the wire) is its results, skips and notes, scanned here like every report."""
+    pytest.importorskip("xdist")
+    problems = problems_here(name, workspace())
+    if problems:
+        pytest.skip(f"{name}: {'; '.join(problems)}")
+    result, secrets, written = scanned_session(pytester, monkeypatch, name, [], "-n", "1")
+    result.assert_outcomes(passed=1)
+    assert secrets, f"{name}: no secret material found to scan for"
+    sent = json.loads(written[str(pytester.path / "workeroutput.json")])
+    assert sent["encperf_machine"]["results"], "the worker sent no results"
+    assert leaks_in_written(written, secrets) == []

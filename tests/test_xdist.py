@@ -14,14 +14,19 @@ import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from pytest_encperf import storage
+from pytest_encperf.compare import EXIT_REGRESSION
 from pytest_encperf.model import Result
 
 from .support import loop_device
@@ -250,3 +255,196 @@ def two_disks(base: Path) -> Iterator[tuple[Path, Path]]:
             stack.callback(subprocess.run, ["umount", str(mountpoint)], check=True)
             mounts.append(mountpoint)
         yield mounts[0], mounts[1]
+
+
+# ----------------------------------------------------------------------------- fleets
+
+
+def fleet(bench: pytest.Pytester, *args: str, beta: str = "") -> pytest.RunResult:
+    """Two popen workers pretending to be the machines alpha and beta, every test on each."""
+    return run(
+        bench, "--tx", "popen//env:FAKE_MACHINE=alpha", "--tx", f"popen//env:FAKE_MACHINE=beta{beta}",
+        "--dist", "each", f"--encperf-dir={bench.path}", *args,
+    )  # fmt: skip
+
+
+def test_a_fleet_reports_each_machine_saves_each_under_its_id_and_gates_each_against_its_own(
+    bench: pytest.Pytester,
+) -> None:
+    result = fleet(bench, "--encperf-save=fleet")
+    result.assert_outcomes(passed=16)
+    out = result.stdout.str()
+    runs = storage.list_runs(bench.path / ".encperf")
+    assert len(runs) == 2 and {run.name for run in runs} == {"fleet"}
+    ids = {}
+    for saved in runs:
+        doc, results = storage.load(saved.path)
+        ids[doc["machine_info"]["device_model"]] = saved.machine_id
+        assert {r.machine_id for r in results} == {saved.machine_id}  # results carry their machine
+        assert len(results) == 8
+    assert set(ids) == {"alpha", "beta"}
+    sections = [line for line in result.stdout.lines if re.search(r"=+ encperf: machine ", line)]
+    assert [s.split("machine ")[1].split()[0] for s in sections] == [ids["alpha"], ids["beta"]]
+    result.stdout.fnmatch_lines(["*encperf: across machines*", f"*{ids['alpha']}*{ids['beta']}*"])
+    assert "the machines ran different tests" not in out
+
+    # beta's encrypted backends get twice as slow: only beta fails, each against its own run
+    checked = fleet(
+        bench, "--encperf-compare=fleet", "--encperf-fail=10%", beta="//env:SCRIPTED_VOLUME_SCALE=0.5"
+    )
+    print(checked.stdout.str())
+    assert checked.ret == EXIT_REGRESSION
+    checked.stdout.fnmatch_lines(
+        [
+            f"*encperf: machine {ids['alpha']} (alpha): compared with {ids['alpha']}/0001_fleet.json*",
+            "encperf: 0 regressions, 8 within threshold*",
+            f"*encperf: machine {ids['beta']} (beta): compared with {ids['beta']}/0001_fleet.json*",
+            "encperf: 8 regressions, 0 within threshold*",
+            "*Holm's correction over the 16 gated checks of all machines*",
+        ]
+    )
+
+
+def test_machines_that_ran_different_tests_are_told_so(bench: pytest.Pytester) -> None:
+    result = run(
+        bench, "--tx", "popen//env:FAKE_MACHINE=alpha", "--tx", "popen//env:FAKE_MACHINE=beta",
+        "--dist", "load", f"--encperf-dir={bench.path}",
+    )  # fmt: skip
+    result.assert_outcomes(passed=8)
+    result.stdout.fnmatch_lines(["*the machines ran different tests: use --dist each*"])
+
+
+# ----------------------------------------------------------------------------- warnings
+
+
+@pytest.mark.parametrize(
+    ("args", "warned"),
+    [
+        (("-n", "2"), None),
+        (("-n", "2", "--encperf-parallel-devices"), "--encperf-parallel-devices with 2 xdist workers"),
+        (("-p", "no:xdist", "--encperf-parallel-devices"), None),
+        (("--tx", "popen", "--tx", "popen", "--dist", "each", "--encperf-parallel-devices"), None),
+    ],
+)
+def test_a_warning_only_for_benchmarks_under_a_configuration_that_cannot_measure_reliably(
+    bench: pytest.Pytester, args: tuple[str, ...], warned: str | None
+) -> None:
+    bench.makepyfile(test_other="def test_other():\n    pass\n")
+    for selected, benchmarks in (("test_bench.py", True), ("test_other.py", False)):
+        result = run(bench, *args, f"--encperf-dir={bench.path}", selected)
+        text = result.stdout.str() + result.stderr.str()
+        assert XDIST_WARNING not in text
+        if warned and benchmarks:
+            assert result.stdout.str().count(warned) == 1, text
+            assert "EncperfWarning" in text
+        else:
+            assert "EncperfWarning" not in text
+
+
+# ----------------------------------------------------------------------------- a fleet over ssh
+
+SSHD = Path("/usr/sbin/sshd")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the test process dies, even by SIGKILL."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@contextlib.contextmanager
+def local_sshd(base: Path) -> Iterator[Path]:
+    """An OpenSSH server on 127.0.0.1 for this test only: host and client keys made here, root
+    by key only; yields an ssh_config naming it ``encperf-test``. Stopped (and checked gone) after."""
+    base.mkdir(mode=0o700)
+    for key in ("host_key", "client_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(base / key)], check=True)
+    shutil.copy(base / "client_key.pub", base / "authorized_keys")
+    port = _free_port()
+    (base / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {base / 'host_key'}\nPidFile {base / 'sshd.pid'}\n"
+        f"AuthorizedKeysFile {base / 'authorized_keys'}\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nUsePAM no\n"
+        # the keys live under /tmp or /var/tmp, which others may write: sshd's owner checks refuse that
+        "StrictModes no\n"
+    )
+    host_key = (base / "host_key.pub").read_text().strip()
+    (base / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_key}\n")
+    config = base / "ssh_config"
+    config.write_text(
+        f"Host encperf-test\n  HostName 127.0.0.1\n  Port {port}\n  User root\n"
+        f"  IdentityFile {base / 'client_key'}\n  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {base / 'known_hosts'}\n  StrictHostKeyChecking yes\n  BatchMode yes\n"
+    )
+    privsep = Path("/run/sshd")  # sshd refuses to start without it
+    made_privsep = not privsep.exists()
+    if made_privsep:
+        privsep.mkdir(mode=0o755)
+    server = subprocess.Popen(
+        [str(SSHD), "-D", "-e", "-f", str(base / "sshd_config")],
+        stdout=subprocess.DEVNULL,
+        stderr=(base / "sshd.log").open("wb"),
+        preexec_fn=_die_with_parent,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and server.poll() is None:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            time.sleep(0.05)
+        assert server.poll() is None, f"sshd did not start: {(base / 'sshd.log').read_text()}"
+        yield config
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        for line in sshd_processes(base):  # a connection's own sshd, if one outlived the server
+            os.kill(int(line.split()[0]), signal.SIGTERM)
+        if made_privsep:
+            with contextlib.suppress(OSError):
+                privsep.rmdir()
+
+
+@pytest.mark.integration
+def test_a_fleet_over_ssh_measures_on_the_remote_side(bench: pytest.Pytester) -> None:
+    """One worker through a real OpenSSH server on 127.0.0.1 (execnet's ssh gateway, as for a
+    real host), one local: two machines, each with its section and saved run."""
+    missing = [tool for tool in ("ssh", "ssh-keygen") if shutil.which(tool) is None]
+    if not SSHD.exists() or missing:
+        pytest.skip(f"needs openssh-server and openssh-client (missing: {', '.join(missing) or SSHD})")
+    if os.geteuid() != 0:
+        pytest.skip("the test's sshd logs in as root, like a benchmark host")
+    with local_sshd(bench.path / "ssh") as config:
+        remote = (
+            f"ssh=encperf-test//ssh_config={config}//python={sys.executable}//chdir={bench.path}"
+            f"//env:FAKE_MACHINE=remote//env:SCRIPTED_NOISE={LOW_NOISE}"
+        )
+        result = run(
+            bench, "--tx", remote, "--tx", "popen//env:FAKE_MACHINE=local", "--dist", "each",
+            f"--encperf-dir={bench.path}", "--encperf-save=ssh", "--encperf-backends=fakecrypt",
+        )  # fmt: skip
+    assert sshd_processes(config.parent) == []
+    result.assert_outcomes(passed=8)
+    saved = storage.list_runs(bench.path / ".encperf")
+    runs = {storage.load(run.path)[0]["machine_info"]["node"]: run for run in saved}
+    assert set(runs) == {"remote", "local"}
+    for run_file in runs.values():
+        assert {r.machine_id for r in storage.load(run_file.path)[1]} == {run_file.machine_id}
+    result.stdout.fnmatch_lines(
+        [
+            f"*encperf: machine {runs['remote'].machine_id} (remote)*",
+            f"*encperf: machine {runs['local'].machine_id} (local)*",
+            "*encperf: across machines*",
+        ]
+    )
+
+
+def sshd_processes(base: Path) -> list[str]:
+    found = subprocess.run(["pgrep", "-af", str(base / "sshd_config")], capture_output=True, text=True)
+    return found.stdout.splitlines()

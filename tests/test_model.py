@@ -1,0 +1,36 @@
+"""model.MachineRun: what a worker sends, and how the controller merges one machine's workers."""
+
+from __future__ import annotations
+
+import json
+
+from pytest_encperf.model import MachineRun, Measurement, Result
+from pytest_encperf.workloads import CDM
+
+SEQ_READ, SEQ_WRITE = CDM[0], CDM[1]
+
+
+def result(workload, backend: str = "fscrypt") -> Result:
+    m = Measurement("fio", "1", 100, 1.0, 1, 1.0, 2.0, 3.0, 0.1, "direct", started=1.0, ended=2.0)
+    return Result(backend, workload, [m], [m], machine_id="x86_64-a", lock_wait=0.5)
+
+
+def test_a_machine_run_survives_the_wire_as_json() -> None:
+    part = MachineRun(
+        "x86_64-a", {"node": "a"}, {"dir": "/var/tmp"}, "fio 3.33", [result(SEQ_READ)],
+        {"luks2": "no device-mapper"}, {"kernel:xts(aes):512": (123.0, "aesni")}, "xts-aes-aesni",
+    )  # fmt: skip
+    back = MachineRun.from_dict(json.loads(json.dumps(part.to_dict())))
+    assert back == part
+    assert back.results[0].rounds[0].ended == 2.0 and back.results[0].lock_wait == 0.5
+    assert back.label == "x86_64-a (a)"
+
+
+def test_workers_of_one_machine_merge_and_a_cell_measured_twice_keeps_the_first() -> None:
+    first = MachineRun("x86_64-a", results=[result(SEQ_READ)], skipped={"luks2": "no dm"})
+    second = MachineRun("x86_64-a", results=[result(SEQ_READ), result(SEQ_WRITE)], problems=["umount failed"])
+    first.merge(second)
+    assert [r.workload.name for r in first.results] == [SEQ_READ.name, SEQ_WRITE.name]
+    assert first.skipped == {"luks2": "no dm"}
+    assert first.problems == ["umount failed"]
+    assert first.notes == [f"fscrypt {SEQ_READ.name} was measured twice on this machine: the first is kept"]
