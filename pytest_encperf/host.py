@@ -446,26 +446,35 @@ MEASURE_LOCK = "measure.lock"
 
 
 @contextlib.contextmanager
-def measurement_lock(disks: Sequence[str] | None, directory: Path | None = None) -> Iterator[float]:
+def measurement_lock(
+    disks: Sequence[str] | None,
+    directory: Path | None = None,
+    *,
+    shared: bool = False,
+    timeout: float = float("inf"),
+) -> Iterator[float]:
     """Hold the right to measure on this machine; yields the seconds spent waiting for it.
 
     ``disks`` None: alone on the machine (``measure.lock`` exclusively). Otherwise alone on each
     named disk (``MAJOR:MINOR``: ``measure-254_0.lock`` exclusively, taken in sorted order so two
     holders never wait for each other), sharing ``measure.lock`` with other per-disk holders, so
-    a holder of the whole machine still excludes them all. Every encperf process of this user
-    takes these locks (xdist workers, separate sessions); flock: released by the kernel when the
-    holder dies. Waits as long as it takes (another process is measuring).
+    a holder of the whole machine still excludes them all. ``shared``: for work that may run
+    beside other such work but never beside a measurement (making, filling and removing volumes):
+    every lock shared. Every encperf process of this user takes these locks (xdist workers,
+    separate sessions); flock: released by the kernel when the holder dies. Waits as long as it
+    takes (another process is measuring), or LockTimeout after ``timeout`` s. Never nest two
+    holds in one process: a shared hold would keep its own exclusive request waiting for ever.
     """
     base = directory or lock_directory()
     base.mkdir(mode=0o700, parents=True, exist_ok=True)
-    names = [(MEASURE_LOCK, disks is not None)]
-    names += [(f"measure-{disk.replace(':', '_')}.lock", False) for disk in sorted(set(disks or ()))]
+    names = [(MEASURE_LOCK, shared or disks is not None)]
+    names += [(f"measure-{disk.replace(':', '_')}.lock", shared) for disk in sorted(set(disks or ()))]
     started = time.monotonic()
     fds: list[int] = []
     try:
         for name, shared in names:
             fds.append(open_own_file(base / name, os.O_RDWR | os.O_CREAT))
-            wait_for_lock(fds[-1], f"lock {base / name}", float("inf"), shared=shared)
+            wait_for_lock(fds[-1], f"lock {base / name}", timeout, shared=shared)
         yield time.monotonic() - started
     finally:
         for fd in reversed(fds):

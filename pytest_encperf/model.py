@@ -131,7 +131,7 @@ class Result:
     stop_reason: str = ""  # how the number of rounds was decided (fixed, steady state, confirmation)
     confirm_rounds: int = 0  # pairs added at the end because the gate could not decide yet
     machine_id: str = ""  # the machine that measured it (machine.machine_id; fleets have several)
-    lock_wait: float = 0.0  # seconds waited for the measurement lock before its first round
+    lock_wait: float = 0.0  # seconds waited for other processes' measurements (host.measurement_lock)
 
     def _values(self, metric: str, baseline: bool) -> list[float]:
         rounds = self.baseline_rounds if baseline else self.rounds

@@ -89,8 +89,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     session = metafunc.config.stash[session_key]
     if "encperf_volume" in metafunc.fixturenames:
-        specs = session.backend_specs
-        metafunc.parametrize("encperf_volume", specs, indirect=True, ids=specs, scope="session")
+        # one xdist group per backend: under --dist loadgroup its volume is made once, on one worker
+        # (the marker exists only with xdist: --strict-markers would refuse it without)
+        grouped = metafunc.config.pluginmanager.hasplugin("xdist")
+        specs = [
+            pytest.param(s, id=s, marks=[pytest.mark.xdist_group(f"encperf-{s}")] if grouped else [])
+            for s in session.backend_specs
+        ]
+        metafunc.parametrize("encperf_volume", specs, indirect=True, scope="session")
     if "encperf_workload" in metafunc.fixturenames:
         workloads = session.workloads
         metafunc.parametrize("encperf_workload", workloads, ids=[w.name for w in workloads])

@@ -321,8 +321,12 @@ class Runner:
     gate: Confirmer | None = None  # asked after the rounds whether the checks are decided ...
     confirm_budget: ConfirmBudget | None = None  # ... and more pairs are run while this lasts
     # Held around all rounds of one workload (warm-up to confirmation), never inside a round;
-    # gives the seconds waited for it (host.measurement_lock: one measurement per disk)
+    # gives the seconds waited for it (host.measurement_lock: one measurement per disk), which
+    # with the wait for ``quiet`` becomes the result's lock_wait
     lock: Callable[[], AbstractContextManager[float]] = lambda: contextlib.nullcontext(0.0)
+    # Held around what fills or remounts the volumes (the test file, --encperf-verify): beside
+    # other such work, never beside a measurement (host.measurement_lock, shared)
+    quiet: Callable[[], AbstractContextManager[float]] = lambda: contextlib.nullcontext(0.0)
     # told after each round (warm-up too): (workload, volume spec, spec of the side measured, round)
     on_round: Callable[[Workload, str, str, Measurement], None] | None = None
 
@@ -342,10 +346,11 @@ class Runner:
         baseline: MountedVolume = self.baseline
         side = self.volume  # which volume a storage error came from
         try:
-            volume_file = self.engine.prepare(self.volume.data_dir, self.size)
-            side = baseline
-            baseline_file = self.engine.prepare(baseline.data_dir, self.size)
-            direct, o_direct = io_mode_policy(self.engine, volume_file, baseline_file)
+            with self.quiet() as waited_to_prepare:
+                volume_file = self.engine.prepare(self.volume.data_dir, self.size)
+                side = baseline
+                baseline_file = self.engine.prepare(baseline.data_dir, self.size)
+                direct, o_direct = io_mode_policy(self.engine, volume_file, baseline_file)
             if workload.kind == "files":
                 direct = False  # small unaligned files: buffered by nature
             volume_observe, baseline_observe = self.volume.observe(), baseline.observe()
@@ -369,7 +374,7 @@ class Runner:
                 return measure
 
             with self.lock() as waited:
-                result.lock_wait = waited
+                result.lock_wait = waited_to_prepare + waited
                 measure_rounds(
                     result,
                     PairedRounds(
@@ -394,7 +399,8 @@ class Runner:
                 "free space under --encperf-dir or pass a smaller --encperf-size"
             ) from exc
         if self.verify and not workload.is_read:
-            verify_after_remount(self.volume, [volume_file.name])
+            with self.quiet():
+                verify_after_remount(self.volume, [volume_file.name])
         self.record(result)
         return result
 
@@ -402,8 +408,9 @@ class Runner:
         """One block device holds one volume at a time: the baseline rounds were measured on it
         before the volume was created (and more are added after it is removed). No A B B A order
         and no confirmation rounds here: the baseline cannot be measured beside the volume."""
-        volume_file = self.engine.prepare(self.volume.data_dir, self.size)
-        o_direct = self.engine.io_mode(volume_file)
+        with self.quiet() as waited_to_prepare:
+            volume_file = self.engine.prepare(self.volume.data_dir, self.size)
+            o_direct = self.engine.io_mode(volume_file)
         direct = o_direct == "direct" and workload.kind != "files"
         observe = self.volume.observe()
         result = Result(
@@ -414,7 +421,7 @@ class Runner:
         )
         result.baseline_rounds.extend(self.measured_baseline.get(workload.name, []))
         with self.lock() as waited:
-            result.lock_wait = waited
+            result.lock_wait = waited_to_prepare + waited
             for _ in range(self.warmup):
                 measurement = self.engine.run(
                     workload, volume_file, runtime=self.warmup_runtime, direct=direct, observe=observe

@@ -10,12 +10,14 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import itertools
+import math
 import os
 import shutil
 import signal
 import tempfile
 import threading
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -80,6 +82,7 @@ class EncperfSession:
         self.verdicts: dict[str, Verdict] = {}  # every machine's (one family: compare.judge_machines)
         self._worker_runs: list[MachineRun] = []  # under xdist, on the controller: what workers sent
         self._worker_order: list[int] = []  # their workers' numbers (gw0 -> 0)
+        self._no_room = ""  # on an xdist worker: why the target has no room (check_room)
         self.is_worker = hasattr(config, "workerinput")  # an xdist worker: the controller decides
         self._previous_handlers: dict[int, object] = {}
         self.journal = journal.Journal(settings.dir)
@@ -177,6 +180,8 @@ class EncperfSession:
 
     def open(self, spec_text: str) -> MountedVolume:
         """Create and mount a volume; pytest.skip with the reason when the backend can't run here."""
+        if self._no_room:
+            pytest.fail(self._no_room, pytrace=False)
         if spec_text in self.skipped:
             pytest.skip(f"{spec_text}: {self.skipped[spec_text]}")
         if spec_text in self.errors:
@@ -195,7 +200,8 @@ class EncperfSession:
         if self._claim is not None:
             self._claim.release()  # lent to the volume: its mount or mapping holds the device now
         try:
-            mounted = open_volume(backend, self.target, workdir)
+            with self.beside_no_measurement():
+                mounted = open_volume(backend, self.target, workdir)
         except Unavailable as exc:
             self.skipped[spec_text] = str(exc)
             self._take_device_back()
@@ -224,7 +230,8 @@ class EncperfSession:
         with host.signals_deferred():
             if mounted in self._open:
                 self._open.remove(mounted)
-            close_volume(mounted)
+            with self.beside_no_measurement(wait=host.LOCK_TIMEOUT):
+                close_volume(mounted)
             self._take_device_back()
         if self.sequential and mounted.spec != BASELINE:
             after = self.measure_baseline()  # the partition again, now that the volume is gone
@@ -283,7 +290,18 @@ class EncperfSession:
             confirm_budget=self._confirm_budget,
             on_round=self.round_callback(),
             lock=lambda: host.measurement_lock(self.lock_disks(volume, baseline)),
+            quiet=lambda: host.measurement_lock(self.lock_disks(volume, baseline), shared=True),
         )
+
+    @contextlib.contextmanager
+    def beside_no_measurement(self, wait: float = math.inf) -> Iterator[None]:
+        """Making and removing volumes (formatting, key derivation, daemons): beside other such
+        work, never beside a measurement on the same disks (the measurement lock, shared). A
+        teardown goes on without it after ``wait`` s rather than hang on another process."""
+        with contextlib.ExitStack() as stack:
+            with contextlib.suppress(host.LockTimeout):
+                stack.enter_context(host.measurement_lock(self.lock_disks(), shared=True, timeout=wait))
+            yield
 
     def lock_disks(self, *volumes: MountedVolume | None) -> list[str] | None:
         """What a measurement on ``volumes`` must have to itself (host.measurement_lock): the whole
@@ -432,10 +450,15 @@ class EncperfSession:
             name in VOLUME_FIXTURES for item in items for name in getattr(item, "fixturenames", ())
         )
         if uses_volumes:
-            self.check_room()
-            refusal = journal.directory_refusal(self.settings.dir)
-            if refusal:
-                raise pytest.UsageError(refusal)
+            try:
+                self.check_room()
+                refusal = journal.directory_refusal(self.settings.dir)
+                if refusal:
+                    raise pytest.UsageError(refusal)
+            except pytest.UsageError as exc:
+                if not self.is_worker:
+                    raise
+                self._no_room = str(exc)  # a worker's usage error would be lost: its tests fail with it
             if getattr(self.config, "workerinput", {}).get("workerid", "gw0") == "gw0":  # once per run
                 for message in self.unreliable():
                     warnings.warn(EncperfWarning(message), stacklevel=1)

@@ -9,6 +9,7 @@ two workers would overlap in time if nothing kept them apart. Workers "on two ma
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import itertools
 import json
 import os
@@ -30,7 +31,7 @@ from pytest_encperf.compare import EXIT_REGRESSION
 from pytest_encperf.model import Result
 
 from .support import loop_device
-from .test_gate import CONFTEST, LOW_NOISE, SCRIPTED_BENCHMARK
+from .test_gate import CONFTEST, LOW_NOISE, SCRIPTED_BENCHMARK, gate  # noqa: F401 (a fixture)
 
 pytest.importorskip("xdist")
 
@@ -62,13 +63,13 @@ XDIST_WARNING = "Benchmarks are automatically disabled"
 
 
 @pytest.fixture
-def bench(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    pytester.makepyfile(test_bench=BENCHMARK)
-    pytester.makeconftest(FLEET_CONFTEST)
-    monkeypatch.setenv("SCRIPTED_NOISE", LOW_NOISE)
-    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+def bench(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """test_gate's scripted benchmark, sleeping, with the machine of FAKE_MACHINE."""
+    scripted: pytest.Pytester = request.getfixturevalue("gate")
+    scripted.makepyfile(test_bench=BENCHMARK)
+    scripted.makeconftest(FLEET_CONFTEST)
     monkeypatch.delenv("FAKE_MACHINE", raising=False)
-    return pytester
+    return scripted
 
 
 def run(pytester: pytest.Pytester, *args: str, directory: Path | None = None) -> pytest.RunResult:
@@ -324,6 +325,16 @@ def test_machines_that_ran_different_tests_are_told_so(bench: pytest.Pytester) -
         (("-n", "2", "--encperf-parallel-devices"), "--encperf-parallel-devices with 2 xdist workers"),
         (("-p", "no:xdist", "--encperf-parallel-devices"), None),
         (("--tx", "popen", "--tx", "popen", "--dist", "each", "--encperf-parallel-devices"), None),
+        (
+            (
+                "-n",
+                "2",
+                "--encperf-target=partition",
+                "--encperf-device=/dev/null",
+                "--encperf-allow-destroy=/dev/null",
+            ),
+            "--encperf-target=partition with 2 xdist workers",
+        ),
     ],
 )
 def test_a_warning_only_for_benchmarks_under_a_configuration_that_cannot_measure_reliably(
@@ -448,3 +459,63 @@ def test_a_fleet_over_ssh_measures_on_the_remote_side(bench: pytest.Pytester) ->
 def sshd_processes(base: Path) -> list[str]:
     found = subprocess.run(["pgrep", "-af", str(base / "sshd_config")], capture_output=True, text=True)
     return found.stdout.splitlines()
+
+
+def test_the_room_check_counts_a_baseline_and_a_volume_per_worker(bench: pytest.Pytester) -> None:
+    free = shutil.disk_usage(bench.path).free
+    size = max(1, free // 3 // (1024 * 1024))  # room for one worker's two volumes, not for two workers'
+    result = run(bench, "-n", "2", f"--encperf-dir={bench.path}", f"--encperf-size={size}MiB")
+    needs = (
+        "*this run needs * MiB (the baseline and one backend volume of * each, for each of 2 xdist workers)*"
+    )
+    assert any(fnmatch.fnmatch(line, needs) for line in result.stdout.lines + result.stderr.lines), (
+        result.stdout.str() + result.stderr.str()
+    )
+    assert not list(bench.path.glob("encperf-*")), "something was created"
+
+
+def test_volumes_are_made_and_removed_beside_each_other_never_beside_a_round(
+    bench: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Making and removing volumes takes the lock shared: a worker's slow mount and unmount (each
+    stamped in setups.log) never run during the other worker's rounds."""
+    bench.makeconftest(
+        FLEET_CONFTEST
+        + """
+
+import time
+
+
+class Slow(FakeCrypt):
+    def stamped(self, what):
+        started = time.time()
+        time.sleep(0.3)
+        with open("setups.log", "a") as log:
+            log.write(f"{what} {started} {time.time()}\\n")
+
+    def mount(self, volume):
+        self.stamped("mount")
+        return super().mount(volume)
+
+    def unmount(self, volume):
+        self.stamped("unmount")
+        return super().unmount(volume)
+
+
+def pytest_encperf_register_backends(config):
+    return {"fakecrypt": Slow, "othercrypt": Slow}
+"""
+    )
+    monkeypatch.setenv("SCRIPTED_SLEEP", "0.1")
+    out = bench.path / "rounds.json"
+    result = run(bench, "-n", "2", "--dist", "load", f"--encperf-dir={bench.path}", f"--encperf-json={out}")
+    result.assert_outcomes(passed=8)
+    setups = [line.split() for line in (bench.path / "setups.log").read_text().splitlines()]
+    assert {what for what, _, _ in setups} == {"mount", "unmount"}
+    during = [
+        f"{what} [{s0}, {s1}] during {owner} [{r0:.3f}, {r1:.3f}]"
+        for what, s0, s1 in setups
+        for owner, r0, r1 in rounds_of(storage.results_of(json.loads(out.read_text())))
+        if float(s0) < r1 and r0 < float(s1)
+    ]
+    assert during == []
