@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import importlib.util
 import itertools
 import json
 import os
@@ -34,6 +35,7 @@ from .support import loop_device
 from .test_gate import CONFTEST, LOW_NOISE, SCRIPTED_BENCHMARK, gate  # noqa: F401 (a fixture)
 
 pytest.importorskip("xdist")
+CHARTS = importlib.util.find_spec("matplotlib") is not None  # the [html] extra
 
 BENCHMARK = "import time\n" + SCRIPTED_BENCHMARK.replace(
     "ENGINE = Scripted()",
@@ -290,11 +292,20 @@ def test_a_fleet_reports_each_machine_saves_each_under_its_id_and_gates_each_aga
     assert "the machines ran different tests" not in out
 
     # beta's encrypted backends get twice as slow: only beta fails, each against its own run
+    pages = ["--encperf-markdown=pr.md", *(["--encperf-html=page.html"] if CHARTS else [])]
     checked = fleet(
-        bench, "--encperf-compare=fleet", "--encperf-fail=10%", beta="//env:SCRIPTED_VOLUME_SCALE=0.5"
+        bench, "--encperf-compare=fleet", "--encperf-fail=10%", *pages, beta="//env:SCRIPTED_VOLUME_SCALE=0.5"
     )
     print(checked.stdout.str())
     assert checked.ret == EXIT_REGRESSION
+    markdown = (bench.path / "pr.md").read_text()
+    order = [markdown.index(f"encperf: machine {ids[m]}") for m in ("alpha", "beta")]
+    assert order == sorted(order) and "encperf: across machines" in markdown
+    if CHARTS:  # the page: a section per machine, each with its own verdict
+        page = (bench.path / "page.html").read_text()
+        assert page.count('<section class="machine"') == 2
+        assert re.search(rf"gate passed</span> {ids['alpha']}: encperf: 0 regressions", page)
+        assert re.search(rf"gate failed</span> {ids['beta']}: encperf: 8 regressions", page)
     checked.stdout.fnmatch_lines(
         [
             f"*encperf: machine {ids['alpha']} (alpha): compared with {ids['alpha']}/0001_fleet.json*",
