@@ -28,7 +28,7 @@ from typing import Any
 from . import charts
 from .charts import SWEEPS
 from .compare import FAIL, NOT_COMPARABLE, Verdict
-from .machine import same_hardware
+from .machine import same_machine
 from .model import Result, RunData
 from .report import (
     CHECK_LEGEND,
@@ -412,11 +412,12 @@ def _figure(svgs: list[str], caption: str) -> str:
 
 
 def machines(runs: Sequence[RunData]) -> list[list[RunData]]:
-    """The runs grouped by hardware (a kernel update keeps its history), in the order given."""
+    """The runs grouped by machine (same hardware and host name: a kernel update keeps its
+    history), in the order given."""
     groups: list[list[RunData]] = []
     for run in runs:
         for group in groups:
-            if same_hardware(group[-1].machine_info, run.machine_info):
+            if same_machine(group[-1].machine_info, run.machine_info):
                 group.append(run)
                 break
         else:

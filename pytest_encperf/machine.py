@@ -156,6 +156,18 @@ def same_hardware(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return all(a.get(key) == b.get(key) for key in HARDWARE_KEYS)
 
 
+def same_machine(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """The same hardware under the same host name: this machine after a kernel or driver update,
+    not an identical server beside it (fleets of one server model)."""
+    return same_hardware(a, b) and a.get("node") == b.get("node")
+
+
+def fleet_member_id(machine_id: str, info: dict[str, Any]) -> str:
+    """The id of one of several machines of a fleet that share hardware, and so ``machine_id``:
+    the id with the host name (``x86_64-3f2a9c01b4de-gen8a``)."""
+    return f"{machine_id}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', str(info.get('node') or 'unknown'))}"
+
+
 def differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
     """``kernel 6.1.0-1 -> 6.1.0-2`` for every identifying field and tool version that differs."""
     found = [

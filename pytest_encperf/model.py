@@ -325,6 +325,8 @@ class MachineRun:
                 have.add(key)
         for spec, reason in other.skipped.items():
             self.skipped.setdefault(spec, reason)
+        for measured in {result.backend for result in self.results}:  # (--dist load splits a backend)
+            self.skipped.pop(measured, None)  # another worker measured it: not skipped on this machine
         self.ceilings.update(other.ceilings)
         self.problems += other.problems
         self.notes += [note for note in other.notes if note not in self.notes]

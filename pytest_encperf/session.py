@@ -83,6 +83,7 @@ class EncperfSession:
         self._worker_runs: list[MachineRun] = []  # under xdist, on the controller: what workers sent
         self._worker_order: list[int] = []  # their workers' numbers (gw0 -> 0)
         self._no_room = ""  # on an xdist worker: why the target has no room (check_room)
+        self.lost_workers: list[str] = []  # on the controller: workers whose results never came
         self.is_worker = hasattr(config, "workerinput")  # an xdist worker: the controller decides
         self._previous_handlers: dict[int, object] = {}
         self.journal = journal.Journal(settings.dir)
@@ -227,11 +228,12 @@ class EncperfSession:
             raise host.HostError(self._device_lost) from None
 
     def close(self, mounted: MountedVolume) -> None:
-        with host.signals_deferred():
+        # the lock first, for as long as another worker's rounds take (a signal while waiting
+        # leaves the volume to close_all); then the teardown itself, signals deferred
+        with self.beside_no_measurement(), host.signals_deferred():
             if mounted in self._open:
                 self._open.remove(mounted)
-            with self.beside_no_measurement(wait=host.LOCK_TIMEOUT):
-                close_volume(mounted)
+            close_volume(mounted)
             self._take_device_back()
         if self.sequential and mounted.spec != BASELINE:
             after = self.measure_baseline()  # the partition again, now that the volume is gone
@@ -481,6 +483,16 @@ class EncperfSession:
             else:
                 self.finish(session)
 
+    def missing_workers(self) -> list[str]:
+        """Workers whose results never came, when this run measures (another worker sent results
+        or skips, or a report, save or gate was asked for): a crashed worker in a run of other
+        tests is xdist's business alone."""
+        s = self.settings
+        asked = s.save or s.autosave or s.compare or s.fail or s.json or s.markdown or s.html
+        if any(part.results or part.skipped for part in self._worker_runs) or asked:
+            return self.lost_workers
+        return []
+
     def add_machine_run(self, document: dict[str, Any], worker: str = "") -> None:
         """What a worker (``gw3``) measured, its ``workeroutput``; the controller alone reports it.
         Machines are reported in the order of their workers, whichever finished first."""
@@ -511,12 +523,25 @@ class EncperfSession:
         """One part per machine: under xdist what the workers sent, merged by machine id (one
         machine may have several workers); otherwise this process's own. Results in the order of
         the selected backends and workloads, whichever worker measured them."""
+        hosts: dict[str, set[str]] = {}
+        if self._worker_runs:  # the controller's host counts: its hardware elsewhere is another machine
+            info, machine_id = self.machine()
+            hosts[machine_id] = {str(info.get("node"))}
+        for part in self._worker_runs:
+            hosts.setdefault(part.machine_id, set()).add(str(part.machine_info.get("node")))
         parts: dict[str, MachineRun] = {}
         for part in self._worker_runs or [self.machine_run()]:
-            if part.machine_id in parts:
-                parts[part.machine_id].merge(part)
+            key = part.machine_id
+            if len(hosts.get(key, ())) > 1:  # identical servers of a fleet: one machine each
+                key = machine.fleet_member_id(key, part.machine_info)
+            if key in parts:
+                parts[key].merge(part)
             else:
-                parts[part.machine_id] = MachineRun.from_dict(part.to_dict())
+                parts[key] = MachineRun.from_dict(part.to_dict())
+                parts[key].machine_id = key
+        for key, merged in parts.items():
+            for result in merged.results:
+                result.machine_id = key
         specs = {spec: index for index, spec in enumerate(self.backend_specs)}
         names = {w.name: index for index, w in enumerate(self.workloads)}
         for part in parts.values():
@@ -544,7 +569,8 @@ class EncperfSession:
 
     def reference_for(self, part: MachineRun) -> Reference:
         """The reference of one machine of the run (another machine of a fleet: its own)."""
-        if part.machine_id == self.machine()[1]:
+        info, machine_id = self.machine()
+        if part.machine_id == machine_id and part.machine_info.get("node") == info.get("node"):
             return self.reference()
         return self._load_reference(part.machine_info, part.machine_id)
 
@@ -607,8 +633,9 @@ class EncperfSession:
         """Save, compare, write reports, decide; set the exit status only if the run is otherwise OK
         (like pytest's --max-warnings), so failing tests keep their own status."""
         s = self.settings
-        if any(part.problems for part in self._worker_runs) and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a worker could not tear down
+        failed_workers = self.missing_workers() or any(part.problems for part in self._worker_runs)
+        if failed_workers and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a worker could not tear down or report
         wanted = (
             s.save or s.autosave or s.compare or s.fail or s.json or s.markdown or s.html or s.max_overhead
         )
@@ -736,6 +763,8 @@ class EncperfSession:
             terminalreporter.write_line(f"encperf: could not print the summary: {exc}", red=True)
 
     def _write_summary(self, tr: pytest.TerminalReporter) -> None:
+        for lost in self.missing_workers():
+            tr.write_line(f"encperf: {lost}", red=True)
         parts = self.machine_runs()
         fleet = len(parts) > 1
         for part in parts:
@@ -904,9 +933,15 @@ class XdistResults:
 
     def pytest_testnodedown(self, node: object, error: object) -> None:
         output = getattr(node, "workeroutput", None) or {}
+        worker = getattr(getattr(node, "gateway", None), "id", "")
         if "encperf_machine" in output:
-            worker = getattr(getattr(node, "gateway", None), "id", "")
             self.session.add_machine_run(output["encperf_machine"], str(worker))
+        if error or "encperf_machine" not in output:
+            why = f"it went down: {error}" if error else "it ended without sending them"
+            self.session.lost_workers.append(
+                f"the results of worker {worker or '?'} are missing from this report, the saved run and "
+                f"the gate: {why}"
+            )
 
 
 def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:

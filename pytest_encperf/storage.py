@@ -252,17 +252,22 @@ def folder_machine_info(folder: Path) -> dict[str, Any]:
     return {}
 
 
-def same_hardware_machines(storage: Path, machine_id: str, info: dict[str, Any] | None) -> list[str]:
+def same_hardware_machines(
+    storage: Path, machine_id: str, info: dict[str, Any] | None, *, same_node: bool = False
+) -> list[str]:
     """``machine_id`` and every machine id in ``storage`` with the same hardware as ``info`` (CPU,
-    cores, flags, disk model): a kernel or driver update gives a new id, not a new machine."""
-    ids = [machine_id]
+    cores, flags, disk model): a kernel or driver update gives a new id, not a new machine. Those
+    of the same host name first; with ``same_node`` only those (not an identical server)."""
+    mine, others = [machine_id], []
     if info and Path(storage).is_dir():
         for folder in sorted(Path(storage).iterdir()):
             if folder.is_dir() and folder.name != machine_id:
                 other = folder_machine_info(folder)
-                if other and machine.same_hardware(other, info):
-                    ids.append(folder.name)
-    return ids
+                if other and machine.same_machine(other, info):
+                    mine.append(folder.name)
+                elif other and machine.same_hardware(other, info) and not same_node:
+                    others.append(folder.name)
+    return [*mine, *others]
 
 
 def resolve(
@@ -287,14 +292,23 @@ def resolve(
     here = machine_id
     if "/" in ref:
         machine_id, ref = ref.split("/", 1)
-        mine = list_runs(storage, machine_id)
+        tiers = [list_runs(storage, machine_id)]
     elif machine_id is None:  # the CLI: every machine
-        mine = everyone
+        tiers = [everyone]
     elif ref.isdigit():
-        mine = list_runs(storage, machine_id)
-    else:
+        tiers = [list_runs(storage, machine_id)]
+    else:  # this machine's id; then this machine under other ids (kernel updates); then same hardware
         ids = same_hardware_machines(storage, machine_id, machine_info)
-        mine = [run for run in everyone if run.machine_id in ids]
+        same = set(same_hardware_machines(storage, machine_id, machine_info, same_node=True))
+        own = folder_machine_info(Path(storage) / machine_id) if machine_info else None
+        if own and own.get("node") != machine_info.get("node"):  # type: ignore[union-attr]
+            same.discard(machine_id)  # an identical server saved under this id: not this machine
+        tiers = [
+            [run for run in everyone if run.machine_id == machine_id and run.machine_id in same],
+            [run for run in everyone if run.machine_id in same and run.machine_id != machine_id],
+            [run for run in everyone if run.machine_id in ids and run.machine_id not in same],
+        ]
+    mine = [run for runs in tiers for run in runs]
 
     def pick(runs: list[SavedRun]) -> SavedRun | None:
         if ref in ("", "latest"):
@@ -312,9 +326,10 @@ def resolve(
             return max(chosen, key=lambda run: run.number)
         return max(chosen, key=lambda run: (run.datetime_key, run.number))
 
-    run = pick(mine)
-    if run is not None:
-        return run, _other_machine(run, here, machine_info)
+    for runs in tiers:
+        run = pick(runs)
+        if run is not None:
+            return run, _other_machine(run, here, machine_info)
     if _named(ref):  # a name may come from another machine
         others = [r for r in everyone if r not in mine]
         run = pick(others)
@@ -331,7 +346,8 @@ def history(storage: Path, reference: SavedRun, ref: str, count: int) -> list[Sa
     named one (``main``), so a history of a branch is not mixed with other branches' runs."""
     if count <= 0:
         return []
-    ids = same_hardware_machines(storage, reference.machine_id, folder_machine_info(reference.path.parent))
+    info = folder_machine_info(reference.path.parent)
+    ids = same_hardware_machines(storage, reference.machine_id, info, same_node=True)
     named = _named(ref.split("/", 1)[-1])
 
     candidates = [
@@ -358,8 +374,8 @@ def _other_machine(run: SavedRun, machine_id: str | None, machine_info: dict[str
         return None
     if machine_info:
         other = folder_machine_info(run.path.parent)
-        if other and machine.same_hardware(other, machine_info):
-            return None  # the same hardware: the report lists what differs (kernel, driver)
+        if other and machine.same_machine(other, machine_info):
+            return None  # this machine under another id: the report lists what differs (kernel, driver)
     return (
         f"baseline {run.label} comes from another machine (this one is {machine_id}): "
         "differences may be the machine's, not the code's"

@@ -130,3 +130,20 @@ def test_the_wait_is_what_is_yielded_and_locks_are_private(tmp_path: Path) -> No
         assert waited < 0.1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["measure.lock"]
     assert (tmp_path / "measure.lock").stat().st_mode & 0o777 == 0o600
+
+
+def test_the_locks_live_where_only_this_user_can_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(host, "is_root", lambda: True)
+    assert host.lock_directory() == Path("/run/encperf")
+    monkeypatch.setattr(host, "is_root", lambda: False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    assert host.lock_directory() == runtime / "encperf"
+    runtime.chmod(0o777)  # others could hold our locks there
+    assert host.lock_directory() == tmp_path / "home" / ".cache" / "encperf"
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "relative/dir")
+    assert host.lock_directory() == tmp_path / "home" / ".cache" / "encperf"

@@ -34,3 +34,13 @@ def test_workers_of_one_machine_merge_and_a_cell_measured_twice_keeps_the_first(
     assert first.skipped == {"luks2": "no dm"}
     assert first.problems == ["umount failed"]
     assert first.notes == [f"fscrypt {SEQ_READ.name} was measured twice on this machine: the first is kept"]
+
+
+def test_a_backend_one_worker_skipped_and_another_measured_is_measured() -> None:
+    """--dist load may split a backend's tests: one worker's volume failed, the other's did not."""
+    first = MachineRun("x86_64-a", skipped={"fscrypt": "device busy", "luks2": "no dm"})
+    first.merge(MachineRun("x86_64-a", results=[result(SEQ_READ)]))
+    assert first.skipped == {"luks2": "no dm"}
+    second = MachineRun("x86_64-a", results=[result(SEQ_READ)])
+    second.merge(MachineRun("x86_64-a", skipped={"fscrypt": "device busy"}))
+    assert second.skipped == {}

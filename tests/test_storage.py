@@ -193,3 +193,26 @@ def test_write_json_replaces_reports_atomically(tmp_path: Path) -> None:
     storage.write_json(path, {"a": 2})
     assert json.loads(path.read_text()) == {"a": 2}
     assert [p.name for p in path.parent.iterdir()] == ["r.json"]
+
+
+def test_an_identical_server_is_another_machine_found_last_and_never_in_the_history(tmp_path: Path) -> None:
+    """A fleet of one server model: gen8a and gen8b share hardware (and, before a fleet told them
+    apart, a machine id). Each finds its own runs first, under any of its ids; the other's only
+    when it has none, with a warning; a history never mixes them."""
+    later = NOW + dt.timedelta(minutes=5)
+    storage.save(tmp_path, "m1", "main", doc(node="gen8a"))
+    storage.save(tmp_path, "m1-gen8b", "main", doc(later, node="gen8b"))  # newer, the other server
+    storage.save(tmp_path, "m2", "main", doc(later, node="gen8a", kernel="6.1.0-2"))
+    gen8a = {"cpu_model": "x", "node": "gen8a"}
+    run, warning = storage.resolve(tmp_path, "latest", "m1", gen8a)
+    assert (run.label, warning) == ("m1/0001_main.json", None)  # its own id first, though older
+    run, warning = storage.resolve(tmp_path, "main", "m3", gen8a)  # a new kernel: a new id
+    assert (run.label, warning) == ("m2/0001_main.json", None)  # this host under another id
+    run, warning = storage.resolve(tmp_path, "latest", "m1", {"cpu_model": "x", "node": "gen8c"})
+    assert run.label == "m1-gen8b/0001_main.json" and "comes from another machine" in (warning or "")
+    assert [
+        r.label for r in storage.history(tmp_path, storage.resolve(tmp_path, "m2/1", None)[0], "", 5)
+    ] == [
+        "m2/0001_main.json",
+        "m1/0001_main.json",
+    ]

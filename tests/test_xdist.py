@@ -58,7 +58,7 @@ FLEET_CONFTEST = (
 def pytest_encperf_update_machine_info(config, machine_info):
     if os.environ.get("FAKE_MACHINE"):
         machine_info["device_model"] = os.environ["FAKE_MACHINE"]
-        machine_info["node"] = os.environ["FAKE_MACHINE"]
+        machine_info["node"] = os.environ.get("FAKE_NODE", os.environ["FAKE_MACHINE"])
 """
 )
 XDIST_WARNING = "Benchmarks are automatically disabled"
@@ -314,6 +314,44 @@ def test_a_fleet_reports_each_machine_saves_each_under_its_id_and_gates_each_aga
             "encperf: 8 regressions, 0 within threshold*",
             "*Holm's correction over the 16 gated checks of all machines*",
         ]
+    )
+
+
+def test_identical_servers_of_a_fleet_are_two_machines(bench: pytest.Pytester) -> None:
+    """One server model twice: the same hardware, so the same machine id; told apart by host name."""
+    result = run(
+        bench, "--tx", "popen//env:FAKE_MACHINE=gen8//env:FAKE_NODE=gen8a",
+        "--tx", "popen//env:FAKE_MACHINE=gen8//env:FAKE_NODE=gen8b",
+        "--dist", "each", f"--encperf-dir={bench.path}", "--encperf-save=fleet",
+    )  # fmt: skip
+    result.assert_outcomes(passed=16)
+    runs = storage.list_runs(bench.path / ".encperf")
+    assert sorted(run.machine_id.rsplit("-", 1)[1] for run in runs) == ["gen8a", "gen8b"]
+    assert len({run.machine_id.rsplit("-", 1)[0] for run in runs}) == 1  # one hardware id
+    for saved in runs:
+        assert len(storage.load(saved.path)[1]) == 8  # nothing dropped as "measured twice"
+    assert "measured twice" not in result.stdout.str()
+    assert len([line for line in result.stdout.lines if re.search(r"=+ encperf: machine ", line)]) == 2
+
+
+def test_a_worker_that_dies_before_sending_its_results_fails_the_run(bench: pytest.Pytester) -> None:
+    bench.makeconftest(
+        FLEET_CONFTEST
+        + """
+
+import pytest
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    if os.environ.get("PYTEST_XDIST_WORKER") == "gw1":
+        os._exit(3)  # after its tests, before it sends what it measured
+"""
+    )
+    result = run(bench, "-n", "2", f"--encperf-dir={bench.path}", "--encperf-save=x")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(
+        ["*encperf: the results of worker gw1 are missing from this report, the saved run and the gate: *"]
     )
 
 
