@@ -451,7 +451,6 @@ def measurement_lock(
     directory: Path | None = None,
     *,
     shared: bool = False,
-    timeout: float = float("inf"),
 ) -> Iterator[float]:
     """Hold the right to measure on this machine; yields the seconds spent waiting for it.
 
@@ -462,7 +461,7 @@ def measurement_lock(
     beside other such work but never beside a measurement (making, filling and removing volumes):
     every lock shared. Every encperf process of this user takes these locks (xdist workers,
     separate sessions); flock: released by the kernel when the holder dies. Waits as long as it
-    takes (another process is measuring), or LockTimeout after ``timeout`` s. Never nest two
+    takes (another process is measuring). Never nest two
     holds in one process: a shared hold would keep its own exclusive request waiting for ever.
     """
     base = directory or lock_directory()
@@ -472,9 +471,9 @@ def measurement_lock(
     started = time.monotonic()
     fds: list[int] = []
     try:
-        for name, shared in names:
+        for name, share in names:
             fds.append(open_own_file(base / name, os.O_RDWR | os.O_CREAT))
-            wait_for_lock(fds[-1], f"lock {base / name}", timeout, shared=shared)
+            wait_for_lock(fds[-1], f"lock {base / name}", float("inf"), shared=share)
         yield time.monotonic() - started
     finally:
         for fd in reversed(fds):

@@ -10,14 +10,13 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import itertools
-import math
 import os
 import shutil
 import signal
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -295,15 +294,10 @@ class EncperfSession:
             quiet=lambda: host.measurement_lock(self.lock_disks(volume, baseline), shared=True),
         )
 
-    @contextlib.contextmanager
-    def beside_no_measurement(self, wait: float = math.inf) -> Iterator[None]:
+    def beside_no_measurement(self) -> AbstractContextManager[float]:
         """Making and removing volumes (formatting, key derivation, daemons): beside other such
-        work, never beside a measurement on the same disks (the measurement lock, shared). A
-        teardown goes on without it after ``wait`` s rather than hang on another process."""
-        with contextlib.ExitStack() as stack:
-            with contextlib.suppress(host.LockTimeout):
-                stack.enter_context(host.measurement_lock(self.lock_disks(), shared=True, timeout=wait))
-            yield
+        work, never beside a measurement on the same disks (the measurement lock, shared)."""
+        return host.measurement_lock(self.lock_disks(), shared=True)
 
     def lock_disks(self, *volumes: MountedVolume | None) -> list[str] | None:
         """What a measurement on ``volumes`` must have to itself (host.measurement_lock): the whole
@@ -487,11 +481,16 @@ class EncperfSession:
         """Workers whose results never came, when this run measures (another worker sent results
         or skips, or a report, save or gate was asked for): a crashed worker in a run of other
         tests is xdist's business alone."""
-        s = self.settings
-        asked = s.save or s.autosave or s.compare or s.fail or s.json or s.markdown or s.html
-        if any(part.results or part.skipped for part in self._worker_runs) or asked:
+        if any(part.results or part.skipped for part in self._worker_runs) or self.outputs_asked():
             return self.lost_workers
         return []
+
+    def outputs_asked(self) -> bool:
+        """Whether this run saves, compares, gates or writes a report (finish has work to do)."""
+        s = self.settings
+        return bool(
+            s.save or s.autosave or s.compare or s.fail or s.json or s.markdown or s.html or s.max_overhead
+        )
 
     def add_machine_run(self, document: dict[str, Any], worker: str = "") -> None:
         """What a worker (``gw3``) measured, its ``workeroutput``; the controller alone reports it.
@@ -632,14 +631,10 @@ class EncperfSession:
     def finish(self, session: pytest.Session) -> None:
         """Save, compare, write reports, decide; set the exit status only if the run is otherwise OK
         (like pytest's --max-warnings), so failing tests keep their own status."""
-        s = self.settings
         failed_workers = self.missing_workers() or any(part.problems for part in self._worker_runs)
         if failed_workers and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a worker could not tear down or report
-        wanted = (
-            s.save or s.autosave or s.compare or s.fail or s.json or s.markdown or s.html or s.max_overhead
-        )
-        if not wanted:
+        if not self.outputs_asked():
             return
         try:
             self.verdicts = self._judge()
@@ -736,10 +731,7 @@ class EncperfSession:
                 judged[part.machine_id] = verdict
             skipped.update({spec: why for spec, why in part.skipped.items() if spec not in skipped})
             prefix = f"{part.label}: " if len(parts) > 1 else ""
-            notes += [
-                f"{prefix}cipher ceiling: {Ceiling(cipher, mb_per_s, how).describe()}"
-                for cipher, (mb_per_s, how) in part.ceilings.items()
-            ]
+            notes += [f"{prefix}cipher ceiling: {c.describe()}" for c in ceilings_of(part).values()]
         page = html_report.Page(
             [run for runs in sections for run in runs], None, "encperf report: this run", skipped, notes,
             sections=sections, verdicts=judged,
@@ -844,9 +836,7 @@ class EncperfSession:
             tr.write_line(f"baseline unavailable: {BASELINE}: {part.skipped[BASELINE]}", yellow=True)
         if not part.results:
             return
-        ceilings = {
-            cipher: Ceiling(cipher, mb_per_s, how) for cipher, (mb_per_s, how) in part.ceilings.items()
-        }
+        ceilings = ceilings_of(part)
         details = detail_table(part.results, {cipher: c.mb_per_s for cipher, c in ceilings.items()})
         if details:
             tr.write_line("")
@@ -915,6 +905,11 @@ def user_properties(result: Result) -> list[tuple[str, object]]:
         (f"{prefix}.cpu_s_per_gib", round(result.median("cpu_s_per_gib"), 4)),
         (f"{prefix}.vs_plain_percent", None if change is None else round(change, 2)),
     ]
+
+
+def ceilings_of(part: MachineRun) -> dict[str, Ceiling]:
+    """The cipher ceilings a machine measured, as sent over the wire (MB/s, how) made whole again."""
+    return {cipher: Ceiling(cipher, mb_per_s, how) for cipher, (mb_per_s, how) in part.ceilings.items()}
 
 
 class EncperfWarning(pytest.PytestWarning):

@@ -252,22 +252,27 @@ def folder_machine_info(folder: Path) -> dict[str, Any]:
     return {}
 
 
-def same_hardware_machines(
-    storage: Path, machine_id: str, info: dict[str, Any] | None, *, same_node: bool = False
-) -> list[str]:
-    """``machine_id`` and every machine id in ``storage`` with the same hardware as ``info`` (CPU,
-    cores, flags, disk model): a kernel or driver update gives a new id, not a new machine. Those
-    of the same host name first; with ``same_node`` only those (not an identical server)."""
+def machine_ids(storage: Path, machine_id: str, info: dict[str, Any] | None) -> tuple[list[str], list[str]]:
+    """The ids in ``storage`` of this machine, ``machine_id`` first, then every id with the same
+    hardware (CPU, cores, flags, disk model) and host name as ``info``: a kernel or driver update
+    gives a new id, not a new machine; and the ids of other hosts with the same hardware
+    (identical servers). ``machine_id`` itself is another host's when its runs were saved there
+    (a fleet member before fleets told identical servers apart)."""
     mine, others = [machine_id], []
     if info and Path(storage).is_dir():
         for folder in sorted(Path(storage).iterdir()):
-            if folder.is_dir() and folder.name != machine_id:
-                other = folder_machine_info(folder)
-                if other and machine.same_machine(other, info):
-                    mine.append(folder.name)
-                elif other and machine.same_hardware(other, info) and not same_node:
-                    others.append(folder.name)
-    return [*mine, *others]
+            other = folder_machine_info(folder) if folder.is_dir() else None
+            if not other:
+                continue
+            if folder.name == machine_id:
+                if other.get("node") != info.get("node"):
+                    mine.remove(machine_id)
+                    others.insert(0, machine_id)
+            elif machine.same_machine(other, info):
+                mine.append(folder.name)
+            elif machine.same_hardware(other, info):
+                others.append(folder.name)
+    return mine, others
 
 
 def resolve(
@@ -298,15 +303,11 @@ def resolve(
     elif ref.isdigit():
         tiers = [list_runs(storage, machine_id)]
     else:  # this machine's id; then this machine under other ids (kernel updates); then same hardware
-        ids = same_hardware_machines(storage, machine_id, machine_info)
-        same = set(same_hardware_machines(storage, machine_id, machine_info, same_node=True))
-        own = folder_machine_info(Path(storage) / machine_id) if machine_info else None
-        if own and own.get("node") != machine_info.get("node"):  # type: ignore[union-attr]
-            same.discard(machine_id)  # an identical server saved under this id: not this machine
+        mine, others = machine_ids(storage, machine_id, machine_info)
         tiers = [
-            [run for run in everyone if run.machine_id == machine_id and run.machine_id in same],
-            [run for run in everyone if run.machine_id in same and run.machine_id != machine_id],
-            [run for run in everyone if run.machine_id in ids and run.machine_id not in same],
+            [run for run in everyone if run.machine_id == machine_id and machine_id in mine],
+            [run for run in everyone if run.machine_id in mine and run.machine_id != machine_id],
+            [run for run in everyone if run.machine_id in others],
         ]
     mine = [run for runs in tiers for run in runs]
 
@@ -342,12 +343,13 @@ def resolve(
 
 def history(storage: Path, reference: SavedRun, ref: str, count: int) -> list[SavedRun]:
     """Up to ``count`` saved runs for the run-to-run spread: the reference and the runs saved
-    before it on the reference's hardware, newest first; only runs of the same name when ``ref``
-    named one (``main``), so a history of a branch is not mixed with other branches' runs."""
+    before it on the reference's machine (its hardware and host name), newest first; only runs
+    of the same name when ``ref`` named one (``main``), so a history of a branch is not mixed
+    with other branches' runs."""
     if count <= 0:
         return []
     info = folder_machine_info(reference.path.parent)
-    ids = same_hardware_machines(storage, reference.machine_id, info, same_node=True)
+    ids, _ = machine_ids(storage, reference.machine_id, info)
     named = _named(ref.split("/", 1)[-1])
 
     candidates = [
