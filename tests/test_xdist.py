@@ -74,12 +74,15 @@ def bench(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> py
     return scripted
 
 
-def run(pytester: pytest.Pytester, *args: str, directory: Path | None = None) -> pytest.RunResult:
+def run(
+    pytester: pytest.Pytester, *args: str, directory: Path | None = None, storage: bool = True
+) -> pytest.RunResult:
+    """``storage``: pass --encperf-storage (else each process takes its own, from ENCPERF_STORAGE)."""
     return pytester.runpytest_subprocess(
         "--encperf-target=directory",
         "--encperf-backends=fakecrypt,othercrypt",
         *([f"--encperf-dir={directory}"] if directory else []),
-        f"--encperf-storage={pytester.path / '.encperf'}",
+        *([f"--encperf-storage={pytester.path / '.encperf'}"] if storage else []),
         "--encperf-size=1MiB",
         "--encperf-rounds=3",
         "--encperf-warmup=0",
@@ -315,6 +318,26 @@ def test_a_fleet_reports_each_machine_saves_each_under_its_id_and_gates_each_aga
             "*Holm's correction over the 16 gated checks of all machines*",
         ]
     )
+
+
+def test_a_worker_without_the_baseline_in_its_own_storage_gets_no_confirmation_rounds(
+    bench: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller saves and judges from its storage; confirmation rounds are asked for on the
+    worker, from the worker's own --encperf-storage (a remote machine's, relative to //chdir=)."""
+    fleet(bench, "--encperf-save=fleet").assert_outcomes(passed=16)
+    monkeypatch.setenv("ENCPERF_STORAGE", str(bench.path / ".encperf"))  # the controller's
+    slower = "//env:SCRIPTED_VOLUME_SCALE=0.5"  # both machines' backends twice as slow
+    checked = run(
+        bench, "--tx", f"popen//env:FAKE_MACHINE=alpha{slower}",
+        "--tx", f"popen//env:FAKE_MACHINE=beta{slower}//env:ENCPERF_STORAGE={bench.path / 'empty'}",
+        "--dist", "each", f"--encperf-dir={bench.path}", "--encperf-fail=10%", storage=False,
+    )  # fmt: skip
+    verdicts = checked.stdout.str().split("(beta): compared with")
+    alpha, beta = verdicts[0].split("(alpha): compared with")[-1], verdicts[-1]
+    assert "8 regressions" in alpha and "(3 rounds + 8 to confirm, decided)" in alpha
+    assert "8 over the threshold but not significant" in beta and "to confirm" not in beta
+    assert "3 vs 3 rounds (3 rounds)" in beta
 
 
 def test_identical_servers_of_a_fleet_are_two_machines(bench: pytest.Pytester) -> None:
