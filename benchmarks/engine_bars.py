@@ -2,17 +2,24 @@
 
     python benchmarks/engine_bars.py engines [--size 256MiB --runtime 3 --repeats 3]
     python benchmarks/engine_bars.py overhead [--engine auto --repeats 3]
+    python benchmarks/engine_bars.py agreement [--size 64MiB --runtime 1 --repeats 3]
 
 ``engines``: on one plain container, native vs fio alternating (native, fio, native, fio ...)
 for SEQ1M Q8T1 read/write (MB/s) and RND4K Q32T1 read/write (IOPS); prints native/fio.
 ``overhead``: the plain-vs-fscrypt sequential overheads, repeated, to see how far they spread.
+``agreement``: every CrystalDiskMark workload with both engines, alternating (fio, native, then
+native, fio ...), on a direct backend (plain vs qemu-luks) and a buffered one (plain vs gocryptfs);
+prints each engine's overhead vs plain (median of the repeats) and the difference in points.
+The goal on the development machine is every workload within 5 points on both backends.
 Needs root (loop devices); everything made is torn down at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
@@ -30,12 +37,12 @@ from pytest_encperf.workloads import CDM
 def engines(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
     plain = open_volume(make_backend(BackendSpec("plain")), target, run_dir / "plain")
     try:
-        native, fio = NativeEngine(use_aio=args.aio == "on"), FioEngine()
+        native, fio = NativeEngine(kernel_queues=args.aio == "on"), FioEngine()
         path = native.prepare(plain.data_dir, args.size)
         direct, mode = io_mode_policy(native, path, path)
         print(
             f"plain container, {args.size >> 20} MiB file, O_DIRECT: {mode}, fio {fio.version()}, "
-            f"native with Linux AIO: {args.aio}"
+            f"native with kernel queues (AIO, io_uring): {args.aio}"
         )
         observe = plain.observe()
         picks = [w for w in CDM if w.label in ("SEQ1M Q8T1", "RND4K Q32T1")]
@@ -96,21 +103,93 @@ def overhead(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
         close_volume(plain)
 
 
+AGREEMENT_BACKENDS = ("qemu-luks", "gocryptfs")  # a direct stack and a buffered (FUSE) one
+AGREEMENT_GOAL_POINTS = 5.0
+
+
+def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
+    both = (FioEngine(), NativeEngine())
+    workloads = [w for w in CDM if not args.only or w.name in args.only.split(",")]
+    plain = open_volume(make_backend(BackendSpec("plain")), target, run_dir / "plain")
+    worst = 0.0
+    try:
+        for spec in args.backends.split(","):
+            volume = open_volume(make_backend(BackendSpec.parse(spec)), target, run_dir / spec)
+            try:
+                changes: dict[tuple[str, str], list[float]] = {}
+                plain_values: dict[tuple[str, str], list[float]] = {}
+                modes: set[str] = set()
+                for repeat in range(args.repeats):
+                    order = both if repeat % 2 == 0 else both[::-1]
+                    for workload in workloads:
+                        for engine in order:
+                            results: list[Result] = []
+                            Runner(
+                                engine, volume, plain, args.size, args.runtime, args.rounds, results.append
+                            ).run(workload)
+                            result = results[0]
+                            modes.update(result.io_modes)
+                            key = (workload.name, engine.name)
+                            changes.setdefault(key, []).append(result.change_percent or 0.0)
+                            metric = result.primary_metric
+                            plain_values.setdefault(key, []).append(
+                                statistics.median(getattr(m, metric) for m in result.baseline_rounds)
+                            )
+                print(
+                    f"\nplain vs {spec}, {args.size >> 20} MiB, {args.runtime:g} s rounds, {args.rounds} "
+                    f"rounds per side, {args.repeats} repeats, engines alternating, "
+                    f"I/O mode {'/'.join(sorted(modes))}"
+                )
+                print(
+                    f"{'workload':22} {'fio overhead':>13} {'native overhead':>16} {'diff':>6}"
+                    f"   {'plain fio / native':>20}   repeats fio | native"
+                )
+                for workload in workloads:
+                    fio_changes, native_changes = (
+                        changes[(workload.name, "fio")],
+                        changes[(workload.name, "native")],
+                    )
+                    f, n = statistics.median(fio_changes), statistics.median(native_changes)
+                    diff = abs(f - n)
+                    worst = max(worst, diff)
+                    plain_f = statistics.median(plain_values[(workload.name, "fio")])
+                    plain_n = statistics.median(plain_values[(workload.name, "native")])
+                    print(
+                        f"{workload.name:22} {f:+12.1f}% {n:+15.1f}% {diff:6.1f}"
+                        f"   {plain_f:9.0f} / {plain_n:<9.0f}"
+                        f"   {' '.join(f'{c:+.1f}' for c in fio_changes)} | "
+                        f"{' '.join(f'{c:+.1f}' for c in native_changes)}"
+                    )
+            finally:
+                close_volume(volume)
+    finally:
+        close_volume(plain)
+    verdict = "within" if worst <= AGREEMENT_GOAL_POINTS else "NOT within"
+    print(f"\nlargest difference {worst:.1f} points: {verdict} the goal of {AGREEMENT_GOAL_POINTS:g} points")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("what", choices=("engines", "overhead"))
+    parser.add_argument("what", choices=("engines", "overhead", "agreement"))
     parser.add_argument("--dir", default="/var/tmp")
     parser.add_argument("--size", type=parse_size, default=parse_size("256MiB"))
     parser.add_argument("--runtime", type=float, default=3.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--engine", default="auto")
-    parser.add_argument("--aio", choices=("on", "off"), default="on", help="native engine's direct rounds")
+    parser.add_argument("--rounds", type=int, default=3, help="agreement: rounds per side and engine")
+    parser.add_argument("--only", default="", help="agreement: these workloads (names, comma list)")
+    parser.add_argument("--backends", default=",".join(AGREEMENT_BACKENDS), help="agreement: backend specs")
+    parser.add_argument(
+        "--aio", choices=("on", "off"), default="on", help="native engine: AIO and io_uring (off: threads)"
+    )
     args = parser.parse_args()
+    # SIGTERM (a killed run) unwinds like Ctrl-C, so every volume made is torn down
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     target = Target("container", Path(args.dir), container_size(args.size))
     with tempfile.TemporaryDirectory(prefix="encperf-bars-", dir=args.dir) as tmp:
-        (engines if args.what == "engines" else overhead)(args, target, Path(tmp))
+        {"engines": engines, "overhead": overhead, "agreement": agreement}[args.what](args, target, Path(tmp))
 
 
 if __name__ == "__main__":

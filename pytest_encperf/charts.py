@@ -26,7 +26,7 @@ from .compare import (
     overhead_check,
 )
 from .model import Measurement, Result, RunData
-from .report import CAVEAT_MARKS, _pick, _shown_change
+from .report import CACHED_BELOW_MARK, CAVEAT_MARKS, _pick, _shown_change
 from .workloads import ATTO, GiB, Workload
 
 BASELINE = "plain"
@@ -101,6 +101,8 @@ def marks(result: Result) -> tuple[Mark, ...]:
         star = "*" if "direct-requested-but-buffered" in (*modes, result.description.get("o_direct")) else ""
         found.append(Mark("buffered", f"buffered{star}"))
     found += [Mark("caveat", CAVEAT_MARKS.get(key, key)) for key in result.caveats]
+    if result.cached_below:
+        found.append(Mark("cached", CACHED_BELOW_MARK))
     return tuple(found)
 
 

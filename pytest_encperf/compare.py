@@ -259,6 +259,8 @@ class Cell:
             "caveats": "/".join(sorted({c for m in rounds for c in m.caveats})) or "none",
             **_workload_fields(self.workload),
         }
+        if self.workload.kind == "block":  # what a round of the workload does (workloads.io_plan)
+            setup["round definition"] = "/".join(sorted({m.round_definition or "1" for m in rounds}))
         if metric.attr_for(self.workload).startswith("lat_"):  # total latency, or fio's older clat
             setup["latency"] = "/".join(sorted({m.latency or "completion" for m in rounds}))
         return setup

@@ -12,6 +12,9 @@ from .workloads import GiB, Workload
 
 # A read round whose device reads are below this fraction of its logical reads came from memory.
 CACHED_FRACTION = 0.5
+# An encrypted read whose device traffic per byte read is below this fraction of plain's was
+# partly served by memory below the volume (Result.cached_below).
+CACHED_BELOW_FRACTION = 0.9
 
 # Why a round's numbers may not measure what its row says: recorded per round (``caveats``, in the
 # JSON too), counted and explained in the tables.
@@ -20,6 +23,8 @@ CAVEATS = {
     "= 0): the host's page cache sits between it and the disk",
     "cache-not-dropped": "a buffered read round without root: only the test file's own pages were "
     "dropped, not the page cache below it (/proc/sys/vm/drop_caches needs root)",
+    "buffered-depth-1": "a buffered round at queue depth 1: the kernel refused io_uring "
+    "(kernel.io_uring_disabled), so fio could not keep the workload's I/Os in flight",
 }
 
 # What a round's latency percentiles measure (``latency`` of each round; "" in runs saved before
@@ -64,6 +69,7 @@ class Measurement:
     ended: float | None = None  # wall-clock time it ended (rounds of two processes never overlap)
     caveats: tuple[str, ...] = ()  # keys of CAVEATS that apply to this round
     latency: str = ""  # what lat_* measure: LATENCY_TOTAL ("" in older saved runs: fio's clat)
+    round_definition: str = ""  # workloads.ROUND_DEFINITION of a block round ("" before it existed)
 
     @property
     def cached(self) -> bool | None:
@@ -210,6 +216,34 @@ class Result:
         ratio = self.ratio()
         return None if ratio is None else (ratio - 1.0) * 100.0
 
+    def device_per_logical(self, baseline: bool = False) -> DeviceTraffic:
+        """What reached the device per byte the workload moved, over one side's rounds."""
+        is_read = self.workload.is_read or self.workload.kind == "files"
+        return device_traffic(self.baseline_rounds if baseline else self.rounds, is_read)
+
+    @property
+    def cached_below(self) -> bool:
+        """A read that beats plain because memory below the volume served part of it: the
+        backend's median beats plain's, and per byte read its device saw clearly fewer bytes
+        than plain's did (below CACHED_BELOW_FRACTION of them) or, for a random read, clearly
+        fewer requests: a stack whose lower file system read ahead for one I/O serves the next
+        from the lower page cache, as a FUSE store on ext4 does. (Fewer requests of a
+        sequential read only mean larger ones.) Such a cell is the stack's caching, not faster
+        encryption; the tables and the JSON flag it."""
+        if not self.workload.is_read or not self.rounds or not self.baseline_rounds or not self.comparable:
+            return False
+        metric = self.primary_metric
+        if self.median(metric) <= self.median(metric, baseline=True):
+            return False
+        mine, plain = self.device_per_logical(), self.device_per_logical(baseline=True)
+
+        def clearly_fewer(a: float | None, b: float | None) -> bool:
+            return a is not None and b is not None and a < CACHED_BELOW_FRACTION * b
+
+        return clearly_fewer(mine.bytes, plain.bytes) or (
+            self.workload.is_random and clearly_fewer(mine.requests, plain.requests)
+        )
+
     @property
     def io_modes(self) -> tuple[str, str]:
         """The I/O mode(s) of each side's rounds (``direct+buffered`` when they changed)."""
@@ -248,6 +282,34 @@ class Result:
             machine_id=str(data.get("machine_id", "")),
             lock_wait=float(data.get("lock_wait", 0.0)),
         )
+
+
+@dataclass(frozen=True)
+class DeviceTraffic:
+    """Bytes and requests that reached a volume's own device per logical byte the workload
+    moved (None where unknown: no device of its own, nothing moved)."""
+
+    bytes: float | None
+    requests: float | None
+    request_size: float | None  # bytes per device request
+
+    def to_dict(self) -> dict[str, float | None]:
+        return asdict(self)
+
+
+def device_traffic(rounds: Sequence[Measurement], is_read: bool) -> DeviceTraffic:
+    """DeviceTraffic over ``rounds`` in one direction (reads, or writes)."""
+    direction = "read" if is_read else "write"
+    logical = sum((m.logical_read_bytes if is_read else m.logical_write_bytes) or 0 for m in rounds)
+    moved = [getattr(m, f"physical_{direction}_bytes") for m in rounds]
+    requests = [getattr(m, f"physical_{direction}_requests") for m in rounds]
+    if not logical or not rounds or any(value is None for value in moved):
+        return DeviceTraffic(None, None, None)
+    total = sum(moved)
+    if any(value is None for value in requests):
+        return DeviceTraffic(total / logical, None, None)
+    count = sum(requests)
+    return DeviceTraffic(total / logical, count / logical, total / count if count else None)
 
 
 @dataclass(frozen=True)

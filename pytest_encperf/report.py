@@ -22,7 +22,7 @@ from .compare import (
     Check,
     Verdict,
 )
-from .model import CAVEATS, Measurement, Result
+from .model import CAVEATS, Measurement, Result, device_traffic
 from .workloads import PROFILES, GiB, KiB, Profile, Workload, fit_to_size
 
 DIRECTIONS = ("read", "write", "mixed")
@@ -65,7 +65,20 @@ def _pick(values: list[float], value: str) -> float:
 
 
 # what each caveat (model.CAVEATS) is called in a summary cell and in the detail table
-CAVEAT_MARKS = {"loop-dio-off": "loop dio off", "cache-not-dropped": "cache not dropped"}
+CAVEAT_MARKS = {
+    "loop-dio-off": "loop dio off",
+    "cache-not-dropped": "cache not dropped",
+    "buffered-depth-1": "depth 1",
+}
+
+
+CACHED_BELOW_MARK = "cached below"
+CACHED_BELOW_MEANING = (
+    "a read that beats plain while its device saw under 90% of plain's bytes per byte read (or, "
+    "random reads, of its requests; device/logical shows both sides): memory below the volume "
+    "(the page cache of the file system under a FUSE store) served part of it, not faster "
+    "encryption"
+)
 
 
 def _shown_change(result: Result, value: str) -> float | None:
@@ -88,6 +101,8 @@ def _change_cell(result: Result, value: str) -> str:
         text += " cached!"
     for caveat in result.caveats:
         text += f" {CAVEAT_MARKS.get(caveat, caveat)}!"
+    if result.cached_below:
+        text += f" {CACHED_BELOW_MARK}!"
     return text
 
 
@@ -218,15 +233,12 @@ def _physical(rounds: list[Measurement], is_read: bool) -> str:
     """Device bytes per logical byte over the rounds (``r 1.00`` = every byte read came from
     the device), the average size of the device's requests (a 1 MiB workload whose I/Os were
     split shows 512 KiB/req), and how many rounds were served by the page cache."""
-    logical = sum((m.logical_read_bytes if is_read else m.logical_write_bytes) or 0 for m in rounds)
-    direction = "read" if is_read else "write"
-    physical = [getattr(m, f"physical_{direction}_bytes") for m in rounds]
-    if not logical or any(p is None for p in physical):
+    traffic = device_traffic(rounds, is_read)
+    if traffic.bytes is None:
         return "-"
-    text = f"{direction[0]} {sum(physical) / logical:.2f}"
-    requests = [getattr(m, f"physical_{direction}_requests") for m in rounds]
-    if all(r is not None for r in requests) and sum(requests):
-        text += f", {sum(physical) / sum(requests) / KiB:.0f} KiB/req"
+    text = f"{'r' if is_read else 'w'} {traffic.bytes:.2f}"
+    if traffic.request_size is not None:
+        text += f", {traffic.request_size / KiB:.0f} KiB/req"
     cached = sum(bool(m.cached) for m in rounds)
     return text + (f" CACHED {cached}/{len(rounds)}" if cached else "")
 
@@ -281,8 +293,11 @@ def detail_table(results: list[Result], ceilings: Mapping[str, float | None] | N
         is_read = result.workload.is_read or result.workload.kind == "files"
         physical = _physical(result.rounds, is_read)
         base_physical = _physical(result.baseline_rounds, is_read)
-        if "CACHED" in base_physical:
+        if "CACHED" in base_physical or result.cached_below:
             physical += f" (plain {base_physical})"
+        change = _format_change(result.change_percent)
+        if result.cached_below:
+            change += f" {CACHED_BELOW_MARK}"
         caveats.update(result.caveats)
         engine = _engines(result.rounds)
         if result.baseline_rounds and _engines(result.baseline_rounds) != engine:
@@ -300,7 +315,7 @@ def detail_table(results: list[Result], ceilings: Mapping[str, float | None] | N
             daemon_text,
             _format_value(result.median("mb_per_s", baseline=True)) if result.baseline_rounds else "-",
             _format_value(result.median("cpu_s_per_gib", baseline=True)) if result.baseline_rounds else "-",
-            _format_change(result.change_percent),
+            change,
             "-" if efficiency is None else f"{efficiency:.0%}",
             engine,
             mode,
@@ -318,6 +333,8 @@ def detail_table(results: list[Result], ceilings: Mapping[str, float | None] | N
         )
     for key in sorted(caveats):
         lines.append(f"{CAVEAT_MARKS.get(key, key)}: {CAVEATS.get(key, key)}")
+    if any(result.cached_below for result in results):
+        lines.append(f"{CACHED_BELOW_MARK}: {CACHED_BELOW_MEANING}")
     return "\n".join(lines)
 
 
@@ -578,7 +595,7 @@ def results_markdown(results: list[Result]) -> str:
             _format_value(r.median("lat_p99_us")),
             _format_value(r.median("cpu_s_per_gib")),
             _format_value(r.median("mb_per_s", baseline=True)) if r.baseline_rounds else "-",
-            _format_change(r.change_percent),
+            _format_change(r.change_percent) + (f" {CACHED_BELOW_MARK}" if r.cached_below else ""),
             str(len(r.rounds)),
         ]
         for r in results

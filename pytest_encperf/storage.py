@@ -122,6 +122,12 @@ def benchmark_entry(result: Result) -> dict[str, Any]:
             "latency": LATENCY_MEANING,  # what lat_p99_us (and each round's lat_*) measures
             # rounds of (this backend, its plain baseline) each caveat applies to (model.CAVEATS)
             "caveats": {key: list(counts) for key, counts in result.caveats.items()},
+            # a read beating plain through memory below the volume (model.Result.cached_below)
+            "cached_below": result.cached_below,
+            "device_per_logical": {
+                "volume": result.device_per_logical().to_dict(),
+                "plain": result.device_per_logical(baseline=True).to_dict(),
+            },
             "encperf": {"format": FORMAT, **result.to_dict()},
         },
     }

@@ -1,8 +1,10 @@
-"""Named workload profiles (data only).
+"""Named workload profiles (data only), and what a round of each one does (IoPlan).
 
-A workload says what to measure; engines decide how. Names follow CrystalDiskMark
-("SEQ1M Q8T1" = sequential, 1 MiB blocks, queue depth 8, 1 thread). A profile is an ordered
-set of workloads that the report shows as one table (one column per workload label).
+A workload says what to measure; engines decide how to issue it, but not what it means:
+``io_plan`` is the one definition of a round that both engines implement (their translations
+are unit-tested against it). Names follow CrystalDiskMark ("SEQ1M Q8T1" = sequential, 1 MiB
+blocks, queue depth 8, 1 thread). A profile is an ordered set of workloads that the report
+shows as one table (one column per workload label).
 """
 
 from __future__ import annotations
@@ -82,6 +84,100 @@ class Workload:
 
     def __str__(self) -> str:
         return self.name
+
+
+# Buffered writes: most dirty data one stream may leave in memory before it flushes (fdatasync).
+FLUSH_BYTES = 16 * MiB
+
+# The version of IoPlan's definition that block rounds were measured with, saved with each round
+# (Measurement.round_definition) and compared by the gate: rounds of another definition measured
+# another pattern under the same name. "" in runs saved before it was recorded, when buffered
+# QnT1 rounds of fio were n threads on n stripes and fio's buffers were not on huge pages.
+ROUND_DEFINITION = "2"
+
+
+@dataclass(frozen=True)
+class IoPlan:
+    """What one round of a block workload does, whichever engine issues it.
+
+    CrystalDiskMark's ``QnTm`` is m threads, each keeping n I/Os in flight on its own stream
+    over the test file. Here a *stream* is that thread's sequence of offsets: sequential, or
+    every block of its stripe once per pass in a shuffled order, never two streams on one
+    block (T streams split the file into T stripes, so that in buffered mode one stream never
+    reads pages another brought into the cache). ``outstanding`` I/Os of a stream are in flight
+    at once, taken in the stream's order, in both I/O modes:
+
+    - direct: Linux AIO keeps them in flight (fio's libaio);
+    - buffered: AIO would block in its submit, so both engines use io_uring, whose kernel
+      workers take what has to wait;
+    - one at a time (Q1), in either mode: a plain synchronous call (fio's psync).
+      The kernel sees ``outstanding`` requests of one stream on one open file: one read-ahead
+      state, offsets in the stream's order. (Not ``outstanding`` threads on stripes of their
+      own: those are that many sequential streams, each with its own read-ahead, which is
+      not Q8T1.)
+
+    Writes are flushed: buffered, each stream calls fdatasync after every ``flush_every``
+    bytes it wrote (dirty memory stays bounded and the round measures the storage), and every
+    write round ends with fdatasync inside its timed part; it drops nothing between passes (the
+    page cache is dropped before the round). A buffered read round drops the
+    stream's cached pages at the start of each pass, so a pass never reads a page the previous
+    one left; within a pass nothing is dropped: a page the layer below read ahead for one I/O
+    may serve a later one (that is the stack's own behaviour; the report flags a read that beats
+    plain this way, see model.Result.cached_below). Random streams ask for no read-ahead on the
+    file they read (POSIX_FADV_RANDOM); sequential streams give no advice (the kernel's default
+    read-ahead, as any program gets it).
+    """
+
+    block_size: int
+    streams: int  # T: independent streams, one stripe of the file each
+    outstanding: int  # Q: I/Os in flight in each stream
+    stripe: int  # bytes of the file one stream covers (whole blocks)
+    random: bool  # each block of the stripe once per pass, in a shuffled order
+    is_read: bool
+    direct: bool  # O_DIRECT that really bypasses the page cache
+    flush_every: int | None  # buffered writes: fdatasync after this many bytes of one stream
+    end_flush: bool  # writes: fdatasync at the end of the round, timed
+    advice: str  # posix_fadvise on the file: "random" or "normal"
+    amount: int | None  # bytes each stream moves once before it stops (dd); None: time based
+
+    @property
+    def blocks(self) -> int:
+        """Blocks in one stream's stripe (one pass)."""
+        return self.stripe // self.block_size
+
+    @property
+    def in_flight(self) -> int:
+        """I/Os in flight in the whole round."""
+        return self.streams * self.outstanding
+
+
+def io_plan(workload: Workload, size: int, direct: bool) -> IoPlan:
+    """The round of block ``workload`` on a test file of ``size`` bytes; ``direct``: I/O that
+    really bypasses the page cache. ValueError when the file cannot hold one block per stream."""
+    if workload.kind != "block":
+        raise ValueError(f"{workload.name} is not a block workload")
+    if workload.extent is not None:
+        size = min(size, workload.extent)
+    block = workload.block_size
+    if size < block:
+        raise ValueError(f"the test file ({size} bytes) is smaller than one {block}-byte block")
+    streams = max(1, min(workload.numjobs, size // block))  # every stripe at least one block
+    stripe = size // streams // block * block
+    amount = None if workload.amount is None else max(block, min(stripe, workload.amount) // block * block)
+    writes = not workload.is_read
+    return IoPlan(
+        block_size=block,
+        streams=streams,
+        outstanding=workload.iodepth,
+        stripe=stripe,
+        random=workload.is_random,
+        is_read=workload.is_read,
+        direct=direct,
+        flush_every=max(block, FLUSH_BYTES // block * block) if writes and not direct else None,
+        end_flush=writes,
+        advice="random" if workload.is_random else "normal",
+        amount=amount,
+    )
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from pytest_encperf.compare import (
     select_rule,
 )
 from pytest_encperf.model import Measurement, Result, RunData
-from pytest_encperf.workloads import CDM, MiB
+from pytest_encperf.workloads import CDM, ROUND_DEFINITION, MiB
 
 SEQ_READ, SEQ_WRITE, _, _, _, _, RND4K_Q1T1_READ, RND4K_Q1T1_WRITE = CDM
 BACKENDS = ["plain", "fscrypt", "luks2"]
@@ -525,3 +525,16 @@ def test_history_spread_counts_runs_not_workloads_and_widens_for_fewer_rounds() 
     noisy = history.predict("SEQ1M-Q8T1-read", spread(50, 3, 0.05))
     steady = history.predict("SEQ1M-Q8T1-read", spread(50, 10, 0.05))
     assert noisy.half_width > steady.half_width  # 3 noisy rounds: a median that wanders more
+
+
+def test_rounds_of_another_round_definition_are_not_comparable() -> None:
+    # runs saved before workloads.ROUND_DEFINITION measured buffered QnT1 as n stripes with fio
+    reference = run("ref", result("fscrypt", SEQ_READ, spread(50, 10)))
+    now = Result(
+        "fscrypt",
+        SEQ_READ,
+        [dataclasses.replace(measurement(v), round_definition=ROUND_DEFINITION) for v in spread(50, 3)],
+        [dataclasses.replace(measurement(v), round_definition=ROUND_DEFINITION) for v in spread(100, 3)],
+    )
+    check = only(judge(run("now", now), reference, parse_rules("10%")))
+    assert (check.status, check.reason) == (NOT_COMPARABLE, f"round definition 1 -> {ROUND_DEFINITION}")

@@ -9,11 +9,31 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf.engines import select_engine
-from pytest_encperf.engines.fio import FioEngine, FioError, fio_args, parse_fio_json
-from pytest_encperf.engines.native import NativeEngine
+from pytest_encperf.engines import native, select_engine
+from pytest_encperf.engines.fio import (
+    FioEngine,
+    FioError,
+    buffered_depth_caveat,
+    fio_args,
+    fio_environment,
+    parse_fio_json,
+)
+from pytest_encperf.engines.native import NativeEngine, native_schedule
 from pytest_encperf.engines.observe import Observe
-from pytest_encperf.workloads import CDM, DD, MATRIX, SMALLFILES, KiB, MiB, Workload
+from pytest_encperf.workloads import (
+    CDM,
+    CDM_NVME,
+    DD,
+    MATRIX,
+    PROFILES,
+    ROUND_DEFINITION,
+    SMALLFILES,
+    IoPlan,
+    KiB,
+    MiB,
+    Workload,
+    io_plan,
+)
 
 DATA = Path(__file__).parent / "data"
 needs_fio = pytest.mark.skipif(
@@ -126,16 +146,40 @@ def test_direct_rounds_use_libaio_at_the_workload_queue_depth(tmp_path: Path) ->
     assert option(args, "group_reporting") == "1" and option(args, "end_fsync") is None
 
 
-def test_buffered_rounds_use_one_psync_thread_per_io_in_flight(tmp_path: Path) -> None:
+def test_buffered_rounds_keep_the_queue_depth_of_one_stream_in_flight_with_io_uring(tmp_path: Path) -> None:
     rnd_q32_write = next(w for w in CDM if w.label == "RND4K Q32T1" and w.rw == "randwrite")
     args = fio_args(rnd_q32_write, tmp_path / "f", size=64 * MiB, runtime=1.0, direct=False)
-    assert option(args, "ioengine") == "psync" and option(args, "direct") == "0"
-    assert option(args, "iodepth") == "1" and option(args, "numjobs") == "32"
+    assert option(args, "ioengine") == "io_uring" and option(args, "direct") == "0"
+    assert option(args, "iodepth") == "32" and option(args, "numjobs") == "1"
     assert option(args, "end_fsync") == "1" and option(args, "fdatasync") == str(16 * MiB // (4 * KiB))
-    assert option(args, "size") == str(2 * MiB) and option(args, "offset_increment") == str(2 * MiB)
+    assert option(args, "size") == str(64 * MiB) and option(args, "offset_increment") is None
+    assert option(args, "fadvise_hint") == "random"
+    assert option(args, "random_generator") == "lfsr"  # each block once a pass, no neighbour runs
+    assert option(args, "invalidate") == "0"  # a write round drops nothing between its passes
     seq = Workload("SEQ", "read", MiB, iodepth=4)
     args = fio_args(seq, tmp_path / "f", size=64 * MiB, runtime=1.0, direct=False)
-    assert option(args, "size") == str(16 * MiB) and option(args, "offset_increment") == str(16 * MiB)
+    assert option(args, "iodepth") == "4" and option(args, "numjobs") == "1"
+    assert option(args, "fadvise_hint") == "0"  # the kernel's own read-ahead, no doubled window
+    assert option(args, "invalidate") == "1"  # a read round drops the stripe at every new pass
+
+
+def test_without_io_uring_buffered_rounds_run_at_depth_one_and_say_so(tmp_path: Path) -> None:
+    seq = Workload("SEQ", "read", MiB, iodepth=8)
+    args = fio_args(seq, tmp_path / "f", size=64 * MiB, runtime=1.0, direct=False, uring=False)
+    assert option(args, "ioengine") == "psync" and option(args, "iodepth") == "1"
+    assert option(args, "numjobs") == "1"  # not 8 streams under the name of one
+    assert buffered_depth_caveat(seq, direct=False, uring=False)
+    assert not buffered_depth_caveat(seq, direct=True, uring=False)
+    assert not buffered_depth_caveat(seq, direct=False, uring=True)
+    assert not buffered_depth_caveat(Workload("SEQ", "read", MiB), direct=False, uring=False)
+
+
+def test_threads_are_streams_each_on_its_own_stripe(tmp_path: Path) -> None:
+    t16 = next(w for w in CDM_NVME if w.label == "RND4K Q32T16" and w.rw == "randread")
+    for direct in (True, False):
+        args = fio_args(t16, tmp_path / "f", size=64 * MiB, runtime=1.0, direct=direct)
+        assert option(args, "numjobs") == "16" and option(args, "iodepth") == "32"
+        assert option(args, "size") == option(args, "offset_increment") == str(4 * MiB)
 
 
 def test_dd_is_one_pass_and_matrix_uses_its_extent(tmp_path: Path) -> None:
@@ -151,7 +195,7 @@ def test_one_pass_rounds_end_at_the_end_of_the_file_or_the_runtime(tmp_path: Pat
     seq = Workload("SEQ", "read", MiB, iodepth=4)
     args = fio_args(seq, tmp_path / "f", size=64 * MiB, runtime=1.5, direct=False, one_pass=True)
     assert option(args, "time_based") is None and option(args, "runtime") == "1500ms"
-    assert option(args, "size") == str(16 * MiB)  # each thread its stripe, once
+    assert option(args, "size") == str(64 * MiB) and option(args, "numjobs") == "1"  # one stream, once
     assert (
         option(fio_args(seq, tmp_path / "f", size=64 * MiB, runtime=1.5, direct=False), "time_based") == "1"
     )
@@ -180,6 +224,32 @@ def test_real_fio_run_on_a_small_file(tmp_path: Path, workload: Workload) -> Non
     if workload.amount is not None:
         assert m.bytes == 4 * MiB  # dd: exactly the (smaller) file, once
     assert path.stat().st_size == 4 * MiB  # fio never grew or replaced the file
+    assert m.round_definition == ROUND_DEFINITION and m.caveats == ()
+
+
+@needs_fio
+def test_without_io_uring_a_real_buffered_round_carries_the_depth_caveat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_encperf.engines import fio
+
+    engine = FioEngine()
+    path = engine.prepare(tmp_path, 4 * MiB)
+    monkeypatch.setattr(fio, "creatable", lambda: False)
+    m = engine.run(CDM[0], path, runtime=0.1, direct=False)  # SEQ1M Q8T1
+    assert m.caveats == ("buffered-depth-1",)
+    assert engine.run(CDM[2], path, runtime=0.1, direct=False).caveats == ()  # Q1T1: nothing lost
+
+
+def test_fio_runs_with_huge_page_buffers_and_keeps_the_users_glibc_tunables(tmp_path: Path) -> None:
+    args = fio_args(CDM[0], tmp_path / "f", size=64 * MiB, runtime=1.0, direct=True)
+    assert option(args, "iomem_align") == str(2 * MiB)  # past the head of fio's allocation
+    assert fio_environment({})["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
+    mine = fio_environment({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2", "HOME": "/root"})
+    assert mine == {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1", "HOME": "/root"}
+    assert fio_environment({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"})["GLIBC_TUNABLES"] == (
+        "glibc.malloc.hugetlb=0"  # the user's own choice stands
+    )
 
 
 @needs_fio
@@ -198,3 +268,65 @@ def test_fio_delegates_the_small_files_cycle_to_the_native_engine(tmp_path: Path
     m = FioEngine().run(SMALLFILES[0], path, runtime=0.01, direct=True)
     assert m.engine == "native" and m.ios % SMALLFILES[0].files == 0 and m.ios > 0
     assert list((tmp_path / "encperf-smallfiles").iterdir()) == []
+
+
+def fio_translation(args: list[str]) -> dict[str, object]:
+    """What a fio command line does, in IoPlan's terms."""
+    block = int(option(args, "bs") or 0)
+    fdatasync = option(args, "fdatasync")
+    stripe = int(option(args, "size") or 0)
+    streams = int(option(args, "numjobs") or 1)
+    if streams > 1:
+        assert option(args, "offset_increment") == str(stripe)  # stripes side by side
+    return {
+        "block_size": block,
+        "streams": streams,
+        "outstanding": int(option(args, "iodepth") or 1),
+        "stripe": stripe,
+        "random": (option(args, "rw") or "").startswith("rand"),
+        "flush_every": None if fdatasync is None else int(fdatasync) * block,
+        "end_flush": option(args, "end_fsync") == "1",
+        "advice": "random" if option(args, "fadvise_hint") == "random" else "normal",
+        "amount": None if option(args, "io_size") is None else int(option(args, "io_size") or 0),
+    }
+
+
+def native_translation(plan: IoPlan) -> dict[str, object]:
+    """What the native engine does for ``plan``, in the same terms."""
+    schedule = native_schedule(plan, aio_usable=True, uring_usable=True)
+    streams = [native._Stream(plan, index, True, None) for index in range(plan.streams)]
+    depths = {schedule.in_flight(index) for index in range(plan.streams)}
+    assert len(depths) == 1 and sorted(set(schedule.workers)) == list(range(plan.streams))
+    first = streams[0]
+    starts = [stream.first for stream in streams]
+    assert starts == [index * first.stripe for index in range(plan.streams)]  # side by side
+    return {
+        "block_size": first.block,
+        "streams": len(streams),
+        "outstanding": depths.pop(),
+        "stripe": first.stripe,
+        "random": isinstance(first.order, list),
+        "flush_every": None if plan.is_read or not first.every else first.every * first.block,
+        "end_flush": plan.end_flush,
+        "advice": plan.advice,
+        "amount": plan.amount,
+    }
+
+
+EVERY_BLOCK_WORKLOAD = [w for profile in PROFILES.values() for w in profile.workloads if w.kind == "block"]
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "buffered"])
+@pytest.mark.parametrize("workload", EVERY_BLOCK_WORKLOAD, ids=lambda w: f"{w.name}-{w.numjobs}")
+def test_both_engines_translate_the_one_definition_of_a_round(
+    tmp_path: Path, workload: Workload, direct: bool
+) -> None:
+    # same block size, streams, outstanding I/O, stripes, order and flush points in both engines
+    size = 64 * MiB
+    plan = io_plan(workload, size, direct)
+    expected = {key: getattr(plan, key) for key in fio_translation([])}
+    args = fio_args(workload, tmp_path / "f", size=size, runtime=1.0, direct=direct)
+    assert fio_translation(args) == expected
+    assert native_translation(plan) == expected
+    queue = "libaio" if direct else "io_uring"
+    assert option(args, "ioengine") == (queue if workload.iodepth > 1 else "psync")  # Q1: plain calls

@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf.engines import TEST_FILE_NAME, native
-from pytest_encperf.engines.native import HUGE_PAGE, PAGE, BufferPool, NativeEngine, percentile, probe_io_mode
+from pytest_encperf.engines.native import (
+    HUGE_PAGE,
+    PAGE,
+    BufferPool,
+    NativeEngine,
+    native_schedule,
+    percentile,
+    probe_io_mode,
+)
 from pytest_encperf.engines.observe import Observe
 from pytest_encperf.workloads import CDM, KiB, MiB, Workload
 
@@ -60,7 +68,7 @@ def test_offsets_are_block_aligned_and_inside_the_file(
 
     monkeypatch.setattr(native.os, "preadv", spy)
     workload = Workload("RND4K Q4T1", "randread", 4 * KiB, 4)
-    m = engine.run(workload, test_file, runtime=0.05, direct=False)
+    m = NativeEngine(kernel_queues=False).run(workload, test_file, runtime=0.05, direct=False)
     assert len(seen) == m.ios
     assert all(offset % (4 * KiB) == 0 and 0 <= offset <= SIZE - length for offset, length in seen)
     # a random pass visits distinct blocks (no repeats before the file is covered)
@@ -106,7 +114,8 @@ def test_queue_depth_runs_that_many_ios_in_flight(engine: NativeEngine, test_fil
                 in_flight -= 1
 
     monkeypatch.setattr(native.os, "preadv", slow)
-    engine.run(Workload("RND4K Q8T2", "randread", 4 * KiB, 8, 2), test_file, runtime=0.1, direct=False)
+    threads = NativeEngine(kernel_queues=False)  # without AIO and io_uring: a thread per I/O in flight
+    threads.run(Workload("RND4K Q8T2", "randread", 4 * KiB, 8, 2), test_file, runtime=0.1, direct=False)
     assert peak == 16
 
 
@@ -232,3 +241,129 @@ def test_backends_whose_daemon_reads_a_store_below_say_so() -> None:
 
     below = {name for name in known_names() if backend_class(name).store_below}
     assert below == {"gocryptfs", "encfs", "cryfs", "securefs", "qemu-luks", "bitlocker"}
+
+
+def test_streams_keep_to_their_stripes_and_flush_on_their_own_count(
+    engine: NativeEngine, test_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    offsets: dict[int, list[int]] = {}
+    real_write, real_sync = os.pwritev, os.fdatasync
+    syncs: list[int] = []
+    lock = threading.Lock()
+
+    def spy(fd: int, buffers: list, offset: int) -> int:
+        with lock:
+            offsets.setdefault(threading.get_ident(), []).append(offset)
+        return real_write(fd, buffers, offset)
+
+    def sync(fd: int) -> None:
+        with lock:
+            syncs.append(sum(len(seen) for seen in offsets.values()))
+        real_sync(fd)
+
+    monkeypatch.setattr(native.os, "pwritev", spy)
+    monkeypatch.setattr(native.os, "fdatasync", sync)
+    monkeypatch.setattr(native, "io_plan", _small_flush(256 * KiB))
+    t2 = Workload("SEQ64K Q2T2", "write", 64 * KiB, iodepth=2, numjobs=2)
+    m = NativeEngine(kernel_queues=False).run(t2, test_file, runtime=0.2, direct=False)
+    stripe = SIZE // 2
+    assert len(offsets) == 4  # 2 streams x 2 threads
+    by_stripe = {min(seen) // stripe for seen in offsets.values()}
+    assert by_stripe == {0, 1}
+    assert all(len({offset // stripe for offset in seen}) == 1 for seen in offsets.values())
+    # each stream flushes after every 256 KiB (4 writes) of its own, and the round ends with one
+    assert len(syncs) >= m.ios // 8 and syncs[-1] == m.ios
+
+
+def _small_flush(flush_every: int):  # io_plan with a smaller flush interval, to see the points
+    from dataclasses import replace
+
+    from pytest_encperf.workloads import io_plan
+
+    def plan(workload: Workload, size: int, direct: bool):
+        return replace(io_plan(workload, size, direct), flush_every=flush_every)
+
+    return plan
+
+
+def test_buffered_reads_drop_the_stripe_at_every_new_pass_and_random_asks_no_read_ahead(
+    engine: NativeEngine, test_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    advice: list[tuple[int, int, int]] = []
+    real = os.posix_fadvise
+
+    def spy(fd: int, offset: int, length: int, what: int) -> None:
+        advice.append((offset, length, what))
+        real(fd, offset, length, what)
+
+    monkeypatch.setattr(native.os, "posix_fadvise", spy)
+    extent = 256 * KiB  # 4 blocks a pass: many passes, however slow the machine
+    rnd = Workload("RND64K Q1T1", "randread", 64 * KiB, extent=extent)
+    m = engine.run(rnd, test_file, runtime=0.2, direct=False)
+    passes = m.bytes // extent
+    assert passes >= 2
+    assert (0, 0, os.POSIX_FADV_RANDOM) in advice
+    drops = [a for a in advice if a[2] == os.POSIX_FADV_DONTNEED and a[:2] == (0, extent)]
+    assert len(drops) == passes - (m.bytes % extent == 0)  # at the start of every pass after the first
+    advice.clear()
+    engine.run(Workload("SEQ64K Q1T1", "read", 64 * KiB), test_file, runtime=0.05, direct=False)
+    assert os.POSIX_FADV_RANDOM not in {a[2] for a in advice}  # sequential: the kernel's read-ahead
+    advice.clear()
+    write = Workload("SEQ64K Q1T1", "write", 64 * KiB, extent=extent)
+    assert engine.run(write, test_file, runtime=0.1, direct=False).bytes >= 2 * extent
+    assert [a for a in advice if a[:2] == (0, extent)] == []  # writes drop nothing between passes
+
+
+@pytest.mark.skipif(not native.uring.available(), reason="io_uring is not usable here (x86-64, kernel 5.6+)")
+@pytest.mark.parametrize("workload", [CDM[0], CDM[1], CDM[4], CDM[5]], ids=str)
+def test_buffered_rounds_keep_the_queue_depth_in_flight_through_io_uring(
+    engine: NativeEngine, test_file: Path, workload: Workload, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    depths: list[int] = []
+    offsets: list[int] = []
+    real = native.uring.run_queue
+
+    def spy(fd, buffers, block, is_read, next_offset, *args, **kwargs):
+        depths.append(len(buffers))
+
+        def recorded() -> int | None:
+            offset = next_offset()
+            if offset is not None:
+                offsets.append(offset)
+            return offset
+
+        return real(fd, buffers, block, is_read, recorded, *args, **kwargs)
+
+    monkeypatch.setattr(native.uring, "run_queue", spy)
+    m = engine.run(workload, test_file, runtime=0.1, direct=False)
+    assert depths == [workload.iodepth] * workload.numjobs
+    assert m.io_mode == "buffered" and m.ios > 0 and m.bytes == m.ios * workload.block_size
+    assert m.ios >= len(offsets) - workload.iodepth  # every I/O taken was done, bar the last queue
+    assert 0 < m.lat_p50_us <= m.lat_p99_us
+    block = workload.block_size
+    assert all(o % block == 0 and 0 <= o <= SIZE - block for o in offsets)
+    first_pass = offsets[: SIZE // block]
+    assert len(set(first_pass)) == len(first_pass)  # a pass visits each block once
+    if not workload.is_random:
+        assert first_pass == sorted(first_pass)
+    if not workload.is_read:  # what io_uring wrote is really in the file
+        assert len(set(test_file.read_bytes()[:block])) > 200
+
+
+def test_one_io_in_flight_is_a_plain_call_and_no_queue(
+    test_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_encperf.workloads import io_plan
+
+    q1 = io_plan(CDM[2], SIZE, direct=False)  # SEQ1M Q1T1, buffered
+    assert native_schedule(q1, aio_usable=True, uring_usable=True).queue == "sync"
+    direct_q1 = io_plan(CDM[2], SIZE, direct=True)
+    assert native_schedule(direct_q1, aio_usable=True, uring_usable=True).queue == "sync"  # fio's psync
+    direct_q8 = io_plan(CDM[0], SIZE, direct=True)
+    assert native_schedule(direct_q8, aio_usable=True, uring_usable=True).queue == "aio"  # fio's libaio
+    q8 = io_plan(CDM[0], SIZE, direct=False)
+    assert native_schedule(q8, aio_usable=True, uring_usable=True).queue == "uring"
+    threads = native_schedule(q8, aio_usable=False, uring_usable=False)
+    assert (threads.queue, threads.workers, threads.in_flight(0)) == ("sync", (0,) * 8, 8)

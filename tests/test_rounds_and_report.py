@@ -24,6 +24,7 @@ from pytest_encperf.workloads import (
     MATRIX,
     PROFILES,
     SMALLFILES,
+    KiB,
     MiB,
     Workload,
     profile_workloads,
@@ -345,3 +346,53 @@ def test_daemon_pids_come_from_registered_processes(tmp_path: Path) -> None:
     finally:
         volume.volume.mounted.release()
     assert proc.poll() is not None
+
+
+RND_READ = next(w for w in CDM if w.label == "RND4K Q1T1" and w.rw == "randread")
+
+
+def random_read_round(iops: float, device_bytes: int, requests: int) -> Measurement:
+    logical = int(iops) * 4 * KiB
+    return measurement(
+        iops * 4 * KiB / 1e6, ios=int(iops), bytes=logical, mode="buffered",
+        logical_read_bytes=logical, physical_read_bytes=device_bytes, physical_read_requests=requests,
+    )  # fmt: skip
+
+
+def test_a_read_beating_plain_with_fewer_device_requests_is_flagged_cached_below() -> None:
+    # gocryptfs-like: 1300 reads served by 400 device requests of 16 KiB (read-ahead below)
+    below = random_read_round(1300, 1300 * 4 * KiB, 400)
+    plain = random_read_round(1000, 1000 * 4 * KiB, 1000)
+    result = Result("gocryptfs", RND_READ, rounds=[below] * 3, baseline_rounds=[plain] * 3)
+    assert result.cached_below
+    assert result.device_per_logical().requests == pytest.approx(400 / (1300 * 4 * KiB))
+    assert result.device_per_logical(baseline=True).request_size == 4 * KiB
+    assert "+30.0% cached below!" in summary_table([result], {}, ["gocryptfs"], list(CDM))
+    detail = detail_table([result])
+    assert "+30.0% cached below" in detail and "(plain r 1.00, 4 KiB/req)" in detail
+    assert "cached below: a read that beats plain" in detail
+    # fewer device bytes per byte read flags it too
+    fewer_bytes = random_read_round(1300, 1300 * 2 * KiB, 1300)
+    assert Result("gocryptfs", RND_READ, rounds=[fewer_bytes], baseline_rounds=[plain]).cached_below
+
+
+def test_slower_reads_writes_and_equal_traffic_are_not_flagged() -> None:
+    plain = random_read_round(1000, 1000 * 4 * KiB, 1000)
+    slower = random_read_round(800, 800 * 4 * KiB, 200)  # read-ahead below, still slower: no claim
+    assert not Result("gocryptfs", RND_READ, rounds=[slower], baseline_rounds=[plain]).cached_below
+    faster = random_read_round(1100, 1100 * 4 * KiB, 1100)  # same traffic per byte: really faster
+    result = Result("gocryptfs", RND_READ, rounds=[faster], baseline_rounds=[plain])
+    assert not result.cached_below and "cached below" not in detail_table([result])
+    barely = random_read_round(1100, 1100 * 4 * KiB, 1050)  # 95% of plain's requests: noise
+    assert not Result("gocryptfs", RND_READ, rounds=[barely], baseline_rounds=[plain]).cached_below
+    # a sequential read in larger requests than plain's (plain's split, say) is not caching
+    seq_plain = measurement(
+        logical_read_bytes=100 * MiB, physical_read_bytes=100 * MiB, physical_read_requests=200
+    )
+    seq_whole = replace(seq_plain, bytes=int(120e6), physical_read_requests=100)
+    assert not Result("gocryptfs", SEQ_READ, rounds=[seq_whole], baseline_rounds=[seq_plain]).cached_below
+    write = next(w for w in CDM if w.label == "RND4K Q1T1" and w.rw == "randwrite")
+    fewer = random_read_round(1300, 1300 * 4 * KiB, 400)
+    assert not Result("gocryptfs", write, rounds=[fewer], baseline_rounds=[plain]).cached_below
+    unknown = replace(fewer, physical_read_bytes=None, physical_read_requests=None)
+    assert not Result("gocryptfs", RND_READ, rounds=[unknown], baseline_rounds=[plain]).cached_below

@@ -39,6 +39,25 @@ def test_results_round_trip_through_a_saved_file(tmp_path: Path) -> None:
     extra = loaded_doc["benchmarks"][0]["extra_info"]
     assert extra["latency"].startswith("total latency of each I/O, from its submission to its completion")
     assert extra["caveats"] == {}
+    # no device counters in these rounds: nothing known, nothing flagged
+    assert extra["cached_below"] is False
+    assert extra["device_per_logical"]["plain"] == {"bytes": None, "requests": None, "request_size": None}
+
+
+def test_a_saved_read_says_whether_it_beat_plain_through_memory_below(tmp_path: Path) -> None:
+    def read_round(ios: int, requests: int) -> Measurement:
+        moved = ios * 4096
+        return Measurement(
+            "native", "0.1", moved, 1.0, ios, 10.0, 20.0, 30.0, 0.5, "buffered",
+            physical_read_bytes=moved, physical_read_requests=requests, logical_read_bytes=moved,
+        )  # fmt: skip
+
+    rnd_read = next(w for w in CDM if w.name == "RND4K-Q1T1-read")
+    result = Result("gocryptfs", rnd_read, [read_round(1300, 325)], [read_round(1000, 1000)])
+    extra = storage.benchmark_entry(result)["extra_info"]
+    assert extra["cached_below"] is True
+    assert extra["device_per_logical"]["volume"]["request_size"] == 16384
+    assert extra["device_per_logical"]["plain"] == {"bytes": 1.0, "requests": 1 / 4096, "request_size": 4096}
 
 
 def test_save_never_overwrites_and_numbers_per_machine(

@@ -59,6 +59,22 @@ def pytest_encperf_update_machine_info(config, machine_info):
     if os.environ.get("FAKE_MACHINE"):
         machine_info["device_model"] = os.environ["FAKE_MACHINE"]
         machine_info["node"] = os.environ.get("FAKE_NODE", os.environ["FAKE_MACHINE"])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _workers_start_together(request):
+    # START_TOGETHER=<dir>: each worker waits (before its volumes) until both are there, so
+    # that their first measurements are due at the same moment
+    barrier = os.environ.get("START_TOGETHER")
+    workerinput = getattr(request.config, "workerinput", None)
+    if not barrier or workerinput is None:
+        return
+    import pathlib, time
+
+    (pathlib.Path(barrier) / workerinput["workerid"]).touch()
+    deadline = time.monotonic() + 60
+    while len(list(pathlib.Path(barrier).iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
 """
 )
 XDIST_WARNING = "Benchmarks are automatically disabled"
@@ -198,6 +214,8 @@ def test_rounds_of_two_workers_on_one_disk_never_overlap(
     monkeypatch.setenv("SCRIPTED_SLEEP", str(sleep))
     for flag in ((), ("--encperf-parallel-devices",)):  # one disk: parallel devices change nothing
         out = bench.path / f"rounds{len(flag)}.json"
+        barrier = bench.mkdir(f"start{len(flag)}")  # so that one worker must wait for the other
+        monkeypatch.setenv("START_TOGETHER", str(barrier))
         result = run(
             bench, "-n", "2", f"--encperf-dir={bench.path}", f"--encperf-json={out}", *flag,
             "--encperf-rounds=2",
@@ -206,7 +224,9 @@ def test_rounds_of_two_workers_on_one_disk_never_overlap(
         results = storage.results_of(json.loads(out.read_text()))
         assert len(rounds_of(results)) == 8 * 2 * 2
         assert overlaps(results) == []
-        # waiting for the other worker happened, outside every round
+        # waiting for the other worker happened (their first workloads were due together: one
+        # waited for at least the other's rounds), outside every round
+        assert sorted(path.name for path in barrier.iterdir()) == ["gw0", "gw1"]
         longest_round = max(end - start for _, start, end in rounds_of(results))
         assert longest_round < sleep + 0.09
         assert max(r.lock_wait for r in results) > 2 * sleep

@@ -3,10 +3,12 @@
 fio is the reference tool for storage benchmarks; its JSON gives throughput (``bw_bytes``),
 IOPS, total-latency percentiles (``lat_ns``: submission to completion, the span the native
 engine times; unless asked, fio gives completion latency, ``clat_ns``, only) and the job's
-user/system CPU. Direct rounds use libaio, so ``iodepth`` I/Os really are in flight. Buffered
-rounds use psync with one thread per outstanding I/O (``iodepth x numjobs`` threads, each in
-its own stripe of the file), the way the native engine reaches a queue depth without async
-I/O: a buffered libaio submit blocks, so iodepth would mean nothing there.
+user/system CPU. A round is workloads.io_plan translated into one fio job per stream:
+direct rounds use libaio, so ``iodepth`` I/Os really are in flight; buffered rounds use
+io_uring, the one Linux interface that keeps buffered I/Os in flight (a buffered libaio
+submit blocks, so iodepth would mean nothing there); depth 1 is psync in either mode.
+Where io_uring is refused, buffered rounds of a deeper queue run psync at depth 1 and say so
+(caveat ``buffered-depth-1``), instead of measuring another pattern under the workload's name.
 
 The test file, the O_DIRECT probe and the small-files cycle are shared with the native engine,
 so the two engines measure the same file the same way.
@@ -15,16 +17,19 @@ so the two engines measure the same file the same way.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from .. import host
 from ..model import LATENCY_TOTAL, Measurement
-from ..workloads import Workload
-from .native import FLUSH_BYTES, NativeEngine, probe_io_mode
+from ..workloads import ROUND_DEFINITION, Workload, io_plan
+from .native import NativeEngine, probe_io_mode
 from .observe import Observe, Observer, with_caveat
+from .uring import creatable
 
 # total-latency percentiles (--lat_percentiles=1); keys are formatted "%f"
 PERCENTILES = {"lat_p50_us": "50.000000", "lat_p99_us": "99.000000", "lat_p999_us": "99.900000"}
@@ -43,52 +48,96 @@ def fio_version() -> str:
 
 
 def fio_args(
-    workload: Workload, path: Path, *, size: int, runtime: float, direct: bool, one_pass: bool = False
+    workload: Workload,
+    path: Path,
+    *,
+    size: int,
+    runtime: float,
+    direct: bool,
+    one_pass: bool = False,
+    uring: bool = True,
 ) -> list[str]:
-    """The fio command line for one round of ``workload`` on ``path`` (``size`` bytes used).
-    ``one_pass``: stop after one pass over the file even when ``runtime`` is not over."""
-    if workload.extent is not None:
-        size = min(size, workload.extent)
-    jobs = workload.numjobs if direct else workload.numjobs * workload.iodepth
-    if jobs > 1 and not direct:
-        jobs = max(1, min(jobs, size // workload.block_size))  # every stripe at least one block
+    """The fio command line for one round of ``workload`` on ``path`` (``size`` bytes used),
+    as workloads.io_plan defines the round. ``direct``: O_DIRECT that really bypasses the page
+    cache (where it does not, the round is buffered, as the native engine's); ``one_pass``: stop
+    after one pass over the file even when ``runtime`` is not over; ``uring``: io_uring may
+    be used (buffered rounds need it to keep more than one I/O of a stream in flight; without
+    it they run at depth 1, see buffered_depth_caveat)."""
+    plan = io_plan(workload, size, direct)
+    if plan.outstanding == 1:  # one I/O at a time is a plain synchronous call, in either mode
+        ioengine, depth = "psync", 1
+    elif plan.direct:
+        ioengine, depth = "libaio", plan.outstanding
+    elif uring:
+        ioengine, depth = "io_uring", plan.outstanding
+    else:
+        ioengine, depth = "psync", 1
     args = [
         "fio",
         "--output-format=json",
         f"--name={workload.name}",
         f"--filename={path}",
         f"--rw={workload.rw}",
-        f"--bs={workload.block_size}",
-        f"--direct={int(direct)}",
-        f"--ioengine={'libaio' if direct else 'psync'}",
-        f"--iodepth={workload.iodepth if direct else 1}",
-        f"--numjobs={jobs}",
+        f"--bs={plan.block_size}",
+        f"--direct={int(plan.direct)}",
+        f"--ioengine={ioengine}",
+        f"--iodepth={depth}",
+        f"--numjobs={plan.streams}",
+        f"--size={plan.stripe}",
         "--group_reporting=1",
         "--thread=1",
-        "--invalidate=1",  # drop the file's cached pages before the job
+        # reads: drop the stripe's cached pages before the job and at every new pass; a write
+        # round drops nothing between passes (the engine dropped the cache before it)
+        f"--invalidate={int(plan.is_read)}",
         "--allow_file_create=0",  # the prepared file, never a new one
         "--randrepeat=0",
+        f"--fadvise_hint={'random' if plan.advice == 'random' else 0}",
         "--lat_percentiles=1",  # percentiles of total latency (lat_ns), as the native engine times
         "--clat_percentiles=0",
+        # fio adds this to its page-aligned buffer start: 2 MiB skips the head of its allocation,
+        # which can lie on small pages (then about one 1 MiB read in five was split in two here)
+        f"--iomem_align={HUGE_PAGE_OFFSET}",
     ]
-    if not workload.is_read:
+    if plan.random:
+        # every block once per pass, scattered: fio's default random map, once blocks start to
+        # repeat, takes the next free block after a used one, so late in a pass its reads hit
+        # the neighbours of earlier ones (which a store below may have read ahead); an LFSR
+        # never repeats within a pass, like the native engine's shuffled order
+        args.append("--random_generator=lfsr")
+    if plan.streams > 1:
+        args.append(f"--offset_increment={plan.stripe}")  # each stream its own stripe
+    if plan.end_flush:
         args.append("--end_fsync=1")  # written means on the device
-        if not direct:  # bound the dirty data, as the native engine does
-            args.append(f"--fdatasync={max(1, FLUSH_BYTES // workload.block_size)}")
-    if jobs > 1 and not direct:
-        # each thread works on its own stripe, so that the threads together touch every block
-        # once per pass (as one queue would), instead of re-reading each other's cached pages
-        stripe = size // jobs // workload.block_size * workload.block_size
-        args += [f"--size={stripe}", f"--offset_increment={stripe}"]
-    else:
-        args.append(f"--size={size}")
-    if workload.amount is not None:
-        args.append(f"--io_size={min(size, workload.amount)}")  # one pass, like dd count=
+    if plan.flush_every is not None:
+        args.append(f"--fdatasync={plan.flush_every // plan.block_size}")
+    if plan.amount is not None:
+        args.append(f"--io_size={plan.amount}")  # one pass, like dd count=
     elif one_pass:  # without time_based, fio ends at the end of the file or of the runtime
         args.append(f"--runtime={max(1, round(runtime * 1000))}ms")
     else:
         args += ["--time_based=1", f"--runtime={max(1, round(runtime * 1000))}ms"]
     return args
+
+
+# glibc's malloc asks for transparent huge pages (madvise) on what it maps, in whole huge pages:
+# fio's I/O buffers (iomem=malloc) then lie on at most two physically contiguous pieces each,
+# so a 1 MiB I/O reaches a loop device as one request, as the native engine's (native.BufferPool).
+HUGE_PAGE_MALLOC = "glibc.malloc.hugetlb=1"
+HUGE_PAGE_OFFSET = 2 * 1024 * 1024  # --iomem_align: the size of a transparent huge page
+
+
+def fio_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with HUGE_PAGE_MALLOC added to GLIBC_TUNABLES (kept: the user's tunables)."""
+    tunables = [t for t in environ.get("GLIBC_TUNABLES", "").split(":") if t]
+    if not any(t.startswith("glibc.malloc.hugetlb=") for t in tunables):
+        tunables.append(HUGE_PAGE_MALLOC)
+    return {**environ, "GLIBC_TUNABLES": ":".join(tunables)}
+
+
+def buffered_depth_caveat(workload: Workload, direct: bool, uring: bool) -> bool:
+    """Whether fio cannot give this round its queue depth: buffered, more than one I/O in
+    flight asked, and no io_uring here (psync, one I/O per stream at a time)."""
+    return not direct and not uring and workload.kind == "block" and workload.iodepth > 1
 
 
 def _load(text: str) -> dict[str, Any]:
@@ -187,8 +236,15 @@ class FioEngine:
             return self._native.run(workload, path, runtime=runtime, direct=direct, observe=observe)
         mode = probe_io_mode(path) if direct else "buffered"
         one_pass = observe.one_pass(workload.is_read, mode)
+        uring = creatable()
         args = fio_args(
-            workload, path, size=path.stat().st_size, runtime=runtime, direct=direct, one_pass=one_pass
+            workload,
+            path,
+            size=path.stat().st_size,
+            runtime=runtime,
+            direct=mode == "direct",
+            one_pass=one_pass,
+            uring=uring,
         )
         all_dropped = False
         if mode != "direct":
@@ -200,7 +256,12 @@ class FioEngine:
         observer.start()
         try:
             proc = subprocess.run(
-                args, capture_output=True, stdin=subprocess.DEVNULL, timeout=runtime * 10 + 120, check=False
+                args,
+                capture_output=True,
+                stdin=subprocess.DEVNULL,
+                timeout=runtime * 10 + 120,
+                check=False,
+                env=fio_environment(os.environ),
             )
         except subprocess.TimeoutExpired as exc:
             raise FioError(f"{' '.join(args)}: no answer (killed)") from exc
@@ -212,10 +273,13 @@ class FioEngine:
         observed["engine_cpu_seconds"] = fields.pop("engine_cpu_seconds")
         if workload.is_read and mode != "direct" and not all_dropped:  # without root
             observed = with_caveat(observed, "cache-not-dropped")
+        if buffered_depth_caveat(workload, mode == "direct", uring):
+            observed = with_caveat(observed, "buffered-depth-1")
         return Measurement(
             engine=self.name,
             engine_version=self.version(),
             latency=LATENCY_TOTAL,
+            round_definition=ROUND_DEFINITION,
             io_mode=mode,
             **fields,
             **observed,

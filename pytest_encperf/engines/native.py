@@ -1,13 +1,14 @@
-"""The built-in engine: no external tool, Python threads over pread/pwrite, Linux AIO for O_DIRECT.
+"""The built-in engine: no external tool; Linux AIO for O_DIRECT, io_uring for buffered queues.
 
-Direct rounds keep the queue depth in flight with Linux AIO (``aio.run_queue``, one thread
-per job), like fio's libaio engine. Buffered rounds (and machines without the AIO system calls)
-emulate it with one thread per outstanding I/O (iodepth x numjobs threads): os.preadv and
-os.pwritev release the GIL, so the kernel sees that many requests in flight.
-Buffers are page-aligned, cut from one mapping on transparent huge pages (see BufferPool).
-In buffered mode a read round never re-reads what it already brought into the page cache (the
-file's pages are dropped on every pass) and a write round flushes every FLUSH_BYTES and ends
-with fdatasync (included in its time), so the page cache cannot inflate the numbers.
+It runs a round as workloads.io_plan defines it (the same definition fio is driven by), and
+issues it as fio does (native_schedule): direct rounds keep each stream's queue depth in
+flight with Linux AIO (``aio.run_queue``, one thread per stream), like fio's libaio engine;
+buffered rounds through io_uring (``uring.run_queue``), like fio's io_uring engine; one I/O at
+a time, in either mode, as plain preadv/pwritev calls, like fio's psync.
+Where AIO or io_uring cannot be used, each stream gets ``outstanding`` threads that take its
+offsets in turn (os.preadv and os.pwritev release the GIL). Buffers are page-aligned, cut from one mapping on
+transparent huge pages (see BufferPool). Flush points, page drops and the random order are
+the plan's (see IoPlan), so the page cache cannot inflate the numbers.
 """
 
 from __future__ import annotations
@@ -23,19 +24,26 @@ import random
 import threading
 import time
 from array import array
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__, host
 from ..model import LATENCY_TOTAL, Measurement
-from ..workloads import SMALL_FILE_SIZES, MiB, Workload
-from . import TEST_FILE_NAME, aio
+from ..workloads import FLUSH_BYTES, ROUND_DEFINITION, SMALL_FILE_SIZES, IoPlan, MiB, Workload, io_plan
+from . import TEST_FILE_NAME, aio, uring
 from .observe import Observe, Observer, busy_cpu_seconds, with_caveat
 
-__all__ = ["NativeEngine", "busy_cpu_seconds", "percentile", "probe_io_mode"]
+__all__ = [
+    "FLUSH_BYTES",
+    "NativeEngine",
+    "busy_cpu_seconds",
+    "native_schedule",
+    "percentile",
+    "probe_io_mode",
+]
 
 PAGE = mmap.PAGESIZE
 HUGE_PAGE = 2 * MiB  # a transparent huge page on x86-64 and arm64 (4 KiB base pages)
-FLUSH_BYTES = 16 * MiB  # buffered writes: most dirty data a round may leave in memory
 SMALLFILES_DIR = "encperf-smallfiles"
 
 
@@ -122,15 +130,90 @@ class BufferPool:
         self._map.close()
 
 
+@dataclass(frozen=True)
+class NativeSchedule:
+    """How the native engine issues an IoPlan: ``workers[i]`` is the stream worker i serves;
+    each keeps ``depth`` I/Os in flight through ``queue`` ("aio": Linux AIO, "uring":
+    io_uring), or with ``queue`` "sync" one at a time in its own thread (a stream's
+    ``outstanding`` I/Os are then that many threads)."""
+
+    workers: tuple[int, ...]
+    depth: int
+    queue: str
+
+    def in_flight(self, stream: int) -> int:
+        return self.depth * self.workers.count(stream)
+
+
+def native_schedule(plan: IoPlan, aio_usable: bool, uring_usable: bool) -> NativeSchedule:
+    """As fio issues the plan: one I/O at a time is a plain synchronous call in either mode
+    (fio's psync); more than one in flight, one Linux AIO queue per stream when direct (fio's
+    libaio) and one io_uring per stream when buffered (fio's io_uring; AIO would block in
+    io_submit). Without AIO or io_uring: ``outstanding`` threads per stream taking its offsets
+    in turn."""
+    streams = tuple(range(plan.streams))
+    if plan.outstanding > 1:
+        if plan.direct and aio_usable:
+            return NativeSchedule(streams, plan.outstanding, "aio")
+        if not plan.direct and uring_usable:
+            return NativeSchedule(streams, plan.outstanding, "uring")
+    workers = tuple(stream for stream in streams for _ in range(plan.outstanding))
+    return NativeSchedule(workers, 1, "sync")
+
+
+class _Stream:
+    """One stream of an IoPlan: its own open file (so its own read-ahead state, as a fio job),
+    its offsets in order, shared by the workers that serve it, and its flush (buffered writes)
+    or page drop (buffered reads, at each new pass) points."""
+
+    def __init__(self, plan: IoPlan, index: int, drop_cache: bool, limit: int | None, fd: int = -1) -> None:
+        self.fd = fd
+        self.block = plan.block_size
+        self.first = index * plan.stripe
+        self.blocks = plan.blocks
+        self.order: list[int] | range = range(plan.blocks)
+        if plan.random:  # every block once per pass, shuffled (like fio's random map)
+            self.order = list(range(plan.blocks))
+            random.Random(0x5EED + index).shuffle(self.order)
+        self.limit = limit
+        self.cursor = itertools.count()  # next() is atomic under the GIL
+        self.lock = threading.Lock()
+        self.every: int | None = None  # I/Os between two maintenance points
+        if not plan.direct and drop_cache:
+            self.every = plan.blocks if plan.is_read else (plan.flush_every or 0) // plan.block_size or None
+        self.next_point = self.every or 0
+        self.is_read = plan.is_read
+        self.stripe = plan.stripe
+
+    def next_offset(self) -> int | None:
+        """The next I/O's offset, None when the stream is done; first the stream's maintenance
+        when its count passes a point: fdatasync (writes) or dropping the stripe's cached pages
+        at a new pass (reads)."""
+        n = next(self.cursor)
+        if self.limit is not None and n >= self.limit:
+            return None
+        if self.every and n >= self.next_point:
+            with self.lock:
+                if n >= self.next_point:
+                    if self.is_read:
+                        os.posix_fadvise(self.fd, self.first, self.stripe, os.POSIX_FADV_DONTNEED)
+                    else:
+                        os.fdatasync(self.fd)
+                    self.next_point += self.every
+        return self.first + self.order[n % self.blocks] * self.block
+
+
 class NativeEngine:
     """``drop_cache=False`` keeps the page cache between rounds: only for checking that the
     cache detector notices (a real benchmark never measures that way)."""
 
     name = "native"
 
-    def __init__(self, *, drop_cache: bool = True, use_aio: bool = True) -> None:
+    def __init__(self, *, drop_cache: bool = True, kernel_queues: bool = True) -> None:
         self.drop_cache = drop_cache
-        self.use_aio = use_aio  # direct rounds through Linux AIO (io_submit), where available
+        # I/Os in flight through Linux AIO (direct) and io_uring (buffered) where available;
+        # False: one thread per I/O in flight (see native_schedule)
+        self.kernel_queues = kernel_queues
 
     def version(self) -> str:
         return __version__
@@ -168,77 +251,48 @@ class NativeEngine:
         observe = observe or Observe()
         if workload.kind == "files":
             return self.run_files(workload, path.parent / SMALLFILES_DIR, runtime=runtime, observe=observe)
-        size = path.stat().st_size
-        if workload.extent is not None:
-            size = min(size, workload.extent)
-        block = workload.block_size
-        blocks = size // block
-        if blocks == 0:
-            raise ValueError(f"{path} ({size} bytes) is smaller than one {block}-byte block")
-        # dd-style: exactly one pass over a fixed amount instead of a time limit
-        limit: int | None = None  # most I/Os the round may do
-        if workload.amount is not None:
-            limit = max(1, min(blocks, workload.amount // block))
-        time_based = limit is None
-        mode = "buffered"
-        flags = os.O_RDWR
-        if direct:
-            mode = probe_io_mode(path)
-            flags |= os.O_DIRECT
+        mode = probe_io_mode(path) if direct else "buffered"
         truly_direct = mode == "direct"
-        if limit is None and observe.one_pass(workload.is_read, mode):
-            limit = blocks
+        plan = io_plan(workload, path.stat().st_size, truly_direct)
+        queues = self.kernel_queues
+        schedule = native_schedule(plan, queues and aio.available(), queues and uring.available())
+        block = plan.block_size
+        one_pass = workload.amount is None and observe.one_pass(workload.is_read, mode)
+        # most I/Os one stream may do: dd moves its amount once, a one-pass round its stripe
+        limit: int | None = plan.amount // block if plan.amount is not None else None
+        if one_pass:
+            limit = plan.blocks
+        time_based = plan.amount is None
 
-        # Order of blocks: sequential, or each block once per pass in random order (like
-        # fio's random map), so a buffered pass never hits the same page twice.
-        order: list[int] | range = range(blocks)
-        if workload.is_random:
-            order = list(range(blocks))
-            random.Random(0x5EED).shuffle(order)
-        cursor = itertools.count()  # next() is atomic under the GIL
-        lock = threading.Lock()
-        # Buffered: reads forget the file's cached pages once per pass, writes flush every few MiB.
-        every = blocks if workload.is_read else max(1, FLUSH_BYTES // block)
-        state = {"next": every}
-        maintain = (
-            (lambda: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED))
-            if workload.is_read
-            else (lambda: os.fdatasync(fd))
-        )
-
-        # Direct rounds: one thread per job, each keeping iodepth I/Os in flight with Linux AIO.
-        # Otherwise one thread per I/O in flight (buffered AIO would block in io_submit).
-        use_aio = truly_direct and self.use_aio and aio.available()
-        threads_count = workload.numjobs if use_aio else workload.iodepth * workload.numjobs
-        latencies: list[array] = [array("Q") for _ in range(threads_count)]
+        latencies: list[array] = [array("Q") for _ in schedule.workers]
         go = threading.Event()
         deadline = [0.0]
         errors: list[BaseException] = []
-
-        def next_offset() -> int | None:
-            n = next(cursor)
-            if limit is not None and n >= limit:
-                return None
-            return order[n % blocks] * block
-
         # One pool for the whole round: at most one partly used huge page, whatever the depth.
-        depth = workload.iodepth if use_aio else 1
-        pool = BufferPool(threads_count * depth, block)
-        try:
-            fd = os.open(path, flags)
+        pool = BufferPool(len(schedule.workers) * schedule.depth, block)
+        fds: list[int] = []
+        access = os.O_RDONLY if plan.is_read else os.O_RDWR  # as fio opens it (a FUSE daemon sees it)
+        try:  # O_DIRECT only where it is direct: served through the cache, it is a buffered round
+            for _ in range(plan.streams):
+                fds.append(os.open(path, access | (os.O_DIRECT if truly_direct else 0)))
         except BaseException:
+            for fd in fds:
+                os.close(fd)
             pool.close()
             raise
+        streams = [_Stream(plan, index, self.drop_cache, limit, fds[index]) for index in range(plan.streams)]
 
-        def aio_worker(index: int) -> None:
+        def queue_worker(index: int) -> None:
+            stream = streams[schedule.workers[index]]
+            run_queue = aio.run_queue if schedule.queue == "aio" else uring.run_queue
             try:
                 go.wait()
-                aio.run_queue(
-                    fd,
-                    pool.addresses[index * depth : (index + 1) * depth],
+                run_queue(
+                    stream.fd,
+                    pool.addresses[index * schedule.depth : (index + 1) * schedule.depth],
                     block,
-                    workload.is_read,
-                    next_offset,
+                    plan.is_read,
+                    stream.next_offset,
                     time.perf_counter_ns,
                     lambda: deadline[0] if time_based else 2**63,
                     latencies[index],
@@ -247,44 +301,40 @@ class NativeEngine:
                 errors.append(exc)
 
         def worker(index: int) -> None:
+            stream = streams[schedule.workers[index]]
             view = pool.views[index]
             lat = latencies[index]
             clock = time.perf_counter_ns
-            io = os.preadv if workload.is_read else os.pwritev
+            io = os.preadv if plan.is_read else os.pwritev
             go.wait()
             end = deadline[0]
             try:
                 while True:
-                    n = next(cursor)
-                    if limit is not None and n >= limit:
+                    offset = stream.next_offset()
+                    if offset is None:
                         break
-                    if self.drop_cache and not truly_direct and n >= state["next"]:
-                        with lock:
-                            if n >= state["next"]:
-                                maintain()
-                                state["next"] += every
-                    offset = order[n % blocks] * block
                     t0 = clock()
-                    done = io(fd, [view], offset)
+                    done = io(stream.fd, [view], offset)
                     lat.append(clock() - t0)
                     if done != block:
-                        raise OSError(
-                            errno.EIO, f"short {'read' if workload.is_read else 'write'} at {offset}"
-                        )
+                        raise OSError(errno.EIO, f"short {'read' if plan.is_read else 'write'} at {offset}")
                     if time_based and t0 >= end:
                         break
             except BaseException as exc:
                 errors.append(exc)
 
-        target = aio_worker if use_aio else worker
-        threads = [threading.Thread(target=target, args=(i,), daemon=True) for i in range(threads_count)]
+        target = worker if schedule.queue == "sync" else queue_worker
+        threads = [
+            threading.Thread(target=target, args=(i,), daemon=True) for i in range(len(schedule.workers))
+        ]
         try:
-            if not workload.is_read:
+            if not plan.is_read:
                 pool.fill_random()
             # without root only the file's own pages go: a read round then says so
             all_dropped = not truly_direct and self.drop_cache and host.drop_page_cache(path)
-            if workload.is_random and not truly_direct:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            if plan.advice == "random":  # per open file, as read-ahead state is
+                for fd in fds:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
             for thread in threads:
                 thread.start()
             observer = Observer(observe)
@@ -294,8 +344,9 @@ class NativeEngine:
             go.set()
             for thread in threads:
                 thread.join()
-            if not workload.is_read:
-                os.fdatasync(fd)  # written means on the device, not in the page cache
+            if plan.end_flush:  # written means on the device, not in the page cache
+                for fd in fds:  # each stream, as each fio job (end_fsync)
+                    os.fdatasync(fd)
             elapsed = (time.perf_counter_ns() - start) / 1e9
             observed = observer.stop()
         finally:
@@ -304,10 +355,11 @@ class NativeEngine:
                 with contextlib.suppress(RuntimeError):
                     thread.join()
             pool.close()
-            os.close(fd)
+            for fd in fds:
+                os.close(fd)
         if errors:
             raise errors[0]
-        if workload.is_read and not truly_direct and not all_dropped:
+        if plan.is_read and not truly_direct and not all_dropped:
             observed = with_caveat(observed, "cache-not-dropped")
 
         merged = sorted(itertools.chain.from_iterable(latencies))
@@ -322,9 +374,10 @@ class NativeEngine:
             lat_p99_us=percentile(merged, 0.99) / 1e3,
             lat_p999_us=percentile(merged, 0.999) / 1e3,
             latency=LATENCY_TOTAL,  # each I/O from its submission to its completion
+            round_definition=ROUND_DEFINITION,
             io_mode=mode,
-            logical_read_bytes=ios * block if workload.is_read else 0,
-            logical_write_bytes=0 if workload.is_read else ios * block,
+            logical_read_bytes=ios * block if plan.is_read else 0,
+            logical_write_bytes=0 if plan.is_read else ios * block,
             **observed,
         )
 

@@ -1,0 +1,246 @@
+"""io_uring through ctypes, for buffered rounds with more than one I/O in flight.
+
+Linux AIO cannot keep buffered I/O in flight (its submit blocks), and threads pay for the GIL at
+tens of thousands of I/Os per second. io_uring can: a read that finds its pages is done at
+once, one that has to wait is taken by the kernel's own workers. fio's io_uring engine does
+the same for buffered rounds, so both engines issue them alike (see workloads.IoPlan).
+
+Only on x86-64: the rings are shared memory read and written without atomic instructions
+from Python, which x86's ordering of stores and loads makes safe and weaker orderings do not.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+import os
+import platform
+import struct
+from collections.abc import Callable
+
+IO_URING_SETUP, IO_URING_ENTER = 425, 426  # the same numbers on every architecture
+IORING_OFF_SQ_RING, IORING_OFF_CQ_RING, IORING_OFF_SQES = 0, 0x8000000, 0x10000000
+IORING_ENTER_GETEVENTS = 1
+IORING_FEAT_SINGLE_MMAP = 1
+IORING_OP_READ, IORING_OP_WRITE = 22, 23  # kernel 5.6
+SQE_SIZE, CQE_SIZE = 64, 16
+# struct io_uring_sqe up to user_data: opcode, flags, ioprio, fd, off, addr, len, rw_flags, user_data
+SQE_HEAD = struct.Struct("<BBHiQQIIQ")
+
+
+class SqringOffsets(ctypes.Structure):
+    _fields_ = [
+        *((name, ctypes.c_uint32) for name in ("head", "tail", "ring_mask", "ring_entries", "flags")),
+        *((name, ctypes.c_uint32) for name in ("dropped", "array", "resv1")),
+        ("user_addr", ctypes.c_uint64),
+    ]
+
+
+class CqringOffsets(ctypes.Structure):
+    _fields_ = [
+        *((name, ctypes.c_uint32) for name in ("head", "tail", "ring_mask", "ring_entries", "overflow")),
+        *((name, ctypes.c_uint32) for name in ("cqes", "flags", "resv1")),
+        ("user_addr", ctypes.c_uint64),
+    ]
+
+
+class Params(ctypes.Structure):
+    """struct io_uring_params."""
+
+    _fields_ = [
+        *((name, ctypes.c_uint32) for name in ("sq_entries", "cq_entries", "flags", "sq_thread_cpu")),
+        *((name, ctypes.c_uint32) for name in ("sq_thread_idle", "features", "wq_fd")),
+        ("resv", ctypes.c_uint32 * 3),
+        ("sq_off", SqringOffsets),
+        ("cq_off", CqringOffsets),
+    ]
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    return libc if hasattr(libc, "syscall") else None
+
+
+_LIBC = _libc()
+_created: bool | None = None
+_features: int | None = None  # IORING_FEAT_* of this kernel, once a ring was created
+IORING_FEAT_SUBMIT_STABLE, IORING_FEAT_RW_CUR_POS = 1 << 2, 1 << 3
+NEEDED = IORING_FEAT_SUBMIT_STABLE | IORING_FEAT_RW_CUR_POS
+
+
+def _setup(entries: int, params: Params) -> int:
+    assert _LIBC is not None
+    _LIBC.syscall.restype = ctypes.c_long
+    return int(_LIBC.syscall(ctypes.c_long(IO_URING_SETUP), ctypes.c_uint(entries), ctypes.byref(params)))
+
+
+def creatable() -> bool:
+    """Whether this process may create an io_uring (kernel 5.1+, not refused by
+    kernel.io_uring_disabled or a seccomp filter): what fio's io_uring engine needs. Asked once."""
+    global _created, _features
+    if _created is None:
+        _created = False
+        if _LIBC is not None and platform.system() == "Linux":
+            params = Params()
+            fd = _setup(1, params)
+            if fd >= 0:
+                os.close(fd)
+                _created, _features = True, params.features
+    return _created
+
+
+def available() -> bool:
+    """Whether the native engine can run its buffered queues here: x86-64 (see the module's
+    note) and a kernel whose rings take IORING_OP_READ/WRITE (5.6, which also brought
+    IORING_FEAT_RW_CUR_POS) and copy each entry at submission (IORING_FEAT_SUBMIT_STABLE)."""
+    return platform.machine() == "x86_64" and creatable() and (_features or 0) & NEEDED == NEEDED
+
+
+def run_queue(
+    fd: int,
+    buffers: list[int],
+    block: int,
+    is_read: bool,
+    next_offset: Callable[[], int | None],
+    clock: Callable[[], int],
+    deadline: Callable[[], int],
+    latencies: list[int] | object,
+) -> None:
+    """Keep ``len(buffers)`` I/Os in flight on ``fd`` until ``next_offset()`` returns None or
+    the clock passes ``deadline()``; append each I/O's latency (ns) to ``latencies``. The
+    same contract as aio.run_queue, through an io_uring of ``len(buffers)`` entries."""
+    assert _LIBC is not None
+    syscall = _LIBC.syscall
+    syscall.restype = ctypes.c_long
+    depth = len(buffers)
+    params = Params()
+    ring_fd = _setup(depth, params)
+    if ring_fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"io_uring_setup: {os.strerror(err)}")
+    maps: list[mmap.mmap] = []
+    views: list[memoryview] = []
+    in_flight = 0
+    sq_off, cq_off = params.sq_off, params.cq_off
+    sq_tail_at, sq_array = sq_off.tail // 4, sq_off.array // 4
+    cq_head_at, cq_tail_at = cq_off.head // 4, cq_off.tail // 4
+    nr_enter, c_ring = ctypes.c_long(IO_URING_ENTER), ctypes.c_int(ring_fd)
+    c_one, getevents = ctypes.c_uint(1), ctypes.c_uint(IORING_ENTER_GETEVENTS)
+    no_size = ctypes.c_size_t(0)
+
+    def enter(to_submit: int) -> int:
+        while True:
+            done = syscall(nr_enter, c_ring, ctypes.c_uint(to_submit), c_one, getevents, None, no_size)
+            if done >= 0:
+                return int(done)
+            err = ctypes.get_errno()
+            if err != errno.EINTR:
+                raise OSError(err, f"io_uring_enter: {os.strerror(err)}")
+
+    try:
+        sq_size = sq_off.array + params.sq_entries * 4
+        cq_size = cq_off.cqes + params.cq_entries * CQE_SIZE
+        if params.features & IORING_FEAT_SINGLE_MMAP:
+            sq_size = cq_size = max(sq_size, cq_size)
+        shared = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        both = mmap.PROT_READ | mmap.PROT_WRITE
+
+        def mapped(size: int, offset: int) -> mmap.mmap:
+            maps.append(mmap.mmap(ring_fd, size, shared, both, offset=offset))
+            return maps[-1]
+
+        sq = mapped(sq_size, IORING_OFF_SQ_RING)
+        cq = sq if params.features & IORING_FEAT_SINGLE_MMAP else mapped(cq_size, IORING_OFF_CQ_RING)
+        sqes = mapped(params.sq_entries * SQE_SIZE, IORING_OFF_SQES)
+
+        def view(ring: mmap.mmap, kind: str) -> memoryview:
+            whole = memoryview(ring)
+            try:  # whole items only: a ring's length need not be a multiple of 8
+                views.append(whole[: len(whole) // 8 * 8].cast(kind))
+            finally:
+                whole.release()
+            return views[-1]
+
+        cq_words = view(cq, "I")  # first: the cleanup below reads the completions through it
+        sq_words, cq_quads, cq_ints, sqe_quads = view(sq, "I"), view(cq, "q"), view(cq, "i"), view(sqes, "q")
+        sq_mask = sq_words[sq_off.ring_mask // 4]
+        cq_mask = cq_words[cq_off.ring_mask // 4]
+        cqes = cq_off.cqes
+        opcode = IORING_OP_READ if is_read else IORING_OP_WRITE
+        for slot, address in enumerate(buffers):  # every field but the offset stays
+            SQE_HEAD.pack_into(sqes, slot * SQE_SIZE, opcode, 0, 0, fd, 0, address, block, 0, slot)
+        offsets = [0] * depth
+        started = [0] * depth
+        append = latencies.append  # type: ignore[attr-defined]
+        tail = sq_words[sq_tail_at]
+        batch: list[int] = []
+        for slot in range(depth):
+            offset = next_offset()
+            if offset is None:
+                break
+            offsets[slot] = offset
+            batch.append(slot)
+        stopping = False
+        while batch or in_flight:
+            if batch:
+                now = clock()
+                for slot in batch:
+                    sqe_quads[slot * 8 + 1] = offsets[slot]
+                    sq_words[sq_array + (tail & sq_mask)] = slot
+                    tail = (tail + 1) & 0xFFFFFFFF
+                    started[slot] = now
+                sq_words[sq_tail_at] = tail  # after the entries: the kernel reads it in enter()
+                submitted = enter(len(batch))
+                in_flight += submitted
+                if submitted != len(batch):
+                    raise OSError(errno.EAGAIN, f"io_uring took {submitted} of {len(batch)} I/Os")
+                batch = []
+            else:
+                enter(0)
+            head, ready = cq_words[cq_head_at], cq_words[cq_tail_at]
+            if head == ready:
+                continue
+            now = clock()
+            stopping = stopping or now >= deadline()
+            try:
+                while head != ready:
+                    at = cqes + (head & cq_mask) * CQE_SIZE
+                    slot, result = cq_quads[at // 8], cq_ints[at // 4 + 2]
+                    head = (head + 1) & 0xFFFFFFFF
+                    in_flight -= 1
+                    append(now - started[slot])
+                    if result != block:
+                        err = -result if result < 0 else errno.EIO
+                        what = "read" if is_read else "write"
+                        raise OSError(err, f"{what} of {block} bytes at {offsets[slot]}: {os.strerror(err)}")
+                    if not stopping:
+                        offset = next_offset()
+                        if offset is None:
+                            stopping = True
+                        else:
+                            offsets[slot] = offset
+                            batch.append(slot)
+            finally:  # consumed, also when one of them failed (the cleanup counts from here)
+                cq_words[cq_head_at] = head
+    finally:
+        if in_flight > 0 and views:  # an error with I/Os still out: wait for them before the buffers go
+            cq_words = views[0]
+            while in_flight > 0:
+                try:
+                    enter(0)
+                except OSError:
+                    break
+                head, ready = cq_words[cq_head_at], cq_words[cq_tail_at]
+                in_flight -= (ready - head) & 0xFFFFFFFF
+                cq_words[cq_head_at] = ready
+        try:
+            for item in views:
+                item.release()
+            for ring in maps:
+                ring.close()
+        finally:
+            os.close(ring_fd)

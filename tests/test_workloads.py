@@ -1,0 +1,57 @@
+"""workloads.io_plan: the one definition of a round that both engines implement."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_encperf.workloads import CDM, CDM_NVME, DD, FLUSH_BYTES, MATRIX, KiB, MiB, Workload, io_plan
+
+
+def by_label(profile: tuple[Workload, ...], label: str, rw: str) -> Workload:
+    return next(w for w in profile if w.label == label and w.rw == rw)
+
+
+def test_q8t1_is_one_stream_with_eight_in_flight_in_both_modes() -> None:
+    seq_q8 = by_label(CDM, "SEQ1M Q8T1", "read")
+    for direct in (True, False):
+        plan = io_plan(seq_q8, 64 * MiB, direct)
+        assert (plan.streams, plan.outstanding, plan.in_flight) == (1, 8, 8)
+        assert plan.stripe == 64 * MiB and plan.blocks == 64 and not plan.random
+        assert plan.advice == "normal" and plan.flush_every is None and not plan.end_flush
+
+
+def test_threads_split_the_file_into_stripes_of_whole_blocks() -> None:
+    t16 = by_label(CDM_NVME, "RND4K Q32T16", "randread")
+    plan = io_plan(t16, 64 * MiB + 100, direct=True)
+    assert (plan.streams, plan.outstanding, plan.in_flight) == (16, 32, 512)
+    assert plan.stripe == 4 * MiB and plan.stripe % plan.block_size == 0
+    assert plan.random and plan.advice == "random"
+    # a file too small for one block per thread gets fewer streams, never an empty one
+    tiny = io_plan(t16, 8 * KiB, direct=True)
+    assert tiny.streams == 2 and tiny.stripe == 4 * KiB
+
+
+def test_writes_flush_every_16_mib_when_buffered_and_always_at_the_end() -> None:
+    write = by_label(CDM, "RND4K Q32T1", "randwrite")
+    buffered, direct = io_plan(write, 64 * MiB, False), io_plan(write, 64 * MiB, True)
+    assert buffered.flush_every == FLUSH_BYTES == 16 * MiB and buffered.end_flush
+    assert direct.flush_every is None and direct.end_flush
+    big = Workload("SEQ32M", "write", 32 * MiB)
+    assert io_plan(big, 64 * MiB, False).flush_every == 32 * MiB  # at least one block
+
+
+def test_dd_moves_its_amount_once_and_the_grid_its_extent() -> None:
+    assert io_plan(DD[0], 32 * MiB, False).amount == 32 * MiB  # the whole file when smaller
+    assert io_plan(DD[0], 256 * MiB, False).amount == 64 * MiB
+    assert io_plan(CDM[0], 64 * MiB, True).amount is None  # time based
+    small = MATRIX[0]
+    assert io_plan(small, 64 * MiB, True).stripe == small.extent == 4 * MiB
+
+
+def test_a_file_smaller_than_a_block_and_the_files_cycle_are_refused() -> None:
+    with pytest.raises(ValueError, match="smaller than one 1048576-byte block"):
+        io_plan(CDM[0], 512 * KiB, True)
+    from pytest_encperf.workloads import SMALLFILES
+
+    with pytest.raises(ValueError, match="not a block workload"):
+        io_plan(SMALLFILES[0], 64 * MiB, False)
