@@ -117,6 +117,7 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
             volume = open_volume(make_backend(BackendSpec.parse(spec)), target, run_dir / spec)
             try:
                 changes: dict[tuple[str, str], list[float]] = {}
+                flagged: dict[tuple[str, str], int] = {}  # repeats whose cell is "cached below"
                 plain_values: dict[tuple[str, str], list[float]] = {}
                 modes: set[str] = set()
                 for repeat in range(args.repeats):
@@ -131,6 +132,7 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
                             modes.update(result.io_modes)
                             key = (workload.name, engine.name)
                             changes.setdefault(key, []).append(result.change_percent or 0.0)
+                            flagged[key] = flagged.get(key, 0) + result.cached_below
                             metric = result.primary_metric
                             plain_values.setdefault(key, []).append(
                                 statistics.median(getattr(m, metric) for m in result.baseline_rounds)
@@ -142,7 +144,7 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
                 )
                 print(
                     f"{'workload':22} {'fio overhead':>13} {'native overhead':>16} {'diff':>6}"
-                    f"   {'plain fio / native':>20}   repeats fio | native"
+                    f"   {'plain fio / native':>20}   repeats fio | native   cached below fio/native"
                 )
                 for workload in workloads:
                     fio_changes, native_changes = (
@@ -159,6 +161,7 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
                         f"   {plain_f:9.0f} / {plain_n:<9.0f}"
                         f"   {' '.join(f'{c:+.1f}' for c in fio_changes)} | "
                         f"{' '.join(f'{c:+.1f}' for c in native_changes)}"
+                        f"   {flagged[(workload.name, 'fio')]}/{flagged[(workload.name, 'native')]}"
                     )
             finally:
                 close_volume(volume)

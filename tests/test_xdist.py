@@ -61,6 +61,9 @@ def pytest_encperf_update_machine_info(config, machine_info):
         machine_info["node"] = os.environ.get("FAKE_NODE", os.environ["FAKE_MACHINE"])
 
 
+import pytest
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _workers_start_together(request):
     # START_TOGETHER=<dir>: each worker waits (before its volumes) until both are there, so
@@ -69,7 +72,8 @@ def _workers_start_together(request):
     workerinput = getattr(request.config, "workerinput", None)
     if not barrier or workerinput is None:
         return
-    import pathlib, time
+    import pathlib
+    import time
 
     (pathlib.Path(barrier) / workerinput["workerid"]).touch()
     deadline = time.monotonic() + 60
