@@ -53,7 +53,9 @@ class IOEvent(ctypes.Structure):
     ]
 
 
-def _libc() -> ctypes.CDLL | None:
+def libc_with_syscall() -> ctypes.CDLL | None:
+    """The C library with errno kept, if it has syscall(2) (the AIO and io_uring calls have no
+    wrappers of their own in glibc)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
@@ -61,7 +63,7 @@ def _libc() -> ctypes.CDLL | None:
     return libc if hasattr(libc, "syscall") else None
 
 
-_LIBC = _libc()
+_LIBC = libc_with_syscall()
 _NUMBERS = _SYSCALLS.get(platform.machine())
 
 

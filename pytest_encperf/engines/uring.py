@@ -19,6 +19,8 @@ import platform
 import struct
 from collections.abc import Callable
 
+from .aio import libc_with_syscall
+
 IO_URING_SETUP, IO_URING_ENTER = 425, 426  # the same numbers on every architecture
 IORING_OFF_SQ_RING, IORING_OFF_CQ_RING, IORING_OFF_SQES = 0, 0x8000000, 0x10000000
 IORING_ENTER_GETEVENTS = 1
@@ -57,15 +59,7 @@ class Params(ctypes.Structure):
     ]
 
 
-def _libc() -> ctypes.CDLL | None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-    return libc if hasattr(libc, "syscall") else None
-
-
-_LIBC = _libc()
+_LIBC = libc_with_syscall()
 _created: bool | None = None
 _features: int | None = None  # IORING_FEAT_* of this kernel, once a ring was created
 IORING_FEAT_SUBMIT_STABLE, IORING_FEAT_RW_CUR_POS = 1 << 2, 1 << 3
@@ -110,9 +104,8 @@ def run_queue(
     deadline: Callable[[], int],
     latencies: list[int] | object,
 ) -> None:
-    """Keep ``len(buffers)`` I/Os in flight on ``fd`` until ``next_offset()`` returns None or
-    the clock passes ``deadline()``; append each I/O's latency (ns) to ``latencies``. The
-    same contract as aio.run_queue, through an io_uring of ``len(buffers)`` entries."""
+    """aio.run_queue's contract (the native engine calls either), through an io_uring of
+    ``len(buffers)`` entries."""
     assert _LIBC is not None
     syscall = _LIBC.syscall
     syscall.restype = ctypes.c_long
