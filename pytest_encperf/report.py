@@ -81,6 +81,12 @@ CACHED_BELOW_MEANING = (
 )
 
 
+def _vs_plain(result: Result) -> str:
+    """The detail table's and the Markdown's ``vs plain``: the median paired ratio as a change,
+    and whether memory below the volume explains a read beating plain."""
+    return _format_change(result.change_percent) + (f" {CACHED_BELOW_MARK}" if result.cached_below else "")
+
+
 def _shown_change(result: Result, value: str) -> float | None:
     """The change the summary shows: the backend's figure against its own plain rounds' figure
     (both ``value``: best or median), so that it follows from the two numbers shown."""
@@ -295,9 +301,6 @@ def detail_table(results: list[Result], ceilings: Mapping[str, float | None] | N
         base_physical = _physical(result.baseline_rounds, is_read)
         if "CACHED" in base_physical or result.cached_below:
             physical += f" (plain {base_physical})"
-        change = _format_change(result.change_percent)
-        if result.cached_below:
-            change += f" {CACHED_BELOW_MARK}"
         caveats.update(result.caveats)
         engine = _engines(result.rounds)
         if result.baseline_rounds and _engines(result.baseline_rounds) != engine:
@@ -315,7 +318,7 @@ def detail_table(results: list[Result], ceilings: Mapping[str, float | None] | N
             daemon_text,
             _format_value(result.median("mb_per_s", baseline=True)) if result.baseline_rounds else "-",
             _format_value(result.median("cpu_s_per_gib", baseline=True)) if result.baseline_rounds else "-",
-            change,
+            _vs_plain(result),
             "-" if efficiency is None else f"{efficiency:.0%}",
             engine,
             mode,
@@ -595,7 +598,7 @@ def results_markdown(results: list[Result]) -> str:
             _format_value(r.median("lat_p99_us")),
             _format_value(r.median("cpu_s_per_gib")),
             _format_value(r.median("mb_per_s", baseline=True)) if r.baseline_rounds else "-",
-            _format_change(r.change_percent) + (f" {CACHED_BELOW_MARK}" if r.cached_below else ""),
+            _vs_plain(r),
             str(len(r.rounds)),
         ]
         for r in results

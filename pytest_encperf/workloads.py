@@ -111,19 +111,21 @@ class IoPlan:
     - buffered: AIO would block in its submit, so both engines use io_uring, whose kernel
       workers take what has to wait;
     - one at a time (Q1), in either mode: a plain synchronous call (fio's psync).
-      The kernel sees ``outstanding`` requests of one stream on one open file: one read-ahead
-      state, offsets in the stream's order. (Not ``outstanding`` threads on stripes of their
-      own: those are that many sequential streams, each with its own read-ahead, which is
-      not Q8T1.)
+
+    The kernel sees ``outstanding`` requests of one stream on one open file: one read-ahead
+    state, offsets in the stream's order. (Not ``outstanding`` threads on stripes of their
+    own: those are that many sequential streams, each with its own read-ahead, which is not
+    Q8T1.)
 
     Writes are flushed: buffered, each stream calls fdatasync after every ``flush_every``
     bytes it wrote (dirty memory stays bounded and the round measures the storage), and every
     write round ends with fdatasync inside its timed part; it drops nothing between passes (the
-    page cache is dropped before the round). A buffered read round drops the
-    stream's cached pages at the start of each pass, so a pass never reads a page the previous
-    one left; within a pass nothing is dropped: a page the layer below read ahead for one I/O
-    may serve a later one (that is the stack's own behaviour; the report flags a read that beats
-    plain this way, see model.Result.cached_below). Random streams ask for no read-ahead on the
+    page cache is dropped before the round). A buffered read round drops the stream's cached
+    pages at the start of each pass, so a pass does not read what the previous one cached (bar
+    the few reads still in flight at the turn, in both engines); within a pass nothing is
+    dropped: a page the layer below read ahead for one I/O may serve a later one (that is the
+    stack's own behaviour; the report flags a read that beats plain this way, see
+    model.Result.cached_below). Random streams ask for no read-ahead on the
     file they read (POSIX_FADV_RANDOM); sequential streams give no advice (the kernel's default
     read-ahead, as any program gets it).
     """

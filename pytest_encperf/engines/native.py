@@ -6,8 +6,8 @@ flight with Linux AIO (``aio.run_queue``, one thread per stream), like fio's lib
 buffered rounds through io_uring (``uring.run_queue``), like fio's io_uring engine; one I/O at
 a time, in either mode, as plain preadv/pwritev calls, like fio's psync.
 Where AIO or io_uring cannot be used, each stream gets ``outstanding`` threads that take its
-offsets in turn (os.preadv and os.pwritev release the GIL). Buffers are page-aligned, cut from one mapping on
-transparent huge pages (see BufferPool). Flush points, page drops and the random order are
+offsets in turn (os.preadv and os.pwritev release the GIL). Buffers are page-aligned, cut from
+one mapping on transparent huge pages (see BufferPool). Flush points, page drops and the random order are
 the plan's (see IoPlan), so the page cache cannot inflate the numbers.
 """
 
@@ -29,12 +29,11 @@ from pathlib import Path
 
 from .. import __version__, host
 from ..model import LATENCY_TOTAL, Measurement
-from ..workloads import FLUSH_BYTES, ROUND_DEFINITION, SMALL_FILE_SIZES, IoPlan, MiB, Workload, io_plan
+from ..workloads import ROUND_DEFINITION, SMALL_FILE_SIZES, IoPlan, MiB, Workload, io_plan
 from . import TEST_FILE_NAME, aio, uring
 from .observe import Observe, Observer, busy_cpu_seconds, with_caveat
 
 __all__ = [
-    "FLUSH_BYTES",
     "NativeEngine",
     "busy_cpu_seconds",
     "native_schedule",
