@@ -77,9 +77,11 @@ class MountedVolume:
 
     @property
     def daemon_pids(self) -> tuple[int, ...]:
-        """The backend's own processes (FUSE daemons), from what its cleanups registered."""
+        """The backend's own processes (FUSE daemons): those its cleanups registered, and those
+        another program started for it (``Volume.foreign_daemons``)."""
         resources = [*self.volume.created.resources, *self.volume.mounted.resources]
-        return tuple(int(r.ident) for r in resources if r.kind == "process" and r.ident.isdigit())
+        ours = [int(r.ident) for r in resources if r.kind == "process" and r.ident.isdigit()]
+        return tuple(ours + [pid for pid in self.volume.foreign_daemons if pid not in ours])
 
     @property
     def caveats(self) -> tuple[str, ...]:

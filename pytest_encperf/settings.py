@@ -31,6 +31,7 @@ from .backends import PLANNED, BackendSpec, known_names, parse_backend_list
 from .compare import MIN_HISTORY, Rule, parse_rules
 from .engines import ENGINES
 from .html import matplotlib_problem
+from .parsing import parse_bool, parse_choice, parse_path
 from .targets import KINDS
 from .workloads import PROFILES, GiB, KiB, MiB
 
@@ -114,17 +115,6 @@ def parse_steady_cv(text: str) -> float | None:
     return number
 
 
-def parse_choice(choices: tuple[str, ...]) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        value = str(text).strip()
-        if value not in choices:
-            raise ValueError(f"bad value {text!r}: expected one of {', '.join(choices)}")
-        return value
-
-    parse.__doc__ = " | ".join(choices)
-    return parse
-
-
 def parse_profiles(text: str) -> list[str]:
     names = [name.strip() for name in str(text).split(",") if name.strip()]
     unknown = [name for name in names if name not in PROFILES]
@@ -148,26 +138,6 @@ def optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
     parse_optional.__doc__ = parse.__doc__
     return parse_optional
-
-
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
-
-
-def parse_bool(text: str) -> bool:
-    """A switch: 1/true/yes/on or 0/false/no/off (any case); the bare command-line flag gives 1."""
-    value = str(text).strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ValueError(f"bad switch value {text!r}: expected 1/true/yes/on or 0/false/no/off")
-
-
-def parse_path(text: str) -> Path:
-    """A file or directory path (created when written; ``~`` is expanded)."""
-    if not str(text).strip():
-        raise ValueError("bad path '': expected a file or directory name")
-    return Path(str(text).strip()).expanduser()
 
 
 def parse_html_path(text: str) -> Path:

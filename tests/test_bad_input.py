@@ -93,10 +93,11 @@ TABLE: dict[str, Bad] = {
     ),
     "fscrypt-contents": Bad(
         ("--encperf-backends=fscrypt:contents=rot13",),
-        "fscrypt: contents must be one of aes-256-xts, adiantum, aes-128-cbc, sm4-xts",
+        "fscrypt: contents: bad value 'rot13': expected one of aes-256-xts, adiantum, aes-128-cbc, sm4-xts",
     ),
     "fscrypt-filenames": Bad(
-        ("--encperf-backends=fscrypt:filenames=rot13",), "fscrypt: filenames must be one of aes-256-cts"
+        ("--encperf-backends=fscrypt:filenames=rot13",),
+        "fscrypt: filenames: bad value 'rot13': expected one of aes-256-cts",
     ),
     # the other sources name themselves
     "env-rounds": Bad(

@@ -225,7 +225,7 @@ def test_a_failed_format_wipes_nothing(
     def failing_mkfs(device: Path, **_: object) -> None:
         raise host.HostError(f"mkfs.ext4 {device}: exit 1: simulated failure")
 
-    monkeypatch.setattr("pytest_encperf.backends.plain.make_ext4", failing_mkfs)
+    monkeypatch.setattr("pytest_encperf.backends.ext4.make_ext4", failing_mkfs)  # the base makes it
     target = Target("partition", scratch, 16 * MiB, device=partition, force=True)
     with pytest.raises(BackendError, match="simulated failure"):
         open_volume(make_backend(BackendSpec("plain")), target, scratch / "volume")

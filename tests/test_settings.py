@@ -75,7 +75,7 @@ def test_backend_list_auto_excludes_baseline_and_dedupes() -> None:
         ("fscrypt:contents", "expected key=value"),
         ("Bad Name", "expected name"),
         ("", "empty backend list"),
-        ("fscrypt:contents=rot13", "contents must be one of"),
+        ("fscrypt:contents=rot13", "fscrypt: contents: bad value 'rot13': expected one of"),
     ],
 )
 def test_backend_list_errors(text: str, message: str) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host, resources
-from pytest_encperf.backends import BackendSpec, Volume, make_backend, vcformat, veracrypt
+from pytest_encperf import host, resources, runner
+from pytest_encperf.backends import BackendSpec, Volume, fusedaemon, make_backend, vcformat, veracrypt
 from pytest_encperf.resources import Cleanup, Resource
 from pytest_encperf.targets import Target
 
@@ -248,12 +248,96 @@ def test_native_limits_are_skip_reasons(spec: str, problem: str, tmp_path: Path)
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("veracrypt:mode=turbo", "mode must be kernel or fuse"),
-        ("veracrypt:pim=-1", "pim must be 0 or more"),
-        ("veracrypt:hash=MD5", "hash must be one of"),
-        ("veracrypt:tool=gui", "tool must be auto, cli or native"),
+        ("veracrypt:mode=turbo", "veracrypt: mode: bad value 'turbo': expected one of kernel, fuse"),
+        ("veracrypt:pim=-1", "veracrypt: pim: bad value '-1': expected a whole number >= 0"),
+        ("veracrypt:hash=MD5", "veracrypt: hash: bad value 'MD5': expected one of SHA-512, SHA-256"),
+        ("veracrypt:tool=gui", "veracrypt: tool: bad value 'gui': expected one of auto, cli, native"),
     ],
 )
 def test_bad_parameters(spec: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make_backend(BackendSpec.parse(spec))
+
+
+HINT = "runs here (VeraCrypt's own crypto, no device-mapper)"
+
+
+@pytest.mark.skipif(not Path("/dev/fuse").exists(), reason="mode=fuse needs /dev/fuse here")
+def test_kernel_mode_without_device_mapper_names_the_fuse_spec_that_runs(
+    fake_veracrypt: StandIns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STANDIN_STDOUT_VERACRYPT", "  --stdin  Read password from standard input\n")
+    monkeypatch.setattr(
+        veracrypt, "device_mapper_problems", lambda: ["cryptsetup: kernel has no device-mapper"]
+    )
+    target = Target("container", tmp_path, 1 << 20)
+    fuse_problems = make_backend(BackendSpec.parse("veracrypt:mode=fuse")).problems(target)
+    assert fuse_problems == []
+    problems = make_backend(BackendSpec("veracrypt")).problems(target)
+    assert problems == [
+        "veracrypt (kernel mode): kernel has no device-mapper",
+        f"veracrypt:mode=fuse {HINT}",
+    ]
+    # the hint names the user's own spec, switched to mode=fuse
+    problems = make_backend(BackendSpec.parse("veracrypt:pim=5,mode=kernel")).problems(target)
+    assert f"veracrypt:pim=5,mode=fuse {HINT}" in problems
+    # with device-mapper, kernel mode runs: no problems, no hint
+    monkeypatch.setattr(veracrypt, "device_mapper_problems", lambda: [])
+    assert make_backend(BackendSpec("veracrypt")).problems(target) == []
+
+
+def test_no_fuse_hint_where_mode_fuse_cannot_run_either(
+    fake_veracrypt: StandIns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        veracrypt, "device_mapper_problems", lambda: ["cryptsetup: kernel has no device-mapper"]
+    )
+    target = Target("container", tmp_path, 1 << 20)
+    # this veracrypt has no --stdin: mode=fuse is refused as well, so it is not suggested
+    assert make_backend(BackendSpec.parse("veracrypt:mode=fuse")).problems(target) != []
+    assert not any(HINT in p for p in make_backend(BackendSpec("veracrypt")).problems(target))
+    # without /dev/fuse neither
+    monkeypatch.setenv("STANDIN_STDOUT_VERACRYPT", "--stdin\n")
+    monkeypatch.setattr(veracrypt, "_stdin_support", {})
+    real_exists = Path.exists
+    monkeypatch.setattr(Path, "exists", lambda self: False if str(self) == "/dev/fuse" else real_exists(self))
+    problems = make_backend(BackendSpec("veracrypt")).problems(target)
+    assert problems == ["veracrypt (kernel mode): kernel has no device-mapper"]
+
+
+def test_fuse_mode_attributes_veracrypts_forked_daemon(
+    fake_veracrypt: StandIns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """VeraCrypt forks its FUSE daemon (it carries the command's arguments, the container
+    among them): it is found after the map, its CPU counts in the daemon column, and it is
+    forgotten when the volume is dismounted."""
+    backend, volume = cli_volume("veracrypt:mode=fuse", tmp_path)
+    volume.state["container"] = container = tmp_path / "c.img"
+    monkeypatch.setenv("STANDIN_STDOUT_VERACRYPT", f"1: {container} /dev/loop7 - \n--stdin\n")
+    daemon = subprocess.Popen(["sleep", "60"])
+    asked: list[tuple[str, int]] = []
+
+    def found(argument: str, since: int) -> list[int]:
+        asked.append((argument, since))
+        return [daemon.pid]
+
+    monkeypatch.setattr(veracrypt, "foreign_daemon_pids", found)
+    before = fusedaemon.boot_ticks()
+    try:
+        backend.cli_map(volume, volume.mounted)
+        assert asked and asked[0][0] == str(container) and asked[0][1] >= before
+        assert volume.foreign_daemons == [daemon.pid]
+        mounted = runner.MountedVolume(backend, volume, tmp_path)
+        assert mounted.daemon_pids == (daemon.pid,)
+        volume.mounted.release()
+        assert volume.foreign_daemons == [] and mounted.daemon_pids == ()
+    finally:
+        daemon.kill()
+        daemon.wait()
+    # kernel mode: VeraCrypt's mapping is device-mapper, no daemon to attribute
+    asked.clear()
+    backend, volume = cli_volume("veracrypt", tmp_path / "kernel")
+    volume.state["container"] = container
+    backend.cli_map(volume, volume.mounted)
+    assert asked == [] and volume.foreign_daemons == []
+    volume.mounted.release()

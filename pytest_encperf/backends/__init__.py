@@ -15,10 +15,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+from uuid import uuid4
 
+from .. import host
 from ..host import HostError
+from ..parsing import parse_text
 from ..resources import Cleanup
-from ..targets import Target
+from ..targets import Target, create_container, wipe_own_signature
 
 # name -> "module:Class" (relative to this package) or a class registered by a hook
 REGISTRY: dict[str, str | type[BackendBase]] = {
@@ -103,6 +106,9 @@ class Volume:
     created: Cleanup = field(default_factory=Cleanup)  # released by destroy()
     mounted: Cleanup = field(default_factory=Cleanup)  # released by unmount()
     state: dict[str, Any] = field(default_factory=dict)  # backend-private (device paths, key ids)
+    # daemons serving this volume that another program started (VeraCrypt forks its FUSE
+    # process): their CPU counts as the volume's, like that of the daemons on ``mounted``
+    foreign_daemons: list[int] = field(default_factory=list)
 
 
 class Backend(Protocol):
@@ -129,10 +135,61 @@ class Backend(Protocol):
     def describe(self, volume: Volume) -> dict[str, Any]: ...
 
 
-class BackendBase:
-    """Shared plumbing: parameter checking and the idempotent unmount/destroy."""
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a backend's spec: its key, the parser of its text (a function of
+    ``pytest_encperf.parsing``: ValueError names the accepted forms), the value it has when the
+    spec leaves it out (None: not given, the tool's own default), and the help ``encperf
+    backends`` shows."""
 
-    accepted_params: dict[str, str] = {}  # name -> help
+    name: str
+    parse: Callable[[str], Any] = parse_text
+    default: Any = None
+    help: str = ""
+
+
+class BackendUnavailable(BackendError):
+    """create() or mount() of a backend that cannot run here: the message lists the reasons."""
+
+
+BLOCK_KINDS = ("container", "partition")  # targets that give a block device (loop or partition)
+
+
+class BackendBase:
+    """The common work of a backend; a new backend is one subclass in one module plus one line
+    in ``REGISTRY``.
+
+    What a subclass declares:
+
+    - ``params``: its parameter table, a tuple of ``Param(name, parser, default, help)``; the
+      parsed values are in ``self.options[name]`` (the default when the spec leaves it out). An
+      unknown key or a bad value is a ValueError naming the backend, the key and the accepted
+      forms. Checks that span parameters go in ``__init__`` after ``super().__init__(spec)``.
+    - ``requirements(target)``: what it needs of this machine (tools, kernel features, files
+      its spec names), each a skip reason starting with its name. ``problems(target)`` is the
+      target's own rules (``target_problems``, override only to relax them) plus these.
+    - ``build(volume)``: the steps of create() after the Volume exists (default: ext4 on the
+      target's block device, nothing on a directory). ``open(volume) -> Path``: the steps of
+      mount(), returning the root under which the data directory (``data_dir_name``) lives
+      (default: mount that ext4, or the volume's directory). ``describe(volume)``.
+    - optionally ``partition_refusal(target)`` (None when the volume lives on the partition)
+      and ``store_below``.
+
+    What the base does around those steps: create() and mount() refuse with
+    ``BackendUnavailable`` when the backend cannot run (create: ``problems`` and the placement
+    rules; mount: ``requirements``, since a created volume has changed its target); every
+    resource a step registers on ``volume.created`` / ``volume.mounted`` is released when the
+    step fails (``undo_on_failure``: destroy after a failed create, unmount after a failed
+    mount), and a tool or system error becomes a BackendError naming the spec and the step;
+    unmount() and destroy() release those cleanups, idempotently.
+
+    Helpers for the steps: ``target_device`` (the loop device over a fresh container, or the
+    partition), ``ext4_on_target`` (that device with ext4 on it), ``mount_target`` (it mounted,
+    or the directory), ``ext4_requirements`` and ``describe_target``.
+    """
+
+    params: tuple[Param, ...] = ()
+    data_dir_name = "data"
     # True when the volume keeps its data in a file (or device) that a user-space daemon reads
     # through the page cache below it (FUSE stores, dislocker, qemu). Dropping the test file's
     # pages between passes does not reach that cache, so buffered read rounds read at most one
@@ -140,15 +197,54 @@ class BackendBase:
     store_below = False
 
     def __init__(self, spec: BackendSpec) -> None:
-        unknown = [key for key, _ in spec.params if key not in self.accepted_params]
+        table = {param.name: param for param in self.param_table()}
+        unknown = [key for key, _ in spec.params if key not in table]
         if unknown:
-            accepted = ", ".join(sorted(self.accepted_params)) or "none"
+            accepted = ", ".join(sorted(table)) or "none"
             raise ValueError(f"backend {spec.name!r} has no parameter {unknown[0]!r} (accepted: {accepted})")
         self.spec = spec
+        given = spec.param_dict
+        self.options: dict[str, Any] = {}
+        for name, param in table.items():
+            if name not in given:
+                self.options[name] = param.default
+                continue
+            try:
+                self.options[name] = param.parse(given[name])
+            except ValueError as exc:
+                raise ValueError(f"{spec.name}: {name}: {exc}") from None
+
+    @classmethod
+    def param_table(cls) -> tuple[Param, ...]:
+        """``params``; a backend of a plugin written for older releases may still give
+        ``accepted_params = {name: help}`` instead: its values are kept as text."""
+        legacy: dict[str, str] | None = getattr(cls, "accepted_params", None)
+        if legacy is not None and not cls.params:
+            return tuple(Param(name, help=text) for name, text in legacy.items())
+        return cls.params
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    # ------------------------------------------------------------ availability
+    def problems(self, target: Target) -> list[str]:
+        """Why this backend cannot run on ``target`` here; empty when it can."""
+        return self.target_problems(target) + self.requirements(target)
+
+    def target_problems(self, target: Target) -> list[str]:
+        """The target's own rules (free space, root, loop devices, the partition's checks)."""
+        return target.problems()
+
+    def requirements(self, target: Target) -> list[str]:
+        """What this backend needs of the machine beyond the target (default: mkfs.ext4 on a
+        block target, for the default ``build``)."""
+        return self.ext4_requirements(target)
+
+    def ext4_requirements(self, target: Target) -> list[str]:
+        if target.kind not in BLOCK_KINDS:
+            return []
+        return [f"{self.name}: needs {tool} (e2fsprogs)" for tool in host.missing_tools("mkfs.ext4")]
 
     def partition_refusal(self, target: Target) -> str | None:
         """Why this backend's volume would not live on the partition target's device, or None
@@ -156,6 +252,36 @@ class BackendBase:
         lives elsewhere would be compared with plain measured on another disk. A backend that
         formats the target's device overrides this."""
         return "it does not say that its volume lives on the partition (a backend must format the device)"
+
+    def refuse_unless_available(self, reasons: list[str]) -> None:
+        if reasons:
+            raise BackendUnavailable(f"{self.spec}: cannot run here: " + "; ".join(reasons))
+
+    # ------------------------------------------------------------ life cycle
+    def create(self, target: Target, workdir: Path) -> Volume:
+        """Check, make the Volume, run ``build`` (undone by destroy() when it fails)."""
+        self.refuse_unless_available(self.problems(target) + placement_problems(self, target))
+        volume = Volume(self, target, workdir)
+        with self.undo_on_failure(volume, "create", self.destroy):
+            self.build(volume)
+        return volume
+
+    def mount(self, volume: Volume) -> Path:
+        """Check, run ``open`` (undone by unmount() when it fails), make the data directory."""
+        self.refuse_unless_available(self.requirements(volume.target))
+        with self.undo_on_failure(volume, "mount", self.unmount):
+            data_dir = self.open(volume) / self.data_dir_name
+            data_dir.mkdir(exist_ok=True)
+        volume.data_dir = data_dir
+        return data_dir
+
+    def build(self, volume: Volume) -> None:
+        """create()'s steps: register each resource on ``volume.created`` as it appears."""
+        self.ext4_on_target(volume)
+
+    def open(self, volume: Volume) -> Path:
+        """mount()'s steps: register each resource on ``volume.mounted``; return the root."""
+        return self.mount_target(volume)
 
     @contextlib.contextmanager
     def undo_on_failure(self, volume: Volume, step: str, undo: Callable[[Volume], None]) -> Iterator[None]:
@@ -183,6 +309,62 @@ class BackendBase:
             volume.created.release()
         except Exception as exc:
             raise BackendError(f"{self.spec}: destroy: {exc}") from exc
+
+    # ------------------------------------------------------------ the target, once
+    def target_device(self, volume: Volume) -> Path | None:
+        """The block device the target gives this volume: a loop device over a fresh sparse
+        container file (registered on ``volume.created``), the partition itself, or None on a
+        directory target. Recorded as ``state["device"]`` (the device whose counters the
+        runner reads) and ``state["loop_direct_io"]``."""
+        if volume.target.kind == "partition":
+            assert volume.target.device is not None
+            device = Path(str(volume.target.device))
+        elif volume.target.kind == "container":
+            loop = create_container(volume.target, volume.workdir, volume.created)
+            volume.state["loop_direct_io"] = loop.direct_io
+            device = loop.path
+        else:
+            return None
+        volume.state["device"] = device
+        return device
+
+    def ext4_on_target(self, volume: Volume, *, features: list[str] | None = None) -> Path | None:
+        """``target_device`` with a fresh ext4 on it (None on a directory target). On a
+        partition the wipe of that ext4 is registered first (an interrupted mkfs may have
+        written), and it wipes only the file system with this UUID."""
+        from .ext4 import make_ext4
+
+        device = self.target_device(volume)
+        if device is None:
+            return None
+        uuid = None
+        if volume.target.kind == "partition":
+            uuid = str(uuid4())
+            volume.created.push(f"wipe our ext4 on {device}", lambda: wipe_own_signature(device, uuid))
+        make_ext4(device, features=features, uuid=uuid)
+        return device
+
+    def mount_target(self, volume: Volume, cleanup: Cleanup | None = None) -> Path:
+        """The ext4 of ``ext4_on_target`` mounted at ``<workdir>/mnt`` (unmount registered on
+        ``cleanup``, default ``volume.mounted``), or the volume's directory on a directory target."""
+        from .ext4 import mount_ext4
+
+        if "device" not in volume.state:
+            return volume.workdir
+        return mount_ext4(volume, volume.state["device"], cleanup=cleanup)
+
+    def describe_target(self, volume: Volume, *, under: str = "") -> dict[str, Any]:
+        """The file system the volume's data (or ``under`` it, its store) lives on."""
+        from .ext4 import e2fsprogs_version
+
+        if volume.target.kind in BLOCK_KINDS:
+            info: dict[str, Any] = {"filesystem": "ext4" + under, "e2fsprogs": e2fsprogs_version()}
+            if volume.target.kind == "partition":
+                info["device"] = str(volume.target.device)
+            else:
+                info["loop_direct_io"] = volume.state.get("loop_direct_io")
+            return info
+        return {"filesystem": host.filesystem_type(volume.workdir) + under}
 
 
 def named_device_problems(name: str, param: str, device: Path, target: Target, use: str) -> list[str]:

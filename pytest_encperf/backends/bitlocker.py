@@ -25,10 +25,11 @@ from typing import Any
 
 from .. import host
 from ..host import HostError
+from ..parsing import parse_bool, parse_choice, parse_path
 from ..targets import Target
-from . import BackendBase, BackendError, BackendSpec, Volume, named_device_problems
+from . import BackendBase, BackendError, BackendSpec, Param, Volume, named_device_problems
 from .ext4 import MKFS_OPTIONS, e2fsprogs_version, mount_ext4
-from .fuse import _flag, fuse_problems, package_version, start_fuse_daemon, tool_problems
+from .fusedaemon import fuse_problems, package_version, start_fuse_daemon, tool_problems
 
 UNLOCK_PARAMS = ("password-file", "recovery-file", "bek-file")
 EXT4_BLOCK = 4096
@@ -60,32 +61,44 @@ FILESYSTEMS = ("existing", "ext4")
 
 class BitlockerBackend(BackendBase):
     store_below = True  # dislocker reads the image (or partition) through the page cache
-    accepted_params = {
-        "image": "path of a BitLocker volume image file",
-        "device": "path of a BitLocker block device (partition)",
-        "password-file": "file holding the user password (sent on stdin)",
-        "recovery-file": "file holding the 48-digit recovery password (dislocker takes it in argv)",
-        "bek-file": "BitLocker external key file (.BEK)",
-        "filesystem": "existing (mount what Windows made; default) or ext4 (reformat: destroys the content)",
-        "secret-in-argv": "yes: accept that with recovery-file= the recovery password is in dislocker's argv",
-    }
+    params = (
+        Param("image", parse_path, help="path of a BitLocker volume image file"),
+        Param("device", parse_path, help="path of a BitLocker block device (partition)"),
+        Param("password-file", parse_path, help="file holding the user password (sent on stdin)"),
+        Param(
+            "recovery-file",
+            parse_path,
+            help="file holding the 48-digit recovery password (dislocker takes it in argv)",
+        ),
+        Param("bek-file", parse_path, help="BitLocker external key file (.BEK)"),
+        Param(
+            "filesystem",
+            parse_choice(FILESYSTEMS),
+            "existing",
+            "existing (mount what Windows made) or ext4 (reformat: destroys the content)",
+        ),
+        Param(
+            "secret-in-argv",
+            parse_bool,
+            False,
+            "yes: accept that with recovery-file= the recovery password is in dislocker's argv",
+        ),
+    )
+    data_dir_name = "encperf-data"  # beside what the volume holds
 
     def __init__(self, spec: BackendSpec) -> None:
         super().__init__(spec)
-        params = spec.param_dict
-        self.filesystem = params.get("filesystem", "existing")
-        if self.filesystem not in FILESYSTEMS:
-            raise ValueError(f"bitlocker: filesystem must be one of {', '.join(FILESYSTEMS)}")
-        if "image" in params and "device" in params:
+        self.filesystem: str = self.options["filesystem"]
+        self.image: Path | None = self.options["image"]
+        self.device: Path | None = self.options["device"]
+        if self.image is not None and self.device is not None:
             raise ValueError("bitlocker: give image= or device=, not both")
-        given = [key for key in UNLOCK_PARAMS if key in params]
+        given = [key for key in UNLOCK_PARAMS if self.options[key] is not None]
         if len(given) > 1:
             raise ValueError(f"bitlocker: give one of {', '.join(UNLOCK_PARAMS)}, not {' and '.join(given)}")
-        self.image = Path(params["image"]) if "image" in params else None
-        self.device = Path(params["device"]) if "device" in params else None
         self.source = self.image or self.device
-        self.unlock = (given[0], Path(params[given[0]])) if given else None
-        self.secret_in_argv = _flag(spec, "secret-in-argv")
+        self.unlock: tuple[str, Path] | None = (given[0], self.options[given[0]]) if given else None
+        self.secret_in_argv: bool = self.options["secret-in-argv"]
         if given == ["recovery-file"] and not self.secret_in_argv:
             raise ValueError(
                 "bitlocker: dislocker takes a recovery password only in its arguments, where every "
@@ -102,8 +115,8 @@ class BitlockerBackend(BackendBase):
             f"with device={target.device})"
         )
 
-    def problems(self, target: Target) -> list[str]:
-        found = target.problems()
+    def requirements(self, target: Target) -> list[str]:
+        found = []
         name = self.name
         if self.source is None:
             found.append(
@@ -169,34 +182,28 @@ class BitlockerBackend(BackendBase):
         volume.mounted.loop(loop.path, decrypted)
         volume.state.update(device=loop.path, loop_direct_io=loop.direct_io)
 
-    def create(self, target: Target, workdir: Path) -> Volume:
-        volume = Volume(self, target, workdir)
-        with self.undo_on_failure(volume, "open", self.destroy):
-            if self.source is None or self.unlock is None:
-                raise BackendError(f"{self.spec}: " + "; ".join(self.problems(target)))
-            refused = self.source_problems(target)  # problems() said so; never rely on it here
-            if refused:
-                raise BackendError(f"{self.spec}: " + "; ".join(refused))
-            if not self.source.exists():
-                what = "image" if self.image is not None else "device"
-                raise BackendError(f"{self.spec}: {what} {self.source} does not exist")
-            kind, path = self.unlock
-            try:
-                if kind != "bek-file":
-                    # kept in memory for remounts; forgotten at destroy
-                    volume.state["secret"] = host.Secret(path.read_bytes().strip())
-                    volume.created.push("forget password", lambda: volume.state.pop("secret", None))
-                elif not path.is_file():
-                    raise FileNotFoundError(2, "no such file", str(path))
-            except OSError as exc:
-                raise BackendError(f"{self.spec}: {kind} {path}: {exc.strerror}") from exc
-            self.dislocker_dir(volume).mkdir()
-            volume.created.path(self.dislocker_dir(volume))
-            volume.created.path(workdir / "dislocker.log")
-            self.open_volume(volume)
-            if self.filesystem == "ext4":
-                self.make_ext4_around_metadata(volume)
-        return volume
+    def build(self, volume: Volume) -> None:
+        # create() checked problems() (source and unlock given, the device allowed)
+        assert self.source is not None and self.unlock is not None
+        if not self.source.exists():
+            what = "image" if self.image is not None else "device"
+            raise BackendError(f"{self.spec}: {what} {self.source} does not exist")
+        kind, path = self.unlock
+        try:
+            if kind != "bek-file":
+                # kept in memory for remounts; forgotten at destroy
+                volume.state["secret"] = host.Secret(path.read_bytes().strip())
+                volume.created.push("forget password", lambda: volume.state.pop("secret", None))
+            elif not path.is_file():
+                raise FileNotFoundError(2, "no such file", str(path))
+        except OSError as exc:
+            raise BackendError(f"{self.spec}: {kind} {path}: {exc.strerror}") from exc
+        self.dislocker_dir(volume).mkdir()
+        volume.created.path(self.dislocker_dir(volume))
+        volume.created.path(volume.workdir / "dislocker.log")
+        self.open_volume(volume)
+        if self.filesystem == "ext4":
+            self.make_ext4_around_metadata(volume)
 
     def metadata_text(self) -> str:
         """``dislocker-metadata`` output: the volume's header, readable without the key."""
@@ -283,15 +290,10 @@ class BitlockerBackend(BackendBase):
         volume.mounted.mount(mountpoint)
         return mountpoint
 
-    def mount(self, volume: Volume) -> Path:
-        with self.undo_on_failure(volume, "mount", self.unmount):
-            if not volume.mounted:  # after an unmount: unlock again
-                self.open_volume(volume)
-            root = self.mount_filesystem(volume)
-            data_dir = root / "encperf-data"
-            data_dir.mkdir(exist_ok=True)
-        volume.data_dir = data_dir
-        return data_dir
+    def open(self, volume: Volume) -> Path:
+        if not volume.mounted:  # after an unmount: unlock again
+            self.open_volume(volume)
+        return self.mount_filesystem(volume)
 
     def describe(self, volume: Volume) -> dict[str, Any]:
         info: dict[str, Any] = {

@@ -29,8 +29,9 @@ from uuid import uuid4
 
 from .. import host
 from ..ceiling import dm_crypt_cipher
-from ..targets import Target, create_container, wipe_own_signature
-from . import BackendBase, BackendError, BackendSpec, Volume, named_device_problems
+from ..parsing import parse_bool, parse_int, parse_int_choice, parse_path
+from ..targets import Target, wipe_own_signature
+from . import BackendBase, BackendError, BackendSpec, Param, Volume, named_device_problems
 from .ext4 import e2fsprogs_version, make_ext4, mount_ext4
 
 CRYPTSETUP_PACKAGE = "cryptsetup-bin"  # Debian/Ubuntu package with cryptsetup and dmsetup
@@ -43,14 +44,6 @@ _names = itertools.count()
 def mapping_name() -> str:
     """A device-mapper name unique to this process and call."""
     return f"encperf-{os.getpid()}-{next(_names)}"
-
-
-def _flag(value: str, param: str) -> bool:
-    if value.lower() in ("1", "yes", "true", "on"):
-        return True
-    if value.lower() in ("0", "no", "false", "off"):
-        return False
-    raise ValueError(f"{param} must be 1 or 0 (yes/no, true/false), not {value!r}")
 
 
 def dm_target_present(target: str, module: str) -> bool:
@@ -117,8 +110,11 @@ class CryptsetupBackend(BackendBase):
 
     fs_label = "encperf"
 
-    def problems(self, target: Target) -> list[str]:
-        found = target.problems() if self.uses_container(target) else []
+    def target_problems(self, target: Target) -> list[str]:
+        return target.problems() if self.uses_container(target) else []
+
+    def requirements(self, target: Target) -> list[str]:
+        found = []
         if target.kind == "directory":
             found.append(f"{self.name}: needs a block device (--encperf-target=container or partition)")
         found += device_mapper_problems()
@@ -135,11 +131,9 @@ class CryptsetupBackend(BackendBase):
     # -- what subclasses provide
     def prepare_device(self, volume: Volume) -> Path:
         """Make or find the block device that holds the encrypted volume."""
-        if volume.target.kind == "partition":
-            return Path(str(volume.target.device))
-        loop = create_container(volume.target, volume.workdir, volume.created)
-        volume.state["loop_direct_io"] = loop.direct_io
-        return loop.path
+        device = self.target_device(volume)
+        assert device is not None  # a directory target is refused by requirements()
+        return device
 
     def format(self, volume: Volume, device: Path) -> None:
         """Write the encryption header (nothing for formats we only open)."""
@@ -148,16 +142,13 @@ class CryptsetupBackend(BackendBase):
         raise NotImplementedError
 
     # -- the life cycle
-    def create(self, target: Target, workdir: Path) -> Volume:
-        volume = Volume(self, target, workdir)
-        with self.undo_on_failure(volume, "create", self.destroy):
-            device = self.prepare_device(volume)
-            volume.state["device"] = device
-            self.format(volume, device)
-            mapped = self.open_mapping(volume, volume.created)
-            make_ext4(mapped, label=self.fs_label)
-            self.close_mapping(volume)
-        return volume
+    def build(self, volume: Volume) -> None:
+        device = self.prepare_device(volume)
+        volume.state["device"] = device
+        self.format(volume, device)
+        mapped = self.open_mapping(volume, volume.created)
+        make_ext4(mapped, label=self.fs_label)
+        self.close_mapping(volume)
 
     def open_mapping(self, volume: Volume, cleanup: host.Cleanup) -> Path:
         name = mapping_name()
@@ -173,14 +164,10 @@ class CryptsetupBackend(BackendBase):
         if name:
             host.remove_dm(name)
 
-    def mount(self, volume: Volume) -> Path:
-        with self.undo_on_failure(volume, "mount", self.unmount):
-            mapped = self.open_mapping(volume, volume.mounted)
-            volume.state["status"] = status(volume.state["dm_name"])
-            root = mount_ext4(volume, mapped)
-            volume.data_dir = root / "data"
-            volume.data_dir.mkdir(exist_ok=True)
-        return volume.data_dir
+    def open(self, volume: Volume) -> Path:
+        mapped = self.open_mapping(volume, volume.mounted)
+        volume.state["status"] = status(volume.state["dm_name"])
+        return mount_ext4(volume, mapped)
 
     def unmount(self, volume: Volume) -> None:
         super().unmount(volume)
@@ -218,50 +205,57 @@ PERF_FLAGS = {
     "same-cpu-crypt": ["--perf-same_cpu_crypt"],
     "submit-from-crypt-cpus": ["--perf-submit_from_crypt_cpus"],
 }
+PERF_PARAMS = (
+    Param(
+        "no-workqueue",
+        parse_bool,
+        False,
+        "1: bypass dm-crypt's read and write workqueues (--perf-no_*_workqueue)",
+    ),
+    Param(
+        "same-cpu-crypt",
+        parse_bool,
+        False,
+        "1: encrypt on the CPU that submitted the I/O (--perf-same_cpu_crypt)",
+    ),
+    Param(
+        "submit-from-crypt-cpus",
+        parse_bool,
+        False,
+        "1: submit writes from the crypt threads (--perf-submit_from_crypt_cpus)",
+    ),
+)
+SECTOR_SIZES = parse_int_choice((512, 1024, 2048, 4096))
 
 
 class LuksBackend(CryptsetupBackend):
     """``luks2`` (alias ``luks``) and ``luks1``: we format, with a random key in a key file."""
 
-    accepted_params = {
-        "cipher": "cipher spec, e.g. aes-xts-plain64 (cryptsetup's default), serpent-xts-plain64",
-        "key-size": "key bits, e.g. 256 or 512 (XTS: two keys)",
-        "hash": "hash for the key derivation and anti-forensic splitter, e.g. sha256",
-        "sector-size": "encryption sector bytes, 512..4096 (LUKS2 only)",
-        "no-workqueue": "1: bypass dm-crypt's read and write workqueues (--perf-no_*_workqueue)",
-        "same-cpu-crypt": "1: encrypt on the CPU that submitted the I/O (--perf-same_cpu_crypt)",
-        "submit-from-crypt-cpus": "1: submit writes from the crypt threads (--perf-submit_from_crypt_cpus)",
-        "integrity": "LUKS2 authenticated encryption through dm-integrity, e.g. hmac-sha256",
-    }
+    params = (
+        Param("cipher", help="cipher spec, e.g. aes-xts-plain64 (cryptsetup's default), serpent-xts-plain64"),
+        Param("key-size", parse_int(8, multiple_of=8), help="key bits, e.g. 256 or 512 (XTS: two keys)"),
+        Param("hash", help="hash for the key derivation and anti-forensic splitter, e.g. sha256"),
+        Param("sector-size", SECTOR_SIZES, help="encryption sector bytes, 512..4096 (LUKS2 only)"),
+        *PERF_PARAMS,
+        Param("integrity", help="LUKS2 authenticated encryption through dm-integrity, e.g. hmac-sha256"),
+    )
 
     def __init__(self, spec: BackendSpec) -> None:
         super().__init__(spec)
-        params = spec.param_dict
         self.luks_type = "luks1" if spec.name == "luks1" else "luks2"
-        self.cipher = params.get("cipher")
-        self.key_size = self._int(params, "key-size")
-        self.hash = params.get("hash")
-        self.sector_size = self._int(params, "sector-size")
-        self.integrity = params.get("integrity")
-        self.perf = [name for name in PERF_FLAGS if _flag(params.get(name, "0"), f"{spec.name}: {name}")]
-        if self.sector_size is not None:
-            if self.luks_type == "luks1":
-                raise ValueError("luks1: sector-size needs LUKS2 (use luks2:sector-size=...)")
-            if self.sector_size not in (512, 1024, 2048, 4096):
-                raise ValueError(f"{spec.name}: sector-size must be 512, 1024, 2048 or 4096")
+        self.cipher: str | None = self.options["cipher"]
+        self.key_size: int | None = self.options["key-size"]
+        self.hash: str | None = self.options["hash"]
+        self.sector_size: int | None = self.options["sector-size"]
+        self.integrity: str | None = self.options["integrity"]
+        self.perf = [name for name in PERF_FLAGS if self.options[name]]
+        if self.sector_size is not None and self.luks_type == "luks1":
+            raise ValueError("luks1: sector-size needs LUKS2 (use luks2:sector-size=...)")
         if self.integrity and self.luks_type == "luks1":
             raise ValueError("luks1: integrity needs LUKS2 (use luks2:integrity=...)")
 
-    def _int(self, params: dict[str, str], key: str) -> int | None:
-        if key not in params:
-            return None
-        try:
-            return int(params[key])
-        except ValueError:
-            raise ValueError(f"{self.spec.name}: {key} must be a whole number, not {params[key]!r}") from None
-
-    def problems(self, target: Target) -> list[str]:
-        found = super().problems(target)
+    def requirements(self, target: Target) -> list[str]:
+        found = super().requirements(target)
         has_dm = not any("device-mapper" in p for p in found)
         if self.integrity and has_dm and not dm_target_present("integrity", "dm_integrity"):
             found.append(f"{self.name}: integrity needs the kernel's dm-integrity target (dm_integrity)")
@@ -312,27 +306,21 @@ class LuksBackend(CryptsetupBackend):
 class PlainDmcryptBackend(CryptsetupBackend):
     """``dm-plain``: dm-crypt without a header (cryptsetup ``--type plain``); the key file is the key."""
 
-    accepted_params = {
-        "cipher": "cipher spec (default aes-xts-plain64)",
-        "key-size": "key bits (default 512 for XTS)",
-        "sector-size": "encryption sector bytes, 512..4096",
-        "no-workqueue": LuksBackend.accepted_params["no-workqueue"],
-        "same-cpu-crypt": LuksBackend.accepted_params["same-cpu-crypt"],
-        "submit-from-crypt-cpus": LuksBackend.accepted_params["submit-from-crypt-cpus"],
-    }
+    params = (
+        Param("cipher", default="aes-xts-plain64", help="cipher spec"),
+        Param(
+            "key-size", parse_int(8, KEY_BYTES * 8, multiple_of=8), 512, "key bits (512 for XTS: two keys)"
+        ),
+        Param("sector-size", SECTOR_SIZES, help="encryption sector bytes, 512..4096"),
+        *PERF_PARAMS,
+    )
 
     def __init__(self, spec: BackendSpec) -> None:
         super().__init__(spec)
-        params = spec.param_dict
-        self.cipher = params.get("cipher", "aes-xts-plain64")
-        try:
-            self.key_size = int(params.get("key-size", "512"))
-            self.sector_size = int(params["sector-size"]) if "sector-size" in params else None
-        except ValueError:
-            raise ValueError("dm-plain: key-size and sector-size must be whole numbers") from None
-        if self.key_size % 8 or not 0 < self.key_size <= KEY_BYTES * 8:
-            raise ValueError(f"dm-plain: key-size must be a multiple of 8 up to {KEY_BYTES * 8}")
-        self.perf = [name for name in PERF_FLAGS if _flag(params.get(name, "0"), f"dm-plain: {name}")]
+        self.cipher: str = self.options["cipher"]
+        self.key_size: int = self.options["key-size"]
+        self.sector_size: int | None = self.options["sector-size"]
+        self.perf = [name for name in PERF_FLAGS if self.options[name]]
 
     def open_command(self, volume: Volume, device: Path, name: str) -> tuple[list[str], bytes | None]:
         argv = ["cryptsetup", "open", "--type", "plain", "--batch-mode", "--cipher", self.cipher]
@@ -355,6 +343,21 @@ class PlainDmcryptBackend(CryptsetupBackend):
 # ---------------------------------------------------------------- existing volumes
 
 
+EXISTING_VOLUME_PARAMS = (
+    Param("image", parse_path, help="volume file (copied to the run directory first)"),
+    Param(
+        "device",
+        parse_path,
+        help="block device holding the volume (must also be the allowed partition target)",
+    ),
+)
+
+
+def parse_paths(text: str) -> list[Path]:
+    """Paths separated by ':'."""
+    return [Path(part) for part in text.split(":")]
+
+
 def read_password(path_text: str, backend: str) -> host.Secret:
     path = Path(path_text)
     try:
@@ -375,9 +378,8 @@ class ExistingVolumeBackend(CryptsetupBackend):
 
     def __init__(self, spec: BackendSpec) -> None:
         super().__init__(spec)
-        params = spec.param_dict
-        self.image = Path(params["image"]) if "image" in params else None
-        self.device = Path(params["device"]) if "device" in params else None
+        self.image: Path | None = self.options["image"]
+        self.device: Path | None = self.options["device"]
         if (self.image is None) == (self.device is None):
             raise ValueError(f"{spec.name}: give exactly one of image=FILE or device=/dev/X")
 
@@ -393,8 +395,8 @@ class ExistingVolumeBackend(CryptsetupBackend):
             f"disks (name the partition with device={target.device})"
         )
 
-    def problems(self, target: Target) -> list[str]:
-        found = super().problems(target)
+    def requirements(self, target: Target) -> list[str]:
+        found = super().requirements(target)
         if self.image is not None and not self.image.is_file():
             found.append(f"{self.name}: image {self.image} is not a file")
         if self.device is not None:
@@ -431,30 +433,31 @@ class TcryptBackend(ExistingVolumeBackend):
     """``tcrypt``: an existing TrueCrypt (7.1a, CipherShed) or VeraCrypt volume."""
 
     cryptsetup_type = "tcrypt"
-    accepted_params = {
-        "image": "volume file (copied to the run directory first)",
-        "device": "block device holding the volume (must also be the allowed partition target)",
-        "password-file": "file holding the password (fed to cryptsetup on stdin)",
-        "keyfiles": "TrueCrypt/VeraCrypt keyfiles, separated by ':' (cryptsetup --key-file)",
-        "veracrypt": "1 (default): also try VeraCrypt's format; 0: TrueCrypt only",
-        "veracrypt-pim": "VeraCrypt PIM (personal iterations multiplier)",
-        "hash": "header key derivation hash, to skip trying the others (e.g. sha512)",
-        "hidden": "1: open the hidden volume",
-    }
+    params = (
+        *EXISTING_VOLUME_PARAMS,
+        Param("password-file", help="file holding the password (fed to cryptsetup on stdin)"),
+        Param(
+            "keyfiles",
+            parse_paths,
+            [],
+            "TrueCrypt/VeraCrypt keyfiles, separated by ':' (cryptsetup --key-file)",
+        ),
+        Param("veracrypt", parse_bool, True, "1 (default): also try VeraCrypt's format; 0: TrueCrypt only"),
+        Param("veracrypt-pim", parse_int(0), help="VeraCrypt PIM (personal iterations multiplier)"),
+        Param("hash", help="header key derivation hash, to skip trying the others (e.g. sha512)"),
+        Param("hidden", parse_bool, False, "1: open the hidden volume"),
+    )
 
     def __init__(self, spec: BackendSpec) -> None:
         super().__init__(spec)
-        params = spec.param_dict
-        self.password_file = params.get("password-file")
-        self.keyfiles = [Path(p) for p in params["keyfiles"].split(":")] if "keyfiles" in params else []
+        self.password_file: str | None = self.options["password-file"]
+        self.keyfiles: list[Path] = self.options["keyfiles"]
         if self.password_file is None and not self.keyfiles:
             raise ValueError("tcrypt: give password-file=FILE and/or keyfiles=FILE[:FILE...]")
-        self.veracrypt = _flag(params.get("veracrypt", "1"), "tcrypt: veracrypt")
-        self.pim = params.get("veracrypt-pim")
-        if self.pim is not None and not self.pim.isdigit():
-            raise ValueError(f"tcrypt: veracrypt-pim must be a whole number, not {self.pim!r}")
-        self.hash = params.get("hash")
-        self.hidden = _flag(params.get("hidden", "0"), "tcrypt: hidden")
+        self.veracrypt: bool = self.options["veracrypt"]
+        self.pim: int | None = self.options["veracrypt-pim"]
+        self.hash: str | None = self.options["hash"]
+        self.hidden: bool = self.options["hidden"]
 
     def open_command(self, volume: Volume, device: Path, name: str) -> tuple[list[str], bytes | None]:
         argv = ["cryptsetup", "open", "--type", "tcrypt"]
@@ -462,7 +465,7 @@ class TcryptBackend(ExistingVolumeBackend):
             argv.append("--veracrypt")
         if self.pim is not None:
             # --veracrypt-pim takes the number in argv: it is a cost parameter, not a secret
-            argv += ["--veracrypt-pim", self.pim]
+            argv += ["--veracrypt-pim", str(self.pim)]
         if self.hash:
             argv += ["--hash", self.hash]
         if self.hidden:
@@ -476,7 +479,7 @@ class TcryptBackend(ExistingVolumeBackend):
         info = super().describe(volume)
         info.update(veracrypt=self.veracrypt, hidden=self.hidden)
         if self.pim is not None:
-            info["veracrypt_pim"] = int(self.pim)
+            info["veracrypt_pim"] = self.pim
         return info
 
 
@@ -484,20 +487,20 @@ class BitlkBackend(ExistingVolumeBackend):
     """``bitlk``: an existing BitLocker volume, opened with its password or recovery key."""
 
     cryptsetup_type = "bitlk"
-    accepted_params = {
-        "image": "volume file (copied to the run directory first)",
-        "device": "block device holding the volume (must also be the allowed partition target)",
-        "password-file": "file holding the BitLocker password (fed to cryptsetup on stdin)",
-        "recovery-key-file": "file holding the 48-digit recovery password (stdin, like a password)",
-    }
+    params = (
+        *EXISTING_VOLUME_PARAMS,
+        Param("password-file", help="file holding the BitLocker password (fed to cryptsetup on stdin)"),
+        Param(
+            "recovery-key-file", help="file holding the 48-digit recovery password (stdin, like a password)"
+        ),
+    )
 
     def __init__(self, spec: BackendSpec) -> None:
         super().__init__(spec)
-        params = spec.param_dict
-        given = [key for key in ("password-file", "recovery-key-file") if key in params]
+        given = [key for key in ("password-file", "recovery-key-file") if self.options[key] is not None]
         if len(given) != 1:
             raise ValueError("bitlk: give exactly one of password-file=FILE or recovery-key-file=FILE")
-        self.secret_file = params[given[0]]
+        self.secret_file: str = self.options[given[0]]
 
     def open_command(self, volume: Volume, device: Path, name: str) -> tuple[list[str], bytes | None]:
         # cryptsetup tries the given passphrase against the password and the recovery keyslots

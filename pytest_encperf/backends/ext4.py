@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import host
+from ..resources import Cleanup
 from . import Volume
 
 # Initialise inode tables and journal now: ext4's lazy init would otherwise write in the
@@ -23,12 +24,15 @@ def make_ext4(
     host.run([*argv, str(device)], timeout=300)
 
 
-def mount_ext4(volume: Volume, device: Path, options: str | None = None) -> Path:
-    """Mount ``device`` at ``<workdir>/mnt`` and register the unmount on ``volume.mounted``."""
+def mount_ext4(
+    volume: Volume, device: Path, options: str | None = None, *, cleanup: Cleanup | None = None
+) -> Path:
+    """Mount ``device`` at ``<workdir>/mnt`` and register the unmount on ``cleanup`` (default
+    ``volume.mounted``)."""
     mountpoint = volume.workdir / "mnt"
     mountpoint.mkdir(exist_ok=True)
     host.mount(device, mountpoint, "ext4", options)
-    volume.mounted.mount(mountpoint)
+    (volume.mounted if cleanup is None else cleanup).mount(mountpoint)
     return mountpoint
 
 

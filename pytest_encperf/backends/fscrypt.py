@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import host, resources
+from ..parsing import parse_choice
 from ..resources import Resource
-from ..targets import Target, create_container
-from . import BackendBase, Volume
-from .ext4 import e2fsprogs_version, make_ext4, mount_ext4
+from ..targets import Target
+from . import BackendBase, BackendSpec, Param, Volume
 
 # ioctl numbers from <linux/fscrypt.h> (_IOWR/_IOR('f', nr, size))
 FS_IOC_SET_ENCRYPTION_POLICY = 0x800C6613
@@ -152,31 +152,26 @@ resources.register_kind(KEY_KIND, release_key, check=_check_key)
 
 
 class FscryptBackend(BackendBase):
-    accepted_params = {
-        "contents": f"contents cipher ({', '.join(CONTENTS_MODES)}; default aes-256-xts)",
-        "filenames": f"file-name cipher ({', '.join(FILENAMES_MODES)}; default aes-256-cts)",
-    }
+    params = (
+        Param("contents", parse_choice(tuple(CONTENTS_MODES)), "aes-256-xts", "contents cipher"),
+        Param("filenames", parse_choice(tuple(FILENAMES_MODES)), "aes-256-cts", "file-name cipher"),
+    )
 
-    def __init__(self, spec: Any) -> None:
+    def __init__(self, spec: BackendSpec) -> None:
         super().__init__(spec)
-        params = spec.param_dict
-        self.contents = params.get("contents", "aes-256-xts")
-        self.filenames = params.get("filenames", "aes-256-cts")
-        if self.contents not in CONTENTS_MODES:
-            raise ValueError(f"fscrypt: contents must be one of {', '.join(CONTENTS_MODES)}")
-        if self.filenames not in FILENAMES_MODES:
-            raise ValueError(f"fscrypt: filenames must be one of {', '.join(FILENAMES_MODES)}")
+        self.contents: str = self.options["contents"]
+        self.filenames: str = self.options["filenames"]
 
     def partition_refusal(self, target: Target) -> str | None:
         return "not implemented yet (it needs ext4 with the encrypt feature made on the partition)"
 
-    def problems(self, target: Target) -> list[str]:
-        found = target.problems()
+    def requirements(self, target: Target) -> list[str]:
+        found = []
         if target.kind == "container":
             if not Path("/sys/fs/ext4/features/encryption").exists():
                 feature = "/sys/fs/ext4/features/encryption"
                 found.append(f"fscrypt: kernel's ext4 has no encryption support ({feature} missing)")
-            found += [f"fscrypt: needs {tool} (e2fsprogs)" for tool in host.missing_tools("mkfs.ext4")]
+            found += self.ext4_requirements(target)
         elif target.directory.is_dir():
             status = policy_status(target.directory)
             if status.startswith("unsupported"):
@@ -184,54 +179,33 @@ class FscryptBackend(BackendBase):
                 found.append(f"fscrypt: {target.directory} ({fstype}) {status.split(': ', 1)[1]}")
         return found
 
-    def create(self, target: Target, workdir: Path) -> Volume:
-        volume = Volume(self, target, workdir)
+    def build(self, volume: Volume) -> None:
         # The volume's key: random, in memory only, reused by every mount of this volume.
         volume.state["raw_key"] = host.Secret(os.urandom(RAW_KEY_BYTES))
         volume.created.push("forget fscrypt key", lambda: volume.state.pop("raw_key", None))
-        if target.kind == "container":
-            with self.undo_on_failure(volume, "create", self.destroy):
-                loop = create_container(target, workdir, volume.created)
-                volume.state.update(device=loop.path, loop_direct_io=loop.direct_io)
-                make_ext4(loop.path, features=["encrypt"])
-        return volume
+        self.ext4_on_target(volume, features=["encrypt"])
 
-    def mount(self, volume: Volume) -> Path:
-        with self.undo_on_failure(volume, "mount", self.unmount):
-            if volume.target.kind == "container":
-                root = mount_ext4(volume, volume.state["device"])
-            else:
-                root = volume.workdir
-            # registered before the key goes in: a kill right after the ioctl must not leave it
-            volume.mounted.add(Resource(KEY_KIND, key_identifier(volume.state["raw_key"]).hex(), str(root)))
-            identifier = add_key(root, volume.state["raw_key"])
-            volume.state["key_identifier"] = identifier.hex()
-            if identifier != key_identifier(volume.state["raw_key"]):
-                raise host.HostError(f"the kernel named the key {identifier.hex()}, not as registered")
-            data_dir = root / "data"
-            if not data_dir.exists():
-                data_dir.mkdir()
-                set_policy(
-                    data_dir, identifier, CONTENTS_MODES[self.contents], FILENAMES_MODES[self.filenames]
-                )
-        volume.data_dir = data_dir
-        return data_dir
+    def open(self, volume: Volume) -> Path:
+        root = self.mount_target(volume)
+        # registered before the key goes in: a kill right after the ioctl must not leave it
+        volume.mounted.add(Resource(KEY_KIND, key_identifier(volume.state["raw_key"]).hex(), str(root)))
+        identifier = add_key(root, volume.state["raw_key"])
+        volume.state["key_identifier"] = identifier.hex()
+        if identifier != key_identifier(volume.state["raw_key"]):
+            raise host.HostError(f"the kernel named the key {identifier.hex()}, not as registered")
+        data_dir = root / self.data_dir_name
+        if not data_dir.exists():  # a new directory gets the policy: its files are encrypted
+            data_dir.mkdir()
+            set_policy(data_dir, identifier, CONTENTS_MODES[self.contents], FILENAMES_MODES[self.filenames])
+        return root
 
     def describe(self, volume: Volume) -> dict[str, Any]:
-        info: dict[str, Any] = {
+        return {
             "encryption": "fscrypt",
             "policy": "v2",
             "contents": self.contents,
             "cipher_ceiling": CONTENTS_CIPHERS[self.contents],
             "filenames": self.filenames,
             "target": volume.target.kind,
+            **self.describe_target(volume),
         }
-        if volume.target.kind == "container":
-            info.update(
-                filesystem="ext4",
-                e2fsprogs=e2fsprogs_version(),
-                loop_direct_io=volume.state.get("loop_direct_io"),
-            )
-        else:
-            info["filesystem"] = host.filesystem_type(volume.workdir)
-        return info

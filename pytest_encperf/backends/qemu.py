@@ -23,12 +23,13 @@ from typing import Any
 
 from .. import host
 from ..host import HostError
+from ..parsing import parse_int_choice
 from ..resources import SecretDir
 from ..targets import Target
 from ..workloads import MiB
-from . import BackendBase, BackendSpec, Volume
+from . import BackendBase, BackendSpec, Param, Volume
 from .ext4 import e2fsprogs_version, make_ext4, mount_ext4
-from .fuse import fuse_problems, start_fuse_daemon, tool_problems
+from .fusedaemon import fuse_problems, start_fuse_daemon, tool_problems
 
 LUKS1_HEADER = 2 * MiB  # payload offset of a LUKS1 header with a 512-bit key (4096 sectors)
 PBKDF_ITERATIONS = 1000  # LUKS1's minimum: fast unlock, benchmark-only
@@ -38,25 +39,33 @@ CIPHER = re.compile(
 )
 
 
+def parse_cipher(text: str) -> str:
+    """A LUKS1 cipher spec: algorithm-mode-ivgen[:ivhash]."""
+    if not CIPHER.match(text):
+        raise ValueError(
+            f"bad value {text!r}: expected a cipher spec like aes-xts-plain64 or aes-cbc-essiv:sha256"
+        )
+    return text
+
+
 class QemuLuksBackend(BackendBase):
     store_below = True  # qemu-storage-daemon reads the image file through the page cache
-    accepted_params = {
-        "cipher": "LUKS1 cipher spec (default aes-xts-plain64; e.g. aes-cbc-essiv:sha256)",
-        "key-size": "master key bits (default 512 = AES-256 in XTS mode)",
-        "hash": "LUKS1 header hash (default sha256)",
-    }
+    params = (
+        Param("cipher", parse_cipher, "aes-xts-plain64", "LUKS1 cipher spec (e.g. aes-cbc-essiv:sha256)"),
+        Param(
+            "key-size",
+            parse_int_choice((128, 256, 384, 512)),
+            512,
+            "master key bits (512 = AES-256 in XTS mode)",
+        ),
+        Param("hash", default="sha256", help="LUKS1 header hash"),
+    )
 
     def __init__(self, spec: BackendSpec) -> None:
         super().__init__(spec)
-        params = spec.param_dict
-        self.cipher = params.get("cipher", "aes-xts-plain64")
-        self.hash = params.get("hash", "sha256")
-        if not CIPHER.match(self.cipher):
-            raise ValueError(f"qemu-luks: cipher must look like aes-xts-plain64, not {self.cipher!r}")
-        text = params.get("key-size", "512")
-        if not text.isdigit() or int(text) % 8 or not 128 <= int(text) <= 512:
-            raise ValueError(f"qemu-luks: key-size must be 128, 256, 384 or 512 bits, not {text!r}")
-        self.key_size = int(text)
+        self.cipher: str = self.options["cipher"]
+        self.hash: str = self.options["hash"]
+        self.key_size: int = self.options["key-size"]
 
     def partition_refusal(self, target: Target) -> str | None:
         return (
@@ -64,9 +73,9 @@ class QemuLuksBackend(BackendBase):
             f"{target.device} where the plain baseline runs: the table would compare two different disks"
         )
 
-    def problems(self, target: Target) -> list[str]:
-        found = target.problems()
+    def requirements(self, target: Target) -> list[str]:
         name = self.name
+        found = []
         found += tool_problems(name, "qemu-storage-daemon", "qemu-system-common")
         if not shutil.which("cryptsetup") and not shutil.which("qemu-img"):
             found.append(f"{name}: needs cryptsetup (Debian package cryptsetup-bin) or qemu-img (qemu-utils)")
@@ -171,29 +180,21 @@ class QemuLuksBackend(BackendBase):
         volume.mounted.loop(loop.path, export)
         volume.state.update(device=loop.path, loop_direct_io=loop.direct_io)
 
-    def create(self, target: Target, workdir: Path) -> Volume:
-        volume = Volume(self, target, workdir)
+    def build(self, volume: Volume) -> None:
         volume.state["password"] = host.Secret(secrets.token_urlsafe(24).encode())
         volume.created.push("forget passphrase", lambda: volume.state.pop("password", None))
-        with self.undo_on_failure(volume, "create", self.destroy):
-            volume.state["secrets"] = SecretDir.create(volume.created)
-            volume.created.path(workdir / "qemu-storage-daemon.log")
-            volume.created.path(self.export(volume))
-            volume.created.path(self.image(volume))
-            self.format_image(volume, self.write_keyfile(volume))
-            self.open_export(volume)
-            make_ext4(volume.state["device"])
-        return volume
+        volume.state["secrets"] = SecretDir.create(volume.created)
+        volume.created.path(volume.workdir / "qemu-storage-daemon.log")
+        volume.created.path(self.export(volume))
+        volume.created.path(self.image(volume))
+        self.format_image(volume, self.write_keyfile(volume))
+        self.open_export(volume)
+        make_ext4(volume.state["device"])
 
-    def mount(self, volume: Volume) -> Path:
-        with self.undo_on_failure(volume, "mount", self.unmount):
-            if not volume.mounted:  # after an unmount: open the LUKS file again
-                self.open_export(volume)
-            root = mount_ext4(volume, volume.state["device"])
-            data_dir = root / "data"
-            data_dir.mkdir(exist_ok=True)
-        volume.data_dir = data_dir
-        return data_dir
+    def open(self, volume: Volume) -> Path:
+        if not volume.mounted:  # after an unmount: open the LUKS file again
+            self.open_export(volume)
+        return mount_ext4(volume, volume.state["device"])
 
     def describe(self, volume: Volume) -> dict[str, Any]:
         info: dict[str, Any] = {

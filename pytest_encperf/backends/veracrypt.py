@@ -37,11 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from .. import host, resources
+from ..parsing import parse_bool, parse_choice, parse_int
 from ..resources import Cleanup, Resource
 from ..targets import Target
-from . import BackendSpec, Volume
-from .dmcrypt import CryptsetupBackend, _flag, device_mapper_problems, mapping_name
+from . import BackendSpec, Param, Volume
+from .dmcrypt import CryptsetupBackend, device_mapper_problems, mapping_name
 from .ext4 import make_ext4, mount_ext4
+from .fusedaemon import boot_ticks, foreign_daemon_pids
 
 VERACRYPT = "veracrypt"
 CLI_HASHES = ("SHA-512", "SHA-256", "Whirlpool", "Streebog", "BLAKE2s-256")
@@ -65,41 +67,66 @@ def cli_reads_stdin() -> bool:
     return _stdin_support[path]
 
 
+def parse_encryption(text: str) -> str:
+    """A VeraCrypt algorithm or cascade of them."""
+    if not re.fullmatch(r"[A-Za-z0-9]+(-[A-Za-z0-9]+)*", text):
+        raise ValueError(
+            f"bad value {text!r}: expected an algorithm or cascade, e.g. AES or AES-Twofish-Serpent"
+        )
+    return text
+
+
 class VeracryptBackend(CryptsetupBackend):
-    accepted_params = {
-        "encryption": "AES (default); Serpent, Twofish, Camellia, cascades like AES-Twofish-Serpent (cli)",
-        "hash": "header key derivation: SHA-512 (default), SHA-256; Whirlpool, Streebog, BLAKE2s-256 (cli)",
-        "pim": f"VeraCrypt PIM (default {DEFAULT_PIM}: fast, benchmark only; 0 = VeraCrypt's default)",
-        "mode": "kernel (dm-crypt, default) or fuse (VeraCrypt's own user-space crypto; cli only)",
-        "tool": "cli (the veracrypt program), native (our writer + cryptsetup) or auto (default)",
-        "secret-in-argv": "yes: accept that a veracrypt without --stdin gets the password in argv (cli)",
-    }
+    params = (
+        Param(
+            "encryption",
+            parse_encryption,
+            "AES",
+            "AES; Serpent, Twofish, Camellia, cascades like AES-Twofish-Serpent (cli)",
+        ),
+        Param(
+            "hash",
+            parse_choice(CLI_HASHES),
+            "SHA-512",
+            "header key derivation: SHA-512, SHA-256; Whirlpool, Streebog, BLAKE2s-256 (cli)",
+        ),
+        Param(
+            "pim",
+            parse_int(0),
+            DEFAULT_PIM,
+            "VeraCrypt PIM (1: fast, benchmark only; 0 = VeraCrypt's default)",
+        ),
+        Param(
+            "mode",
+            parse_choice(("kernel", "fuse")),
+            "kernel",
+            "kernel (dm-crypt) or fuse (VeraCrypt's own user-space crypto; cli only)",
+        ),
+        Param(
+            "tool",
+            parse_choice(("auto", "cli", "native")),
+            "auto",
+            "cli (the veracrypt program), native (our writer + cryptsetup) or auto (cli when installed)",
+        ),
+        Param(
+            "secret-in-argv",
+            parse_bool,
+            False,
+            "yes: accept that a veracrypt without --stdin gets the password in argv (cli)",
+        ),
+    )
 
     def __init__(self, spec: BackendSpec) -> None:
         super().__init__(spec)
-        params = spec.param_dict
-        self.encryption = params.get("encryption", "AES")
-        self.hash = params.get("hash", "SHA-512")
-        try:
-            self.pim = int(params.get("pim", str(DEFAULT_PIM)))
-        except ValueError:
-            raise ValueError(f"veracrypt: pim must be a whole number, not {params['pim']!r}") from None
-        if self.pim < 0:
-            raise ValueError("veracrypt: pim must be 0 or more")
-        self.mode = params.get("mode", "kernel")
-        if self.mode not in ("kernel", "fuse"):
-            raise ValueError(f"veracrypt: mode must be kernel or fuse, not {self.mode!r}")
-        tool = params.get("tool", "auto")
-        if tool not in ("auto", "cli", "native"):
-            raise ValueError(f"veracrypt: tool must be auto, cli or native, not {tool!r}")
+        self.encryption: str = self.options["encryption"]
+        self.hash: str = self.options["hash"]
+        self.pim: int = self.options["pim"]
+        self.mode: str = self.options["mode"]
+        tool = self.options["tool"]
         if tool == "auto":
             tool = "cli" if shutil.which(VERACRYPT) else "native"
-        self.tool = tool
-        if not re.fullmatch(r"[A-Za-z0-9]+(-[A-Za-z0-9]+)*", self.encryption):
-            raise ValueError(f"veracrypt: bad encryption {self.encryption!r} (e.g. AES, AES-Twofish-Serpent)")
-        if self.hash not in CLI_HASHES:
-            raise ValueError(f"veracrypt: hash must be one of {', '.join(CLI_HASHES)}")
-        self.secret_in_argv = _flag(params.get("secret-in-argv", "no"), "veracrypt: secret-in-argv")
+        self.tool: str = tool
+        self.secret_in_argv: bool = self.options["secret-in-argv"]
 
     # ------------------------------------------------------------ checks
     def partition_refusal(self, target: Target) -> str | None:
@@ -107,9 +134,14 @@ class VeracryptBackend(CryptsetupBackend):
             return None  # formats the partition, as luks2 does
         return "tool=cli supports the container target only (tool=native formats the partition)"
 
-    def problems(self, target: Target) -> list[str]:
+    def target_problems(self, target: Target) -> list[str]:
         if self.tool == "native":
-            found = super().problems(target)
+            return super().target_problems(target)
+        return target.problems() if target.kind == "container" else []
+
+    def requirements(self, target: Target) -> list[str]:
+        if self.tool == "native":
+            found = super().requirements(target)
             if self.encryption not in NATIVE_ENCRYPTION:
                 found.append(
                     f"veracrypt: encryption={self.encryption} needs the veracrypt program "
@@ -124,7 +156,7 @@ class VeracryptBackend(CryptsetupBackend):
             except ImportError:
                 found.append("veracrypt: native format needs the Python package cryptography")
             return found
-        found = target.problems() if target.kind == "container" else []
+        found = []
         if target.kind == "directory":  # a partition: see partition_refusal
             found.append(
                 "veracrypt: tool=cli supports the container target only (tool=native: partitions too)"
@@ -137,12 +169,23 @@ class VeracryptBackend(CryptsetupBackend):
                 "where every local user can read it (/proc/PID/cmdline): pass secret-in-argv=yes to accept"
             )
         if self.mode == "kernel":
-            found += [p.replace("cryptsetup:", "veracrypt (kernel mode):") for p in device_mapper_problems()]
+            kernel = [p.replace("cryptsetup:", "veracrypt (kernel mode):") for p in device_mapper_problems()]
+            if kernel and not found and not self.fuse_sibling().problems(target):
+                kernel.append(
+                    f"{self.fuse_sibling().spec} runs here (VeraCrypt's own crypto, no device-mapper)"
+                )
+            found += kernel
         elif not Path("/dev/fuse").exists():
             found.append("veracrypt: mode=fuse needs FUSE (/dev/fuse missing)")
         elif not host.is_root():
             found.append("veracrypt: needs root (losetup, mount)")
         return found
+
+    def fuse_sibling(self) -> VeracryptBackend:
+        """This spec in ``mode=fuse``: what to suggest where kernel mode cannot run."""
+        params = dict(self.spec.params)
+        params["mode"] = "fuse"
+        return VeracryptBackend(BackendSpec(self.spec.name, tuple(params.items())))
 
     def password(self, volume: Volume) -> bytes:
         """The volume's random password, made on first use; in memory only, forgotten at destroy."""
@@ -218,9 +261,13 @@ class VeracryptBackend(CryptsetupBackend):
         # device and daemons), which a kill during or after the call must not leave behind
         cleanup.add(Resource(KIND, str(container)), f"veracrypt --dismount {container}")
         args, stdin = self.cli_password(volume)
+        started = boot_ticks()
         self.run_cli(volume, self.cli_map_command(container, args), stdin, 120)
         device = self.cli_device(container)
         if self.mode == "fuse":
+            # VeraCrypt forks its FUSE daemon, which decrypts: its CPU time is the volume's
+            volume.foreign_daemons[:] = foreign_daemon_pids(str(container), started)
+            cleanup.push("forget veracrypt's daemons", volume.foreign_daemons.clear)
             # VeraCrypt attaches its FUSE image without direct I/O: the page cache would answer reads
             host.run(["losetup", "--direct-io=on", str(device)])
             volume.state["loop_direct_io"] = host.loop_direct_io(device)
@@ -234,29 +281,22 @@ class VeracryptBackend(CryptsetupBackend):
         return device
 
     # ------------------------------------------------------------ life cycle
-    def create(self, target: Target, workdir: Path) -> Volume:
+    def build(self, volume: Volume) -> None:
         if self.tool == "native":
-            return super().create(target, workdir)
-        volume = Volume(self, target, workdir)
-        with self.undo_on_failure(volume, "create", self.destroy):
-            volume.state["container"] = self.cli_create(volume)
-            mapping = Cleanup()
-            device = self.cli_map(volume, mapping)
-            try:
-                make_ext4(device, label=self.fs_label)
-            finally:
-                mapping.release()
-        return volume
+            super().build(volume)
+            return
+        volume.state["container"] = self.cli_create(volume)
+        mapping = Cleanup()
+        device = self.cli_map(volume, mapping)
+        try:
+            make_ext4(device, label=self.fs_label)
+        finally:
+            mapping.release()
 
-    def mount(self, volume: Volume) -> Path:
+    def open(self, volume: Volume) -> Path:
         if self.tool == "native":
-            return super().mount(volume)
-        with self.undo_on_failure(volume, "mount", self.unmount):
-            device = self.cli_map(volume, volume.mounted)
-            root = mount_ext4(volume, device)
-            volume.data_dir = root / "data"
-            volume.data_dir.mkdir(exist_ok=True)
-        return volume.data_dir
+            return super().open(volume)
+        return mount_ext4(volume, self.cli_map(volume, volume.mounted))
 
     def describe(self, volume: Volume) -> dict[str, Any]:
         info = super().describe(volume)
