@@ -190,6 +190,7 @@ class BackendBase:
 
     params: tuple[Param, ...] = ()
     data_dir_name = "data"
+    create_step = "create"  # what errors of build() call the step ("open" for a volume someone else made)
     # True when the volume keeps its data in a file (or device) that a user-space daemon reads
     # through the page cache below it (FUSE stores, dislocker, qemu). Dropping the test file's
     # pages between passes does not reach that cache, so buffered read rounds read at most one
@@ -262,7 +263,7 @@ class BackendBase:
         """Check, make the Volume, run ``build`` (undone by destroy() when it fails)."""
         self.refuse_unless_available(self.problems(target) + placement_problems(self, target))
         volume = Volume(self, target, workdir)
-        with self.undo_on_failure(volume, "create", self.destroy):
+        with self.undo_on_failure(volume, self.create_step, self.destroy):
             self.build(volume)
         return volume
 

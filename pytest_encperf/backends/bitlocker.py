@@ -85,6 +85,7 @@ class BitlockerBackend(BackendBase):
         ),
     )
     data_dir_name = "encperf-data"  # beside what the volume holds
+    create_step = "open"  # it makes nothing: it opens the user's volume
 
     def __init__(self, spec: BackendSpec) -> None:
         super().__init__(spec)
