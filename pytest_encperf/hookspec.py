@@ -12,12 +12,15 @@ def pytest_encperf_register_backends(config: pytest.Config) -> dict[str, Any] | 
 
     Called before the options are parsed, so the names are valid in ``--encperf-backends``.
     A class takes a ``BackendSpec`` and implements the ``Backend`` protocol; subclassing
-    ``pytest_encperf.backends.BackendBase`` gives parameter checking and idempotent teardown.
-    Example, in a conftest.py::
+    ``pytest_encperf.backends.BackendBase`` gives the parameter table, the availability check
+    before create and mount, undo on failure and idempotent teardown (its docstring lists what
+    a subclass overrides). Example, in a conftest.py::
 
-        from pytest_encperf.backends import BackendBase
+        from pytest_encperf.backends import BackendBase, Param
+        from pytest_encperf.parsing import parse_int
 
         class RamBackend(BackendBase):
+            params = (Param("size-mib", parse_int(1, 4096), 64, "tmpfs size"),)
             ...
 
         def pytest_encperf_register_backends(config):
