@@ -21,11 +21,11 @@ from typing import Any
 
 from tabulate import tabulate
 
-from . import backends, html, journal, machine, storage
-from .backends import BackendSpec, known_names, make_backend
+from . import backends, html, journal, machine, storage, sweep
+from .backends import BASELINE, BackendSpec, known_names, make_backend, recommend
 from .compare import EXIT_REGRESSION, Verdict, judge
 from .model import RunData
-from .report import detail_table, markdown_report, verdict_header, verdict_report
+from .report import detail_table, markdown_report, sweep_report, verdict_header, verdict_report
 from .settings import (
     OPTIONS,
     default_directory,
@@ -218,6 +218,12 @@ def run_show(args: argparse.Namespace) -> int:
     if settings:
         print("settings: " + ", ".join(f"{key}={value}" for key, value in settings.items()))
     print(detail_table(results) or "no results")
+    saved = doc.get("encperf", {}).get("sweeps") or [{}]
+    margin = float(saved[0].get("margin", sweep.DEFAULT_MARGIN))
+    specs = list(dict.fromkeys(r.backend for r in results if r.backend != BASELINE))
+    for ranking in recommend(sweep.rank(results, specs, margin)):
+        print()
+        print("\n".join(sweep_report(ranking)))
     return 0
 
 

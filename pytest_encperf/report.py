@@ -23,6 +23,8 @@ from .compare import (
     Verdict,
 )
 from .model import CAVEATS, Measurement, Result, device_traffic
+from .sweep import ALPHA as SWEEP_ALPHA
+from .sweep import FamilyRanking, Ranked, parameters
 from .workloads import PROFILES, GiB, KiB, Profile, Workload, fit_to_size
 
 DIRECTIONS = ("read", "write", "mixed")
@@ -577,6 +579,83 @@ def compact_table(results: list[Result], backends: list[str], workloads: list[Wo
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True) if rows else ""
 
 
+# ---------------------------------------------------------------- sweeps
+
+SWEEP_LEGEND = (
+    "vs plain: geometric mean over the workloads every configuration measured of its paired ratio to "
+    "plain (each workload: geometric mean of its rounds' ratios), with a {confidence:.0%} interval from "
+    "the spread of the rounds; vs best: Bonferroni-adjusted p-value of the difference to the best "
+    "(over every pair of configurations); slower = significantly slower than the best and by more than "
+    "{margin:.0%} (volumes measured at different times differ by more than their rounds show); "
+    "otherwise within noise."
+)
+
+
+def _sweep_row(ranked: Ranked) -> list[str]:
+    interval = "-"
+    if ranked.low is not None and ranked.high is not None:
+        interval = f"{_format_change((ranked.low - 1) * 100)} .. {_format_change((ranked.high - 1) * 100)}"
+    if ranked.rank == 1:
+        standing = "best"
+    elif ranked.p_vs_best is None:
+        standing = "not tested (one round per workload)"
+    else:
+        standing = f"{'within noise' if ranked.within_noise else 'slower'} (p={_format_p(ranked.p_vs_best)})"
+    return [
+        str(ranked.rank),
+        parameters(ranked.spec),
+        _format_change(ranked.change_percent),
+        interval,
+        str(ranked.rounds),
+        standing,
+    ]
+
+
+def sweep_table(ranking: FamilyRanking, tablefmt: str = "simple") -> str:
+    headers = ["#", "configuration", "vs plain", f"{1 - SWEEP_ALPHA:.0%} interval", "pairs", "vs best"]
+    rows = [_sweep_row(r) for r in ranking.ranked]
+    rows += [["-", parameters(spec), "-", "-", "-", f"not ranked: {why}"] for spec, why in ranking.unranked]
+    return tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+
+
+def sweep_recommendation(ranking: FamilyRanking) -> list[str]:
+    """What to choose, and how sure: the best configuration, and the others within noise of it."""
+    best = ranking.best
+    if best is None:
+        return [f"no recommendation for {ranking.family}: no configuration could be ranked"]
+    close = [parameters(r.spec) for r in ranking.ranked[1:] if r.within_noise]
+    change = _format_change(best.change_percent)
+    lines = [f"recommendation for {ranking.family}: {parameters(best.spec)} ({change} vs plain)"]
+    if close and not ranking.decided:
+        lines.append(
+            "  but no configuration is distinguishably faster than the others here: choose on other grounds"
+        )
+    elif close:
+        lines.append(f"  as fast within noise: {'; '.join(close)}")
+    return [*lines, *(f"  {line}" for line in ranking.recommendation)]
+
+
+def sweep_title(ranking: FamilyRanking) -> str:
+    return (
+        f"sweep: {ranking.family}, {len(ranking.ranked)} configurations ranked over "
+        f"{len(ranking.workloads)} workloads"
+    )
+
+
+def sweep_notes(ranking: FamilyRanking) -> list[str]:
+    notes = []
+    if ranking.left_out:
+        notes.append(
+            f"not ranked on (not measured comparably by every configuration): {', '.join(ranking.left_out)}"
+        )
+    return [*notes, SWEEP_LEGEND.format(confidence=1 - SWEEP_ALPHA, margin=ranking.margin)]
+
+
+def sweep_report(ranking: FamilyRanking) -> list[str]:
+    """The ranking of one family's configurations, its legend and the recommendation."""
+    return [sweep_title(ranking), sweep_table(ranking), *sweep_notes(ranking), *sweep_recommendation(ranking)]
+
+
 def results_markdown(results: list[Result]) -> str:
     headers = [
         "backend",
@@ -614,6 +693,7 @@ def markdown_report(
     backends: list[str] | None = None,
     profiles: Iterable[str] | None = None,
     limit: int = MARKDOWN_LIMIT,
+    sweeps: Iterable[FamilyRanking] = (),
 ) -> str:
     """A GitHub-flavoured Markdown report (for PR comments and $GITHUB_STEP_SUMMARY): the verdict's
     one-line header (✅/❌ with its counts), what failed, the compact CrystalDiskMark table(s) of
@@ -636,6 +716,9 @@ def markdown_report(
                            compact_table(results, names, workloads, profile.value), "")]  # fmt: skip
     if not any(r.rounds for r in results):
         tables = ["_no results_", ""]
+    for ranking in sweeps:
+        tables += [f"**{sweep_title(ranking)}**", "", sweep_table(ranking, tablefmt="github"), ""]
+        tables += [*sweep_notes(ranking), "", "```", *sweep_recommendation(ranking), "```", ""]
 
     def details(checks: list[Check] | None, note: str = "") -> list[str]:
         body = [results_markdown(results), ""] if checks is None else []

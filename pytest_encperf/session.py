@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from . import backends, host, journal, machine, resources, storage
+from . import backends, host, journal, machine, resources, storage, sweep
 from . import html as html_report
 from .backends import BASELINE, BackendSpec, make_backend, placement_problems
 from .ceiling import Ceiling, kernel_xts_driver, measure_ciphers
@@ -38,6 +38,7 @@ from .report import (
     machines_table,
     markdown_report,
     summary_table,
+    sweep_report,
     verdict_report,
 )
 from .runner import (
@@ -549,6 +550,12 @@ class EncperfSession:
             )
         return list(parts.values())
 
+    def sweep_rankings(self, part: MachineRun) -> list[sweep.FamilyRanking]:
+        """A ranking for every backend family run in several configurations (a sweep), each with
+        the best configuration's set-up commands for the recommendation."""
+        specs = [spec for spec in self.backend_specs if spec != BASELINE]
+        return backends.recommend(sweep.rank(part.results, specs, self.settings.sweep_margin))
+
     # ------------------------------------------------------------- baselines, reports, verdict
 
     def machine(self) -> tuple[dict[str, Any], str]:
@@ -659,6 +666,9 @@ class EncperfSession:
         for part in parts:  # saved before anything is judged
             mid = part.machine_id
             doc = storage.document(part.results, part.machine_info, mid, commit, part.settings, now)
+            rankings = self.sweep_rankings(part)
+            if rankings:
+                doc["encperf"]["sweeps"] = [ranking.to_dict() for ranking in rankings]
             if part.results and (s.save or s.autosave):
                 name = s.save or storage.autosave_name(commit, now)
                 try:
@@ -698,7 +708,12 @@ class EncperfSession:
             if fleet:
                 text = "\n".join(
                     markdown_report(
-                        part.results, verdict, f"encperf: machine {part.label}", self.backend_specs, s.profile
+                        part.results,
+                        verdict,
+                        f"encperf: machine {part.label}",
+                        self.backend_specs,
+                        s.profile,
+                        sweeps=self.sweep_rankings(part),
                     )
                     for part, verdict in zip(parts, verdicts, strict=True)
                 )
@@ -706,7 +721,11 @@ class EncperfSession:
                 text += f"\n## encperf: across machines\n\n{table}\n\n{MACHINES_NOTE}\n"
             else:
                 text = markdown_report(
-                    parts[0].results, verdicts[0], backends=self.backend_specs, profiles=s.profile
+                    parts[0].results,
+                    verdicts[0],
+                    backends=self.backend_specs,
+                    profiles=s.profile,
+                    sweeps=self.sweep_rankings(parts[0]),
                 )
             s.markdown.parent.mkdir(parents=True, exist_ok=True)
             s.markdown.write_text(text, encoding="utf-8")
@@ -862,6 +881,12 @@ class EncperfSession:
                     "cipher ceiling: no backend here names a cipher this run can measure (eff. empty)"
                 )
             tr.write_line(f"kernel xts(aes) driver: {part.xts_driver}")
+        for ranking in self.sweep_rankings(part):
+            tr.write_line("")
+            title, *rest = sweep_report(ranking)
+            tr.write_line(title, bold=True)
+            for line in rest:
+                tr.write_line(line)
 
     def _write_verdict(self, tr: pytest.TerminalReporter) -> None:
         for verdict in self.verdicts.values():

@@ -32,6 +32,7 @@ from .compare import MIN_HISTORY, Rule, parse_rules
 from .engines import ENGINES
 from .html import matplotlib_problem
 from .parsing import parse_bool, parse_choice, parse_path
+from .sweep import SWEEPS, sweep_specs
 from .targets import KINDS
 from .workloads import PROFILES, GiB, KiB, MiB
 
@@ -121,6 +122,25 @@ def parse_profiles(text: str) -> list[str]:
     if not names or unknown:
         raise ValueError(f"bad profile {text!r}: expected a comma list of {', '.join(PROFILES)}")
     return names
+
+
+def parse_margin(text: str) -> float:
+    """A relative difference such as ``10%`` or ``0.1`` (0 <= margin < 1)."""
+    value = str(text).strip()
+    match = re.match(r"^(\d+(?:\.\d+)?)\s*(%?)$", value)
+    number = float(match.group(1)) / (100 if match.group(2) else 1) if match else -1.0
+    if not 0 <= number < 1:
+        raise ValueError(f"bad margin {text!r}: expected a relative difference such as 10% or 0.1")
+    return number
+
+
+def parse_sweeps(text: str) -> list[str]:
+    """Ready-made sweeps: "" = none."""
+    names = [name.strip() for name in str(text).split(",") if name.strip()]
+    unknown = [name for name in names if name not in SWEEPS]
+    if unknown:
+        raise ValueError(f"bad sweep {unknown[0]!r}: expected a comma list of {', '.join(SWEEPS)}")
+    return list(dict.fromkeys(names))
 
 
 def parse_directory(text: str) -> Path:
@@ -225,6 +245,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("backends", "SPECS",
            "backends to compare with the plain baseline: comma list of name[:key=value,...], or auto",
            parse_backend_list, "fscrypt"),
+    Option("sweep", "NAMES",
+           f"ready-made configuration sweeps, comma list of {', '.join(SWEEPS)}: their configurations are "
+           "added to the backends (replace them when --encperf-backends is left at its default)",
+           parse_sweeps, ""),
+    Option("sweep-margin", "PERCENT",
+           "a sweep calls a configuration slower than the best only when it is significantly slower and "
+           "by more than this", parse_margin, "10%"),
     Option("target", "KIND", f"where volumes live: {' | '.join(KINDS)}", parse_choice(KINDS), "container"),
     Option("device", "DEV", "partition target: the block device to overwrite (e.g. /dev/sdb1)",
            parse_device, ""),
@@ -298,6 +325,8 @@ OPTIONS: tuple[Option, ...] = (
 @dataclass(frozen=True)
 class Settings:
     backends: list[BackendSpec] = field(default_factory=list)
+    sweep: list[str] = field(default_factory=list)
+    sweep_margin: float = 0.10
     target: str = "container"
     device: Path | None = None
     allow_destroy: str = ""
@@ -363,6 +392,12 @@ def resolve(
             raise ValueError(f"{where}: {exc}") from None
         sources[option.name] = source
     check_partition_options(values)
+    if values["sweep"]:
+        swept = parse_backend_list(",".join(sweep_specs(values["sweep"])))
+        given = [] if sources["backends"] == "default" else values["backends"]
+        values["backends"] = list(dict.fromkeys([*given, *swept]))
+        if sources["backends"] == "default":
+            sources["backends"] = f"{sources['sweep']} (the sweep's configurations)"
     if (values["save"] or values["autosave"]) and sources["rounds"] == "default":
         values["rounds"] = values["save_rounds"]  # a baseline: more rounds, see --encperf-save-rounds
         sources["rounds"] = "--encperf-save-rounds (saving a baseline)"

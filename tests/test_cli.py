@@ -129,6 +129,31 @@ def test_show_prints_machine_and_results(tmp_path: Path, capsys: pytest.CaptureF
     assert row.split()[:3] == ["fscrypt", "SEQ1M-Q8T1-read", "100.0"]
 
 
+def test_show_ranks_the_configurations_of_a_saved_sweep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def measured(value: float) -> list[Measurement]:
+        return [
+            Measurement(
+                "native", "0.1", int(value * 1e6 * (1 + 0.001 * k)), 1.0, 100, 10.0, 20.0, 30.0, 0.5, "direct"
+            )
+            for k in range(3)
+        ]
+
+    results = [
+        Result(spec, workload, measured(value), measured(100))
+        for spec, value in (("gocryptfs:openssl=0", 80), ("gocryptfs:openssl=1", 40))
+        for workload in CDM[:2]
+    ]
+    doc = storage.document(results, {"cpu_model": "test cpu"}, "m1", {}, {}, NOW)
+    storage.save(tmp_path, "m1", "sweep", doc)
+    assert encperf(tmp_path, "show", "sweep") == 0
+    out = capsys.readouterr().out
+    assert "sweep: gocryptfs, 2 configurations ranked over 2 workloads" in out
+    assert "recommendation for gocryptfs: openssl=0 (-20.0% vs plain)" in out
+    assert "gocryptfs -openssl=false CIPHERDIR MOUNTPOINT" in out
+
+
 def test_errors_are_messages_with_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     save(tmp_path, "main", 100)
     assert encperf(tmp_path, "show", "nope") == 1

@@ -108,6 +108,41 @@ def test_dm_plain_open_reads_exactly_the_key(standins: StandIns, tmp_path: Path)
     assert opened.stdin.encode("latin-1") == volume.state["key"]
 
 
+def test_dm_plain_cascade_stacks_one_mapping_per_cipher_with_its_own_key(
+    standins: StandIns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend, volume = new_volume(
+        "dm-plain:cipher=aes-xts-plain64+twofish-xts-plain64+serpent-xts-plain64", tmp_path
+    )
+    top = backend.open_mapping(volume, volume.created)
+    calls = standins.calls("cryptsetup")
+    names = volume.state["dm_layers"]
+    assert len(calls) == len(names) == 3
+    # first cipher on the device, each next one on the mapping below it; the top one is mounted
+    assert [c.argv[c.argv.index("--cipher") + 1] for c in calls] == [
+        "aes-xts-plain64", "twofish-xts-plain64", "serpent-xts-plain64",
+    ]  # fmt: skip
+    assert [c.argv[-2:] for c in calls] == [
+        ["/dev/loop99", names[0]],
+        [f"/dev/mapper/{names[0]}", names[1]],
+        [f"/dev/mapper/{names[1]}", names[2]],
+    ]
+    assert top == Path("/dev/mapper") / names[2]
+    keys = [c.stdin.encode("latin-1") for c in calls]
+    assert len(set(keys)) == 3 and all(len(k) == 64 for k in keys)
+    # closed top first: a mapping is never removed while another is stacked on it
+    closed: list[str] = []
+    monkeypatch.setattr(dmcrypt.host, "remove_dm", lambda name: closed.append(name) or True)
+    backend.close_mapping(volume)
+    assert closed == list(reversed(names))
+
+
+def test_dm_plain_cascade_of_more_than_three_or_an_empty_layer_is_refused() -> None:
+    for cipher in ("a-xts-plain64+b-xts-plain64+c-xts-plain64+d-xts-plain64", "aes-xts-plain64+"):
+        with pytest.raises(ValueError, match="up to 3 joined by"):
+            make_backend(BackendSpec.parse(f"dm-plain:cipher={cipher}"))
+
+
 def test_tcrypt_password_on_stdin_keyfiles_pim_hidden(standins: StandIns, tmp_path: Path) -> None:
     password = tmp_path / "pw"
     password.write_text("cccccccccccccccccccc\n")

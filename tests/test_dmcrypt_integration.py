@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -331,3 +332,43 @@ def test_full_session_with_dm_crypt_backends(pytester: pytest.Pytester, scratch:
     result.assert_outcomes(passed=6)
     result.stdout.fnmatch_lines(["*luks2:no-workqueue=1*", "*plain *", "*dm-plain*", "*veracrypt*"])
     assert list(scratch.glob("encperf-*")) == [], "run directory left behind"
+
+
+@pytest.mark.parametrize(
+    ("sweep_name", "configurations", "recommended"),
+    [
+        ("luks-tuning", 8, "cryptsetup luksFormat --type luks2"),
+        ("ciphers", 4, "cryptsetup open --type plain"),
+    ],
+    ids=["luks-tuning", "ciphers"],
+)
+def test_ready_made_sweep_ranks_and_recommends(
+    pytester: pytest.Pytester, scratch: Path, sweep_name: str, configurations: int, recommended: str
+) -> None:
+    """A ready-made sweep end to end, at a tiny size (UML lane: function, not performance)."""
+    pytester.makepyfile(
+        test_bench="def test_w(encperf, encperf_workload):\n    encperf.run(encperf_workload)"
+    )
+    out = pytester.path / "sweep.json"
+    result = pytester.runpytest(
+        f"--encperf-dir={scratch}",
+        f"--encperf-sweep={sweep_name}",
+        "--encperf-size=2MiB",
+        "--encperf-runtime=0.05",
+        "--encperf-rounds=2",
+        "--encperf-warmup=0",
+        f"--encperf-json={out}",
+        "-k",
+        "SEQ1M-Q1T1",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=2 * configurations)
+    family = "luks2" if sweep_name == "luks-tuning" else "dm-plain"
+    result.stdout.fnmatch_lines(
+        [f"sweep: {family}, {configurations} configurations ranked over 2 workloads", f"*{recommended}*"]
+    )
+    (ranking,) = json.loads(out.read_text())["encperf"]["sweeps"]
+    assert len(ranking["configurations"]) == configurations and ranking["unranked"] == []
+    assert list(scratch.glob("encperf-*")) == [], "run directory left behind"
+    assert list(Path("/dev/mapper").glob("encperf-*")) == [], "mapping left behind"

@@ -111,6 +111,21 @@ def test_gocryptfs_init_command_carries_the_parameters(tmp_path: Path) -> None:
     assert "-aessiv" not in default
 
 
+@pytest.mark.parametrize(
+    ("value", "flag", "ceiling"),
+    [("auto", None, "gocryptfs:AES-GCM-256"), ("1", "-openssl=true", "gocryptfs:AES-GCM-256-OpenSSL"),
+     ("0", "-openssl=false", "gocryptfs:AES-GCM-256-Go")],
+)  # fmt: skip
+def test_gocryptfs_crypto_implementation_reaches_the_mount_and_the_ceiling(
+    tmp_path: Path, value: str, flag: str | None, ceiling: str
+) -> None:
+    backend = GocryptfsBackend(BackendSpec.parse(f"gocryptfs:openssl={value}"))
+    volume = volume_for(backend, tmp_path)
+    argv = backend.mount_command(volume)
+    assert [a for a in argv if a.startswith("-openssl")] == ([flag] if flag else [])
+    assert backend.describe_store(volume)["cipher_ceiling"] == ceiling
+
+
 def test_encfs_creates_with_its_mode_only_once(tmp_path: Path) -> None:
     backend = EncfsBackend(BackendSpec.parse("encfs:mode=paranoia"))
     volume = volume_for(backend, tmp_path)
@@ -184,6 +199,7 @@ def test_bitlocker_password_goes_to_stdin_not_argv(tmp_path: Path) -> None:
             "gocryptfs: aessiv: bad switch value '2': expected 1/true/yes/on or 0/false/no/off",
         ),
         ("gocryptfs:scryptn=3", "gocryptfs: scryptn: bad value '3': expected a whole number from 10 to 28"),
+        ("gocryptfs:openssl=yes", "gocryptfs: openssl: bad value 'yes': expected one of auto, 1, 0"),
         ("encfs:mode=fast", "encfs: mode: bad value 'fast': expected one of standard, paranoia"),
         (
             "cryfs:blocksize=abc",

@@ -7,6 +7,7 @@ one backend's missing dependency never breaks the others (fsspec's registry does
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import os
 import re
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from uuid import uuid4
 
-from .. import host
+from .. import host, sweep
 from ..host import HostError
 from ..parsing import parse_text
 from ..resources import Cleanup
@@ -247,6 +248,12 @@ class BackendBase:
             return []
         return [f"{self.name}: needs {tool} (e2fsprogs)" for tool in host.missing_tools("mkfs.ext4")]
 
+    def setup_commands(self) -> list[str]:
+        """How a user sets up a real volume with this configuration (command lines, crypttab or
+        fstab options), for a sweep's recommendation: real key derivation, never the benchmark's
+        fast one. Empty when the spec's parameters say it all."""
+        return []
+
     def partition_refusal(self, target: Target) -> str | None:
         """Why this backend's volume would not live on the partition target's device, or None
         when it does (it formats that device, as the plain baseline does). A volume whose data
@@ -454,11 +461,24 @@ def make_backend(spec: BackendSpec) -> BackendBase:
     return backend_class(spec.name)(spec)
 
 
+def recommend(rankings: list[sweep.FamilyRanking]) -> list[sweep.FamilyRanking]:
+    """Each ranking with its best configuration's set-up commands (BackendBase.setup_commands)."""
+    found = []
+    for ranking in rankings:
+        commands: list[str] = []
+        if ranking.best is not None:
+            with contextlib.suppress(ValueError):  # a saved run's spec this version refuses
+                commands = make_backend(BackendSpec.parse(ranking.best.spec)).setup_commands()
+        found.append(dataclasses.replace(ranking, recommendation=tuple(commands)))
+    return found
+
+
 def parse_backend_list(text: str) -> list[BackendSpec]:
     """Parse ``--encperf-backends``: comma-separated specs; ``auto`` = every registered one.
 
     Commas also separate a spec's parameters, so an item with ``=`` and no ``:`` continues
-    the previous spec (``luks2:cipher=x,key-size=512,fscrypt``).
+    the previous spec (``luks2:cipher=x,key-size=512,fscrypt``). A value listing alternatives
+    (``luks2:sector-size=512|4096,no-workqueue=0|1``) is a sweep: the cross product of specs.
     """
     if not text.strip():
         raise ValueError("empty backend list: expected e.g. fscrypt or auto")
@@ -476,9 +496,10 @@ def parse_backend_list(text: str) -> list[BackendSpec]:
                 BackendSpec(name) for name in known_names() if name != BASELINE and name not in NOT_IN_AUTO
             ]
             continue
-        spec = BackendSpec.parse(item)
-        make_backend(spec)  # validates name and parameters now, as a usage error
-        specs.append(spec)
+        for text in sweep.expand(item):
+            spec = BackendSpec.parse(text)
+            make_backend(spec)  # validates name and parameters now, as a usage error
+            specs.append(spec)
     unique: list[BackendSpec] = []
     for spec in specs:
         if spec not in unique:

@@ -172,6 +172,7 @@ class CryptsetupBackend(BackendBase):
     def unmount(self, volume: Volume) -> None:
         super().unmount(volume)
         volume.state.pop("dm_name", None)
+        volume.state.pop("dm_layers", None)
 
     def describe(self, volume: Volume) -> dict[str, Any]:
         info: dict[str, Any] = {"encryption": self.name, "target": volume.target.kind}
@@ -228,6 +229,14 @@ PERF_PARAMS = (
 SECTOR_SIZES = parse_int_choice((512, 1024, 2048, 4096))
 
 
+# the same flags as /etc/crypttab options (crypttab(5))
+CRYPTTAB_OPTIONS = {
+    "no-workqueue": "no-read-workqueue,no-write-workqueue",
+    "same-cpu-crypt": "same-cpu-crypt",
+    "submit-from-crypt-cpus": "submit-from-crypt-cpus",
+}
+
+
 class LuksBackend(CryptsetupBackend):
     """``luks2`` (alias ``luks``) and ``luks1``: we format, with a random key in a key file."""
 
@@ -280,6 +289,25 @@ class LuksBackend(CryptsetupBackend):
         argv += [*FAST_KDF, "--key-file", "-", str(device)]
         return argv
 
+    def setup_commands(self) -> list[str]:
+        argv = ["cryptsetup", "luksFormat", "--type", self.luks_type]
+        for flag, value in (
+            ("--cipher", self.cipher),
+            ("--key-size", self.key_size),
+            ("--hash", self.hash),
+            ("--sector-size", self.sector_size),
+            ("--integrity", self.integrity),
+        ):
+            if value:
+                argv += [flag, str(value)]
+        own_kdf = "   (cryptsetup's own key derivation, not the benchmark's)"
+        lines = [" ".join([*argv, "/dev/DEVICE"]) + own_kdf]
+        if self.perf:
+            lines.append("crypttab options: " + ",".join(CRYPTTAB_OPTIONS[flag] for flag in self.perf))
+            flags = " ".join(arg for flag in self.perf for arg in PERF_FLAGS[flag])
+            lines.append(f"or kept in the LUKS2 header: cryptsetup refresh --persistent {flags} NAME")
+        return lines
+
     def format(self, volume: Volume, device: Path) -> None:
         uuid = None
         if volume.target.kind == "partition":
@@ -304,26 +332,46 @@ class LuksBackend(CryptsetupBackend):
 
 
 class PlainDmcryptBackend(CryptsetupBackend):
-    """``dm-plain``: dm-crypt without a header (cryptsetup ``--type plain``); the key file is the key."""
+    """``dm-plain``: dm-crypt without a header (cryptsetup ``--type plain``); the key file is the key.
+
+    ``cipher=a+b+c`` is a cascade: one plain mapping per cipher, stacked, each with its own key,
+    as cryptsetup opens a TrueCrypt/VeraCrypt cascade. Listed as VeraCrypt names them
+    (AES-Twofish-Serpent = ``aes-xts-plain64+twofish-xts-plain64+serpent-xts-plain64``): the
+    first cipher is the layer on the device, the last the one the file system writes through,
+    so data is encrypted with the last cipher first.
+    """
 
     params = (
-        Param("cipher", default="aes-xts-plain64", help="cipher spec"),
         Param(
-            "key-size", parse_int(8, KEY_BYTES * 8, multiple_of=8), 512, "key bits (512 for XTS: two keys)"
+            "cipher",
+            default="aes-xts-plain64",
+            help="cipher spec; a+b+c stacks one mapping per cipher (a cascade, up to 3)",
+        ),
+        Param(
+            "key-size",
+            parse_int(8, KEY_BYTES * 8, multiple_of=8),
+            512,
+            "key bits per cipher (512 for XTS: two keys)",
         ),
         Param("sector-size", SECTOR_SIZES, help="encryption sector bytes, 512..4096"),
         *PERF_PARAMS,
     )
+    MAX_LAYERS = 3
 
     def __init__(self, spec: BackendSpec) -> None:
         super().__init__(spec)
         self.cipher: str = self.options["cipher"]
+        self.layers = self.cipher.split("+")
+        if any(not layer for layer in self.layers) or len(self.layers) > self.MAX_LAYERS:
+            raise ValueError(
+                f"dm-plain: cipher {self.cipher!r}: one cipher spec, or up to {self.MAX_LAYERS} joined by +"
+            )
         self.key_size: int = self.options["key-size"]
         self.sector_size: int | None = self.options["sector-size"]
         self.perf = [name for name in PERF_FLAGS if self.options[name]]
 
-    def open_command(self, volume: Volume, device: Path, name: str) -> tuple[list[str], bytes | None]:
-        argv = ["cryptsetup", "open", "--type", "plain", "--batch-mode", "--cipher", self.cipher]
+    def layer_command(self, cipher: str, device: Path, name: str) -> list[str]:
+        argv = ["cryptsetup", "open", "--type", "plain", "--batch-mode", "--cipher", cipher]
         argv += ["--key-size", str(self.key_size), "--key-file", "-"]
         # read exactly the key's bytes: a plain key file (here stdin) is the key itself, not hashed
         argv += ["--keyfile-size", str(self.key_size // 8)]
@@ -331,10 +379,63 @@ class PlainDmcryptBackend(CryptsetupBackend):
             argv += ["--sector-size", str(self.sector_size)]
         for flag in self.perf:
             argv += PERF_FLAGS[flag]
-        return [*argv, str(device), name], self.secret_key(volume)
+        return [*argv, str(device), name]
+
+    def open_command(self, volume: Volume, device: Path, name: str) -> tuple[list[str], bytes | None]:
+        return self.layer_command(self.layers[0], device, name), self.layer_key(volume, 0)
+
+    def setup_commands(self) -> list[str]:
+        lines = []
+        below = "/dev/DEVICE"
+        for layer, cipher in enumerate(self.layers):
+            name = "NAME" if layer == len(self.layers) - 1 else f"NAME_{layer + 1}"
+            argv = self.layer_command(cipher, Path(below), name)
+            argv.remove("--batch-mode")
+            keyfile = "KEYFILE" if len(self.layers) == 1 else f"KEYFILE_{layer + 1}"  # a key per layer
+            lines.append(" ".join(argv).replace("--key-file -", f"--key-file {keyfile}"))
+            below = f"/dev/mapper/{name}"
+        if self.perf:
+            lines.append("crypttab options: " + ",".join(CRYPTTAB_OPTIONS[flag] for flag in self.perf))
+        return lines
+
+    def layer_key(self, volume: Volume, layer: int) -> bytes:
+        """Each layer's own random key (a cascade's keys are independent)."""
+        key = self.secret_key(volume)
+        if layer == 0:
+            return key
+        keys = volume.state.setdefault("layer_keys", {})
+        if layer not in keys:
+            keys[layer] = host.Secret(os.urandom(KEY_BYTES))
+            volume.created.push("forget the cascade keys", lambda: volume.state.pop("layer_keys", None))
+        return keys[layer]
+
+    def open_mapping(self, volume: Volume, cleanup: host.Cleanup) -> Path:
+        """The first layer on the device, each next one on the mapping below it."""
+        mapped = super().open_mapping(volume, cleanup)
+        below = [volume.state["dm_name"]]
+        for layer in range(1, len(self.layers)):
+            name = mapping_name()
+            cleanup.dm(name)  # released before the one below it (last in, first out)
+            volume.state["dm_name"] = name
+            below.append(name)
+            argv = self.layer_command(self.layers[layer], mapped, name)
+            host.run(argv, input=self.layer_key(volume, layer))
+            mapped = Path("/dev/mapper") / name
+        volume.state["dm_layers"] = below
+        return mapped
+
+    def close_mapping(self, volume: Volume) -> None:
+        names = volume.state.pop("dm_layers", [])
+        volume.state.pop("dm_name", None)
+        for name in reversed(names):
+            host.remove_dm(name)
 
     def describe(self, volume: Volume) -> dict[str, Any]:
         info = super().describe(volume)
+        if len(self.layers) > 1:
+            info["cipher"] = self.cipher
+            info["cascade_layers"] = len(self.layers)
+            info.pop("cipher_ceiling", None)  # no single kernel cipher is its ceiling
         for flag in self.perf:
             info[flag] = True
         return info

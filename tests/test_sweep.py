@@ -1,0 +1,324 @@
+"""Configuration sweeps: expansion (pure), ranking (pure, and by simulation with a stated noise
+model), the option, and the report/JSON/Markdown of a plugin run (pytester, scripted engine)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from pytest_encperf import sweep
+from pytest_encperf.backends import make_backend, parse_backend_list
+from pytest_encperf.backends.dmcrypt import LuksBackend
+from pytest_encperf.model import Measurement, Result
+from pytest_encperf.report import sweep_recommendation, sweep_report
+from pytest_encperf.settings import resolve
+from pytest_encperf.workloads import Workload
+
+# ---------------------------------------------------------------- expansion
+
+
+def test_alternatives_expand_into_the_cross_product_first_key_slowest() -> None:
+    assert sweep.expand("luks2:sector-size=512|4096,no-workqueue=0|1") == [
+        "luks2:sector-size=512,no-workqueue=0",
+        "luks2:sector-size=512,no-workqueue=1",
+        "luks2:sector-size=4096,no-workqueue=0",
+        "luks2:sector-size=4096,no-workqueue=1",
+    ]
+    assert sweep.expand("gocryptfs:aessiv=1,openssl=0|1") == [
+        "gocryptfs:aessiv=1,openssl=0",
+        "gocryptfs:aessiv=1,openssl=1",
+    ]
+    assert sweep.expand("fscrypt") == ["fscrypt"]
+    assert sweep.expand("luks2:key-size=512") == ["luks2:key-size=512"]
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ("luks2:sector-size=512||4096", "empty alternative"),
+        ("luks2:sector-size=512|", "empty alternative"),
+        ("luks2:sector-size=512|512", "repeated"),
+        ("luks2|luks1", "not in the backend name"),
+        ("luks2:sector-size|4096", "expected key=value"),
+    ],
+)
+def test_bad_sweeps_are_refused_with_the_accepted_form(item: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        sweep.expand(item)
+
+
+def test_backend_list_expands_sweeps_and_keeps_other_specs() -> None:
+    specs = [
+        str(s)
+        for s in parse_backend_list(
+            "fscrypt,gocryptfs:aessiv=0|1,plaintextnames=1,gocryptfs:aessiv=0,plaintextnames=1"
+        )
+    ]
+    assert specs == ["fscrypt", "gocryptfs:aessiv=0,plaintextnames=1", "gocryptfs:aessiv=1,plaintextnames=1"]
+
+
+def test_every_configuration_is_validated_like_a_named_spec() -> None:
+    with pytest.raises(
+        ValueError, match=r"gocryptfs: openssl: bad value 'maybe': expected one of auto, 1, 0"
+    ):
+        parse_backend_list("gocryptfs:openssl=0|maybe")
+
+
+def test_ready_made_sweeps_expand_to_valid_backends() -> None:
+    luks = [str(s) for s in parse_backend_list(sweep.SWEEPS["luks-tuning"][0])]
+    assert len(luks) == 8 and all(spec.startswith("luks2:sector-size=") for spec in luks)
+    ciphers = [str(s) for s in parse_backend_list(sweep.SWEEPS["ciphers"][0])]
+    assert [spec.partition("=")[2] for spec in ciphers] == [
+        "aes-xts-plain64", "serpent-xts-plain64", "twofish-xts-plain64",
+        "aes-xts-plain64+twofish-xts-plain64+serpent-xts-plain64",
+    ]  # fmt: skip
+
+
+def test_sweep_option_replaces_the_default_backends_and_adds_to_given_ones() -> None:
+    alone = resolve({"sweep": "luks-tuning"}, {}, {})
+    assert len(alone.backends) == 8 and "fscrypt" not in [str(s) for s in alone.backends]
+    both = resolve({"sweep": "ciphers", "backends": "fscrypt"}, {}, {})
+    assert str(both.backends[0]) == "fscrypt" and len(both.backends) == 5
+    from_ini = resolve({}, {"sweep": "ciphers"}, {})
+    assert len(from_ini.backends) == 4
+    with pytest.raises(ValueError, match="--encperf-sweep: bad sweep 'speed'"):
+        resolve({"sweep": "speed"}, {}, {})
+    with pytest.raises(ValueError, match="bad margin"):
+        resolve({"sweep-margin": "150%"}, {}, {})
+    assert resolve({"sweep-margin": "5%"}, {}, {}).sweep_margin == pytest.approx(0.05)
+
+
+# ---------------------------------------------------------------- recommendation commands
+
+
+def test_luks_recommendation_uses_real_key_derivation_and_crypttab_flags() -> None:
+    backend = make_backend(parse_backend_list("luks2:sector-size=4096,no-workqueue=1,key-size=512")[0])
+    assert isinstance(backend, LuksBackend)
+    lines = backend.setup_commands()
+    assert lines[0].startswith(
+        "cryptsetup luksFormat --type luks2 --key-size 512 --sector-size 4096 /dev/DEVICE"
+    )
+    assert "pbkdf" not in lines[0]
+    assert "crypttab options: no-read-workqueue,no-write-workqueue" in lines
+
+
+def test_gocryptfs_recommendation_names_the_crypto_implementation() -> None:
+    backend = make_backend(parse_backend_list("gocryptfs:openssl=0")[0])
+    assert backend.setup_commands()[1] == "gocryptfs -openssl=false CIPHERDIR MOUNTPOINT"
+    assert "scryptn" not in " ".join(backend.setup_commands())
+
+
+# ---------------------------------------------------------------- ranking
+
+WORKLOADS = [Workload(f"W{i}", rw, 4096) for i in range(4) for rw in ("read", "write")]
+
+
+def measurement(mb_per_s: float) -> Measurement:
+    moved = int(mb_per_s * 1e6)
+    return Measurement(
+        engine="sim", engine_version="1", bytes=moved, seconds=1.0, ios=moved // 4096,
+        lat_p50_us=1.0, lat_p99_us=1.0, lat_p999_us=1.0, cpu_seconds=0.1, io_mode="direct",
+    )  # fmt: skip
+
+
+def result(spec: str, workload: Workload, ratios: list[float]) -> Result:
+    return Result(spec, workload, [measurement(100 * r) for r in ratios], [measurement(100) for _ in ratios])
+
+
+def simulated(
+    spec: str, true_ratio: float, rng: random.Random, cv: float, rounds: int = 3, volume_sd: float = 0.0
+) -> list[Result]:
+    """Noise model: each round's ratio is true_ratio x lognormal(0, cv) (independent rounds), and
+    the whole volume's ratios share one lognormal(0, volume_sd) factor (the volume's own state)."""
+    offset = rng.gauss(0, volume_sd)
+    return [
+        result(spec, w, [true_ratio * math.exp(offset + rng.gauss(0, cv)) for _ in range(rounds)])
+        for w in WORKLOADS
+    ]
+
+
+def test_ranking_orders_by_geometric_mean_and_lists_what_it_could_not_rank() -> None:
+    results = [
+        *[result("x:a=1", w, [0.5, 0.5, 0.5]) for w in WORKLOADS],
+        *[result("x:a=2", w, [0.8, 0.79, 0.81]) for w in WORKLOADS],
+        *[result("x:a=3", w, [0.2, 0.21, 0.19]) for w in WORKLOADS[:2]],  # two workloads only
+    ]
+    (ranking,) = sweep.rank(results, ["x:a=1", "x:a=2", "x:a=3", "x:a=4", "other"])
+    assert [r.spec for r in ranking.ranked] == ["x:a=2", "x:a=1", "x:a=3"]
+    assert ranking.workloads == ("W0 read", "W0 write")  # the ones all three measured
+    assert len(ranking.left_out) == 6
+    assert ranking.unranked == (("x:a=4", "no results (skipped or failed)"),)
+    best, second, third = ranking.ranked
+    assert best.geomean == pytest.approx(0.8, rel=0.01)
+    assert best.low is not None and best.high is not None and best.low < best.geomean < best.high
+    assert not second.within_noise and not third.within_noise
+    lines = sweep_report(ranking)
+    assert "recommendation for x: a=2 (-20.0% vs plain)" in lines
+    assert "not ranked: no results (skipped or failed)" in lines[1]
+
+
+def test_one_configuration_of_a_family_is_not_a_sweep() -> None:
+    results = [result("x:a=1", w, [0.5, 0.5]) for w in WORKLOADS]
+    assert sweep.rank(results, ["x:a=1", "y:a=1"]) == []
+
+
+def test_close_configurations_are_within_noise_and_the_recommendation_says_so() -> None:
+    rng = random.Random(7)
+    results = [*simulated("x:a=1", 0.5, rng, 0.05), *simulated("x:a=2", 0.5, rng, 0.05)]
+    (ranking,) = sweep.rank(results, ["x:a=1", "x:a=2"])
+    assert all(r.within_noise for r in ranking.ranked) and not ranking.decided
+    assert "no configuration is distinguishably faster" in " ".join(sweep_recommendation(ranking))
+
+
+def test_one_round_per_workload_gives_no_interval_and_no_claim() -> None:
+    results = [
+        *(result("x:a=1", w, [0.5]) for w in WORKLOADS),
+        *(result("x:a=2", w, [0.9]) for w in WORKLOADS),
+    ]
+    (ranking,) = sweep.rank(results, ["x:a=1", "x:a=2"])
+    assert ranking.ranked[1].low is None and ranking.ranked[1].p_vs_best is None
+    assert ranking.ranked[1].within_noise
+
+
+# Simulation: 8 workloads x 3 rounds, round noise CV 5% (this machine's CPU-bound FUSE rounds
+# show 2-20%), seeded. Bonferroni over the pairs bounds the false "slower" rate by ALPHA (5%).
+TRIALS = 400
+
+
+def false_alarm_rate(configurations: int, margin: float, volume_sd: float = 0.0) -> float:
+    rng = random.Random(2026)
+    alarms = 0
+    for _ in range(TRIALS):
+        specs = [f"x:a={i}" for i in range(configurations)]
+        results = [r for spec in specs for r in simulated(spec, 0.6, rng, 0.05, volume_sd=volume_sd)]
+        (ranking,) = sweep.rank(results, specs, margin=margin)
+        alarms += ranking.decided
+    return alarms / TRIALS
+
+
+@pytest.mark.parametrize("configurations", [2, 4, 8])
+def test_equally_fast_configurations_are_rarely_called_slower_even_without_a_margin(
+    configurations: int,
+) -> None:
+    assert false_alarm_rate(configurations, margin=0.0) <= 0.06
+
+
+def test_the_margin_absorbs_a_per_volume_shift_the_rounds_cannot_see() -> None:
+    # each volume's ratios shifted together by a lognormal factor: the rounds alone are fooled
+    assert false_alarm_rate(4, margin=0.0, volume_sd=0.03) > 0.3
+    # the default margin: at most 5% false "slower" calls for up to 8 configurations (luks-tuning)
+    # when a volume's own shift has a 2% spread
+    assert false_alarm_rate(8, margin=sweep.DEFAULT_MARGIN, volume_sd=0.02) <= 0.05
+
+
+def test_a_real_difference_is_found() -> None:
+    rng = random.Random(99)
+    found = 0
+    for _ in range(TRIALS // 2):
+        results = [*simulated("x:fast=1", 0.6, rng, 0.05), *simulated("x:fast=0", 0.45, rng, 0.05)]
+        (ranking,) = sweep.rank(results, ["x:fast=1", "x:fast=0"])
+        found += ranking.ranked[0].spec == "x:fast=1" and not ranking.ranked[1].within_noise
+    assert found / (TRIALS // 2) >= 0.95  # a 25% shortfall, beyond the 10% margin
+
+
+# ---------------------------------------------------------------- plugin run
+
+SPEED_BENCHMARK = """
+from pytest_encperf.model import Measurement
+
+
+class BySpeed:
+    name = "scripted"
+
+    def version(self):
+        return "1"
+
+    def prepare(self, directory, size):
+        path = directory / "file.dat"
+        path.touch()
+        return path
+
+    def io_mode(self, path):
+        return "direct"
+
+    def run(self, workload, path, *, runtime, direct, observe=None):
+        marker = path.parent / "speed"
+        factor = float(marker.read_text()) if marker.exists() else 1.0
+        moved = int(100e6 * factor)
+        return Measurement(
+            engine="scripted", engine_version="1", bytes=moved, seconds=1.0, ios=moved // workload.block_size,
+            lat_p50_us=1.0, lat_p99_us=1.0, lat_p999_us=1.0, cpu_seconds=0.1, io_mode="direct",
+        )
+
+
+ENGINE = BySpeed()
+
+
+def test_workload(encperf, encperf_workload):
+    encperf.engine = ENGINE
+    encperf.run(encperf_workload)
+"""
+
+SPEED_CONFTEST = """
+from pytest_encperf.backends import Param
+from pytest_encperf.backends.plain import PlainBackend
+
+
+class SpeedCrypt(PlainBackend):
+    params = (Param("speed", help="throughput factor of the scripted engine"),)
+
+    def mount(self, volume):
+        data_dir = super().mount(volume)
+        (data_dir / "speed").write_text(self.spec.param_dict.get("speed", "1"))
+        return data_dir
+
+
+def pytest_encperf_register_backends(config):
+    return {"speedcrypt": SpeedCrypt}
+"""
+
+
+def test_a_sweep_run_prints_ranks_and_writes_the_ranking_to_json_and_markdown(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_bench=SPEED_BENCHMARK)
+    pytester.makeconftest(SPEED_CONFTEST)
+    out = pytester.path / "out.json"
+    markdown = pytester.path / "out.md"
+    result = pytester.runpytest(
+        "--encperf-target=directory",
+        "--encperf-backends=speedcrypt:speed=0.5|0.9|0.3",
+        f"--encperf-dir={pytester.path}",
+        "--encperf-size=1MiB",
+        "--encperf-rounds=3",
+        "--encperf-warmup=0",
+        f"--encperf-json={out}",
+        f"--encperf-markdown={markdown}",
+        "-k",
+        "Q8T1",
+        "-p",
+        "no:cacheprovider",
+        "-W",
+        "ignore::pytest.PytestAssertRewriteWarning",
+    )
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(
+        [
+            "sweep: speedcrypt, 3 configurations ranked over 2 workloads",
+            "*1*speed=0.9*-10.0%*best*",
+            "*2*speed=0.5*-50.0%*slower*",
+            "*3*speed=0.3*-70.0%*slower*",
+            "recommendation for speedcrypt: speed=0.9 (-10.0% vs plain)",
+        ]
+    )
+    (ranking,) = json.loads(out.read_text())["encperf"]["sweeps"]
+    assert [c["spec"] for c in ranking["configurations"]] == [
+        "speedcrypt:speed=0.9", "speedcrypt:speed=0.5", "speedcrypt:speed=0.3",
+    ]  # fmt: skip
+    assert ranking["configurations"][0]["geomean_ratio"] == pytest.approx(0.9)
+    text = markdown.read_text()
+    assert "**sweep: speedcrypt, 3 configurations ranked over 2 workloads**" in text
+    assert "recommendation for speedcrypt: speed=0.9" in text
