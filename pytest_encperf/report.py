@@ -621,8 +621,9 @@ def sweep_table(ranking: FamilyRanking, tablefmt: str = "simple") -> str:
 def sweep_recommendation(ranking: FamilyRanking) -> list[str]:
     """What to choose, and how sure: the best configuration, and the others within noise of it."""
     best = ranking.best
-    if best is None:
-        return [f"no recommendation for {ranking.family}: no configuration could be ranked"]
+    if len(ranking.ranked) < 2:
+        return [f"no recommendation for {ranking.family}: fewer than two configurations could be ranked"]
+    assert best is not None
     close = [parameters(r.spec) for r in ranking.ranked[1:] if r.within_noise]
     change = _format_change(best.change_percent)
     lines = [f"recommendation for {ranking.family}: {parameters(best.spec)} ({change} vs plain)"]
@@ -636,8 +637,11 @@ def sweep_recommendation(ranking: FamilyRanking) -> list[str]:
 
 
 def sweep_title(ranking: FamilyRanking) -> str:
+    ranked = (
+        f"{len(ranking.ranked)} of {len(ranking.ranked) + len(ranking.unranked)}" if ranking.unranked else ""
+    )
     return (
-        f"sweep: {ranking.family}, {len(ranking.ranked)} configurations ranked over "
+        f"sweep: {ranking.family}, {ranked or len(ranking.ranked)} configurations ranked over "
         f"{len(ranking.workloads)} workloads"
     )
 

@@ -15,6 +15,7 @@ data = sys.stdin.buffer.read() if not sys.stdin.isatty() else b""
 with open({log!r}, "a") as log:
     log.write(json.dumps({{"tool": {name!r}, "argv": sys.argv[1:], "stdin": data.decode("latin-1")}}) + "\\n")
 sys.stdout.write(os.environ.get("STANDIN_STDOUT_" + {name!r}.upper().replace("-", "_"), ""))
+sys.stderr.write(os.environ.get("STANDIN_STDERR_" + {name!r}.upper().replace("-", "_"), ""))
 sys.exit(int(os.environ.get("STANDIN_EXIT_" + {name!r}.upper().replace("-", "_"), "0")))
 """
 

@@ -156,8 +156,18 @@ def test_ranking_orders_by_geometric_mean_and_lists_what_it_could_not_rank() -> 
     assert best.low is not None and best.high is not None and best.low < best.geomean < best.high
     assert not second.within_noise and not third.within_noise
     lines = sweep_report(ranking)
+    assert lines[0] == "sweep: x, 3 of 4 configurations ranked over 2 workloads"
     assert "recommendation for x: a=2 (-20.0% vs plain)" in lines
     assert "not ranked: no results (skipped or failed)" in lines[1]
+
+
+def test_no_recommendation_when_only_one_configuration_was_measured() -> None:
+    results = [result("x:a=1", w, [0.5, 0.5]) for w in WORKLOADS]
+    (ranking,) = sweep.rank(results, ["x:a=1", "x:a=2"])
+    assert ranking.unranked == (("x:a=2", "no results (skipped or failed)"),)
+    assert sweep_recommendation(ranking) == [
+        "no recommendation for x: fewer than two configurations could be ranked"
+    ]
 
 
 def test_one_configuration_of_a_family_is_not_a_sweep() -> None:

@@ -175,6 +175,18 @@ def test_cli_fuse_mode_reattaches_loop_with_direct_io(
     assert fake_veracrypt.calls("veracrypt")[-1].argv[-2:] == ["--dismount", str(container)]
 
 
+def test_stdin_support_is_found_in_the_usage_line_on_stderr(
+    fake_veracrypt: StandIns, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # VeraCrypt 1.26.3's console build: the long help on stdout never names --stdin
+    monkeypatch.setenv("STANDIN_STDOUT_VERACRYPT", "Synopsis:\n\nveracrypt [OPTIONS] COMMAND\n")
+    monkeypatch.setenv(
+        "STANDIN_STDERR_VERACRYPT", "Usage: veracrypt [--non-interactive] [--stdin] [-p <str>]\n"
+    )
+    assert veracrypt.cli_reads_stdin()
+    assert fake_veracrypt.calls("veracrypt")[-1].argv == ["--text", "--help"]
+
+
 def test_cli_without_stdin_support_is_refused_unless_the_spec_accepts_argv(
     fake_veracrypt: StandIns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -167,9 +167,14 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--standin-daemon"]:
         return daemon(argv[1])
     if "--help" in argv:
-        print("Usage: veracrypt [--text] [options] [volume_path] [mount_point]")
-        if not os.environ.get("VERACRYPT_STANDIN_NO_STDIN"):
-            print("  --stdin  Read password from standard input")
+        # as VeraCrypt 1.26.3 (console build) does: the option list is the usage line on stderr,
+        # the long help on stdout does not mention --stdin
+        stdin = "" if os.environ.get("VERACRYPT_STANDIN_NO_STDIN") else " [--stdin]"
+        print(
+            f"Usage: veracrypt [--text] [--non-interactive]{stdin} [Volume path] [Mount point]",
+            file=sys.stderr,
+        )
+        print("\nSynopsis:\n\nveracrypt [OPTIONS] COMMAND\nveracrypt [OPTIONS] VOLUME_PATH [MOUNT_DIRECTORY]")
         return 0
     if "--version" in argv:
         print("VeraCrypt 1.26.7 (stand-in)")

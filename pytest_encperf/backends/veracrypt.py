@@ -60,7 +60,8 @@ def cli_reads_stdin() -> bool:
     path = shutil.which(VERACRYPT) or VERACRYPT
     if path not in _stdin_support:
         try:
-            text = host.run([VERACRYPT, "--text", "--help"])
+            # 1.26 lists its options (--stdin among them) only in the usage line on stderr
+            text = host.run(["sh", "-c", 'exec "$0" --text --help 2>&1', VERACRYPT])
         except host.HostError as exc:
             text = str(exc)  # some releases print the help and exit non-zero
         _stdin_support[path] = "--stdin" in text
