@@ -240,7 +240,7 @@ def test_backends_whose_daemon_reads_a_store_below_say_so() -> None:
     from pytest_encperf.backends import backend_class, known_names
 
     below = {name for name in known_names() if backend_class(name).store_below}
-    assert below == {"gocryptfs", "encfs", "cryfs", "securefs", "qemu-luks", "bitlocker"}
+    assert below == {"gocryptfs", "encfs", "cryfs", "securefs", "qemu-luks", "bitlocker", "ecryptfs"}
 
 
 def test_streams_keep_to_their_stripes_and_flush_on_their_own_count(

@@ -1,5 +1,5 @@
-"""The real-kernel lane: the dm-crypt and device-mapper partition tests inside user-mode Linux
-(see tests/uml.py).
+"""The real-kernel lane: the dm-crypt, device-mapper partition and eCryptfs tests inside
+user-mode Linux (see tests/uml.py).
 
 Runs where the host kernel has no device-mapper (this project's CI); where it has one, the
 same tests run directly and this lane is skipped.
@@ -21,13 +21,19 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[1]
 # The secrets scan of the dm-crypt based backends (LUKS, plain, VeraCrypt, TrueCrypt/VeraCrypt and
-# BitLocker volumes) runs here too.
-DM_SECRETS = ("luks2", "luks1", "dm-plain", "veracrypt", "tcrypt", "bitlk")
+# BitLocker volumes) and of eCryptfs runs here too.
+DM_SECRETS = ("luks2", "luks1", "dm-plain", "veracrypt", "tcrypt", "bitlk", "ecryptfs")
+RELIABILITY = "tests/test_reliability_integration.py"
+ECRYPTFS_KILLS = ("ecryptfs-create", "ecryptfs-mount", "ecryptfs-round", "ecryptfs-teardown")
 LANE_TESTS = [
     "tests/test_dmcrypt_integration.py",
+    "tests/test_ecryptfs_integration.py",
     "tests/test_partition_integration.py",
     "tests/test_ceiling.py::test_kernel_cipher_speed_through_af_alg",  # the guest loads af_alg
     *(f"tests/test_secrets_integration.py::test_secret_is_never_exposed[{name}]" for name in DM_SECRETS),
+    # eCryptfs after a kill: a mount keeps its keys alive; encperf cleanup must leave neither
+    *(f"{RELIABILITY}::test_sigkill_then_encperf_cleanup_leaves_nothing[{case}]" for case in ECRYPTFS_KILLS),
+    f"{RELIABILITY}::test_interrupt_tears_down_without_cleanup[ecryptfs-round-SIGTERM]",
 ]
 # Each must have run and passed in the guest: the lane is worthless if they all skip.
 MUST_PASS = [
@@ -53,6 +59,16 @@ MUST_PASS = [
     "test_secret_is_never_exposed[veracrypt]",
     "test_secret_is_never_exposed[tcrypt]",
     "test_secret_is_never_exposed[bitlk]",
+    "test_create_mount_write_remount_read_destroy[ecryptfs-container]",
+    "test_create_mount_write_remount_read_destroy[ecryptfs:cipher=aes,key-bytes=32,filename-encryption=0-container]",
+    "test_create_mount_write_remount_read_destroy[ecryptfs:cipher=twofish,key-bytes=16-directory]",
+    "test_a_wrong_passphrase_gives_no_plaintext",
+    "test_a_wrong_passphrase_hides_encrypted_names",
+    "test_keys_are_the_ones_ecryptfs_add_passphrase_adds",
+    "test_full_session_with_ecryptfs",
+    "test_secret_is_never_exposed[ecryptfs]",
+    *(f"test_sigkill_then_encperf_cleanup_leaves_nothing[{case}]" for case in ECRYPTFS_KILLS),
+    "test_interrupt_tears_down_without_cleanup[ecryptfs-round-SIGTERM]",
 ]
 
 
@@ -85,5 +101,8 @@ def test_dm_crypt_tests_pass_inside_user_mode_linux(record_property: pytest.Reco
         )
         assert result.exitcode == 0, f"pytest in the guest exited {result.exitcode}{detail}"
         outcomes = junit_outcomes(result.junit)
+        # what the guest's sessions measured (UML, one virtual CPU: not performance figures)
+        for table in sorted(result.junit.parent.glob("*-session.txt")):
+            print(f"--- {table.name} (UML: not a performance figure) ---\n{table.read_text()}")
     not_passed = {name: outcomes.get(name, "missing") for name in MUST_PASS if outcomes.get(name) != "passed"}
     assert not_passed == {}, f"{not_passed}{detail}"

@@ -3,7 +3,7 @@
 
 This is a test helper, not a user feature. The guest's root file system is the host's, read
 only (hostfs), so the guest runs this checkout with the host's Python and packages. The guest
-loads dm_crypt, loop and dm_integrity from ``/usr/lib/uml/modules``, formats nothing on the
+loads dm_crypt, loop, dm_integrity and ecryptfs from ``/usr/lib/uml/modules``, formats nothing on the
 host: its scratch disk is a sparse ext4 image (ubd0) mounted at /srv, and its results (exit
 code, junit XML, pytest output) are written to a hostfs-mounted output directory.
 
@@ -45,13 +45,15 @@ IN_GUEST_ENV = "ENCPERF_IN_UML"
 # Loaded up front: the guest kernel's own module requests do not reach our module tree.
 # Block layer, device-mapper targets (zero: BitLocker's metadata areas), the userspace crypto
 # API cryptsetup uses for header keys, and the ciphers, modes and hashes of the test volumes.
-# Crypto first: dm_crypt needs encrypted_keys, which needs cbc(aes) when it loads.
+# Crypto first: dm_crypt needs encrypted_keys, which needs cbc(aes) when it loads; eCryptfs
+# (which needs encrypted_keys too) runs on cbc and ecb of the ciphers above.
 GUEST_MODULES = (
     "af_alg", "algif_skcipher", "algif_hash",
     "ecb", "cbc", "xts", "lrw", "essiv",
     "serpent_generic", "twofish_generic", "camellia_generic", "blowfish_generic", "cast5_generic",
     "des_generic", "sha512_generic", "wp512", "rmd160", "streebog_generic",
     "loop", "dm_mod", "dm_crypt", "dm_integrity", "dm_zero",
+    "encrypted_keys", "ecryptfs",
 )  # fmt: skip
 
 # glibc 2.36 names (sysdeps/x86/cpu-tunables.c); unknown names are ignored, not fatal

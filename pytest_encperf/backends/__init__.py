@@ -28,6 +28,7 @@ from ..targets import Target, create_container, wipe_own_signature
 REGISTRY: dict[str, str | type[BackendBase]] = {
     "plain": "plain:PlainBackend",
     "fscrypt": "fscrypt:FscryptBackend",
+    "ecryptfs": "ecryptfs:EcryptfsBackend",
     "luks2": "dmcrypt:LuksBackend",
     "luks": "dmcrypt:LuksBackend",
     "luks1": "dmcrypt:LuksBackend",
