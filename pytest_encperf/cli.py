@@ -22,9 +22,11 @@ from typing import Any
 from tabulate import tabulate
 
 from . import backends, html, journal, machine, storage, sweep
-from .backends import BASELINE, BackendSpec, known_names, make_backend, recommend
+from .backends import BASELINE, BackendSpec, backend_class, known_names, make_backend, recommend
 from .compare import EXIT_REGRESSION, Verdict, judge
 from .model import RunData
+from .parsing import parse_bool, parse_text
+from .parsing import parse_path as parse_path_param
 from .report import detail_table, markdown_report, sweep_report, verdict_header, verdict_report
 from .settings import (
     OPTIONS,
@@ -232,6 +234,9 @@ def run_show(args: argparse.Namespace) -> int:
 
 def add_backends_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "name", nargs="?", help="one backend: also list its parameters (what a spec or a sweep may set)"
+    )
+    parser.add_argument(
         "--target",
         type=argument_type(parse_choice(("container", "directory"))),
         default="container",
@@ -242,10 +247,29 @@ def add_backends_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def parameter_rows(name: str) -> list[list[str]]:
+    """A backend's parameter table: name, accepted values, default, what it does."""
+    plain_forms = {parse_bool: "0 | 1", parse_text: "text", parse_path_param: "a path"}
+    rows = []
+    for param in backend_class(name).param_table():
+        accepted = plain_forms.get(param.parse) or (param.parse.__doc__ or "").strip().partition("\n")[0]
+        default = param.default
+        if isinstance(default, bool):
+            default = int(default)
+        rows.append([param.name, accepted, "-" if default is None else str(default), param.help])
+    return rows
+
+
 def run_backends(args: argparse.Namespace) -> int:
     target = Target(args.target, args.dir, container_size(256 * MiB))
+    if args.name is not None and args.name not in known_names():
+        print(
+            f"encperf: error: unknown backend {args.name!r} (available: {', '.join(known_names())})",
+            file=sys.stderr,
+        )
+        return 2
     rows = []
-    for name in known_names():
+    for name in [args.name] if args.name else known_names():
         try:
             problems = make_backend(BackendSpec(name)).problems(target)
         except ValueError as exc:  # opens an existing volume: usable once its parameters are given
@@ -254,6 +278,16 @@ def run_backends(args: argparse.Namespace) -> int:
         rows.append([name, "usable" if not problems else "no", "; ".join(problems)])
     print(f"target: {args.target} in {args.dir}")
     print(tabulate(rows, headers=["backend", "usable here", "why not"], tablefmt="simple"))
+    if args.name:
+        params = parameter_rows(args.name)
+        print()
+        if params:
+            print(tabulate(params, headers=["parameter", "accepts", "default", "meaning"], tablefmt="simple"))
+            print(
+                f"a spec: {args.name}:key=value,...; a sweep lists alternatives: {args.name}:key=a|b (quoted)"
+            )
+        else:
+            print(f"{args.name} has no parameters")
     return 0
 
 

@@ -179,6 +179,19 @@ def test_backends_doctor_lists_every_backend_with_reason(capsys: pytest.CaptureF
     assert "/dev/shm is on tmpfs (memory, not a disk)" in out
 
 
+def test_backends_doctor_lists_one_backends_parameters(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["backends", "luks2", "--target", "directory", "--dir", "/dev/shm"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    assert "512 | 1024 | 2048 | 4096" in rows["sector-size"]
+    assert "bypass dm-crypt's read and write workqueues" in rows["no-workqueue"]
+    assert "luks2:key=a|b (quoted)" in out
+    assert cli.main(["backends", "plain", "--target", "directory", "--dir", "/dev/shm"]) == 0
+    assert "plain has no parameters" in capsys.readouterr().out
+    assert cli.main(["backends", "nope"]) == 2
+    assert "unknown backend 'nope'" in capsys.readouterr().err
+
+
 def test_backends_doctor_bad_target_is_an_argparse_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         cli.main(["backends", "--target", "cloud"])

@@ -271,6 +271,7 @@ def kernel_version() -> str:
 
 
 def _refuse_passthrough(text: str) -> bool:
+    """0 (1 is refused)"""
     if parse_bool(text):
         raise ValueError(
             "passthrough=1 is refused: it shows unencrypted lower files through the mount, and a "
