@@ -27,7 +27,7 @@ from .compare import EXIT_REGRESSION, Verdict, judge
 from .model import RunData
 from .parsing import parse_bool, parse_text
 from .parsing import parse_path as parse_path_param
-from .report import detail_table, markdown_report, sweep_report, verdict_header, verdict_report
+from .report import cpu_line, detail_table, markdown_report, sweep_report, verdict_header, verdict_report
 from .settings import (
     OPTIONS,
     default_directory,
@@ -216,6 +216,7 @@ def run_show(args: argparse.Namespace) -> int:
         f"xts(aes) {info.get('xts_aes_driver', '?')}, {info.get('filesystem', '?')} on "
         f"{info.get('device_model', '?')}"
     )
+    print(cpu_line(info))
     settings = doc.get("encperf", {}).get("settings", {})
     if settings:
         print("settings: " + ", ".join(f"{key}={value}" for key, value in settings.items()))

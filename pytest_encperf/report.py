@@ -579,6 +579,19 @@ def compact_table(results: list[Result], backends: list[str], workloads: list[Wo
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True) if rows else ""
 
 
+def cpu_line(info: Mapping[str, object]) -> str:
+    """The CPU's frequency scaling as the run found it: governor, current and maximum MHz."""
+    mhz = info.get("cpu_mhz")
+    mhz = mhz if isinstance(mhz, Mapping) else {}
+    governor = str(info.get("governor") or "unknown")
+    scaling = f"governor {governor}" if governor != "unknown" else "no cpufreq governor exposed"
+    current, maximum = mhz.get("current"), mhz.get("max")
+    speed = f"{current:.0f} MHz" if isinstance(current, (int, float)) else "frequency unknown"
+    if isinstance(maximum, (int, float)):
+        speed += f" (max {maximum:.0f} MHz)"
+    return f"CPU at the start: {scaling}, {speed}"
+
+
 # ---------------------------------------------------------------- sweeps
 
 SWEEP_LEGEND = (

@@ -34,6 +34,7 @@ from .model import MachineRun, Measurement, Result, RunData
 from .progress import Plan, ProgressLine
 from .report import (
     MACHINES_NOTE,
+    cpu_line,
     detail_table,
     machines_table,
     markdown_report,
@@ -815,6 +816,7 @@ class EncperfSession:
                 else "alternating with the baseline"
             )
         )
+        tr.write_line(cpu_line(part.machine_info))
         skipped = {k: v for k, v in part.skipped.items() if k != BASELINE}
         steady = (
             f"; then steady state until CV < {s.steady_cv:.0%} (at most {s.steady_budget:g} s)"

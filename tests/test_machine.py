@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections import namedtuple
 from pathlib import Path
+
+import pytest
 
 from pytest_encperf import machine
 
@@ -53,3 +56,15 @@ def test_machine_id_hashes_only_the_stable_part() -> None:
 def test_directory_on_this_machine_has_a_filesystem() -> None:
     info = machine.machine_info(Path(__file__).parent)
     assert info["filesystem"] not in ("", "unknown")
+
+
+def test_cpu_frequency_is_recorded_and_unknown_parts_are_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    frequency = namedtuple("Freq", "current min max")  # psutil's scpufreq
+    monkeypatch.setattr(machine.psutil, "cpu_freq", lambda: frequency(2400.04, 800.0, 3500.0))
+    assert machine.cpu_frequency() == {"current": 2400.0, "min": 800.0, "max": 3500.0}
+    # a VM without cpufreq: psutil reads the current MHz from /proc/cpuinfo, min and max are 0
+    monkeypatch.setattr(machine.psutil, "cpu_freq", lambda: frequency(2596.1, 0.0, 0.0))
+    assert machine.cpu_frequency() == {"current": 2596.1, "min": None, "max": None}
+    monkeypatch.setattr(machine.psutil, "cpu_freq", lambda: None)
+    assert machine.cpu_frequency() == {"current": None, "min": None, "max": None}
+    assert "cpu_mhz" in machine.machine_info()

@@ -4,7 +4,7 @@ details block, size cap; and which profiles a set of results shows (report.shown
 from __future__ import annotations
 
 from pytest_encperf.compare import FAIL, PASS, Check, Verdict
-from pytest_encperf.report import markdown_report, shown_profiles, verdict_header
+from pytest_encperf.report import cpu_line, markdown_report, shown_profiles, verdict_header
 from pytest_encperf.workloads import ATTO, CDM, MATRIX, MiB, fit_to_size
 from tests.test_charts import result
 
@@ -69,3 +69,11 @@ def test_shown_profiles_are_those_given_or_those_that_ran_whole() -> None:
     assert found["cdm"] == list(CDM) and found["matrix"][-1].label == "F16M R1M"
     named = {p.name: w for p, w in shown_profiles(cdm[:2], ["cdm", "cdm-nvme"])}
     assert [w.name for w in named["cdm-nvme"]] == ["SEQ1M-Q8T1-read", "SEQ1M-Q8T1-write"]
+
+
+def test_cpu_line_names_governor_and_frequencies() -> None:
+    found = {"governor": "powersave", "cpu_mhz": {"current": 1200.0, "min": 800.0, "max": 3500.0}}
+    assert cpu_line(found) == "CPU at the start: governor powersave, 1200 MHz (max 3500 MHz)"
+    vm = {"governor": "unknown", "cpu_mhz": {"current": 2596.1, "min": None, "max": None}}
+    assert cpu_line(vm) == "CPU at the start: no cpufreq governor exposed, 2596 MHz"
+    assert cpu_line({}) == "CPU at the start: no cpufreq governor exposed, frequency unknown"
