@@ -125,6 +125,7 @@ def test_show_prints_machine_and_results(tmp_path: Path, capsys: pytest.CaptureF
     assert encperf(tmp_path, "show", "main") == 0
     out = capsys.readouterr().out
     assert "m1/0001_main.json" in out and "machine: test cpu" in out
+    assert "CPU at the start: no cpufreq governor exposed, frequency unknown" in out  # not recorded
     (row,) = [line for line in out.splitlines() if "SEQ1M-Q8T1-read" in line]
     assert row.split()[:3] == ["fscrypt", "SEQ1M-Q8T1-read", "100.0"]
 
