@@ -352,6 +352,10 @@ def _divide(value: float, plain: float) -> float:
     return value / plain if plain else math.inf
 
 
+# A volume's life: create (format, key derivation), mount, the first durable write, unmount, destroy.
+LIFECYCLE_STEPS = ("create", "mount", "first write", "unmount", "destroy")
+
+
 @dataclass
 class MachineRun:
     """What one machine measured in a session, as an xdist worker sends it to the controller
@@ -368,6 +372,7 @@ class MachineRun:
     xts_driver: str = ""
     problems: list[str] = field(default_factory=list)  # teardown failures (fail the run)
     notes: list[str] = field(default_factory=list)  # start-up cleanup lines, merge notes
+    lifecycle: dict[str, dict[str, float]] = field(default_factory=dict)  # spec -> LIFECYCLE_STEPS -> s
 
     @property
     def label(self) -> str:
@@ -390,6 +395,8 @@ class MachineRun:
         for measured in {result.backend for result in self.results}:  # (--dist load splits a backend)
             self.skipped.pop(measured, None)  # another worker measured it: not skipped on this machine
         self.ceilings.update(other.ceilings)
+        for spec, steps in other.lifecycle.items():
+            self.lifecycle.setdefault(spec, steps)
         self.problems += other.problems
         self.notes += [note for note in other.notes if note not in self.notes]
 

@@ -22,11 +22,12 @@ from .compare import (
     Check,
     Verdict,
 )
-from .model import CAVEATS, Measurement, Result, device_traffic
+from .model import CAVEATS, LIFECYCLE_STEPS, Measurement, Result, device_traffic
 from .sweep import ALPHA as SWEEP_ALPHA
 from .sweep import FamilyRanking, Ranked, parameters
 from .workloads import PROFILES, GiB, KiB, Profile, Workload, fit_to_size
 
+BASELINE_SPEC = "plain"  # the baseline's spec (backends.BASELINE; report imports no backend)
 DIRECTIONS = ("read", "write", "mixed")
 TRANSPOSE_AFTER = 6  # more workload labels than this: labels become rows
 MARKDOWN_LIMIT = 60_000  # characters; a GitHub PR comment takes 65,536
@@ -577,6 +578,27 @@ def compact_table(results: list[Result], backends: list[str], workloads: list[Wo
             rows.append([backend, *cells])
     headers = ["backend", *(f"{label}<br>{unit} {' / '.join(dirs)}" for label, unit, dirs in columns)]
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True) if rows else ""
+
+
+def lifecycle_table(
+    lifecycle: Mapping[str, Mapping[str, float]], backends: Iterable[str] = (), tablefmt: str = "simple"
+) -> str:
+    """Seconds of each step of each volume's life (plain first, then the backends in order)."""
+    order = [BASELINE_SPEC, *backends, *lifecycle]
+    rows = [
+        [spec, *(_format_seconds(lifecycle[spec].get(step)) for step in LIFECYCLE_STEPS)]
+        for spec in dict.fromkeys(order)
+        if spec in lifecycle
+    ]
+    return (
+        tabulate(rows, headers=["backend", *LIFECYCLE_STEPS], tablefmt=tablefmt, disable_numparse=True)
+        if rows
+        else ""
+    )
+
+
+def _format_seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
 
 
 def cpu_line(info: Mapping[str, object]) -> str:

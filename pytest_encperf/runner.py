@@ -61,6 +61,7 @@ class MountedVolume:
     volume: Volume
     data_dir: Path
     description: dict[str, Any] = field(default_factory=dict)
+    lifecycle: dict[str, float] = field(default_factory=dict)  # LIFECYCLE_STEPS -> seconds
 
     @property
     def spec(self) -> str:
@@ -101,6 +102,10 @@ class MountedVolume:
         )
 
 
+FIRST_WRITE_FILE = ".encperf-first-write"
+FIRST_WRITE_BYTES = 4096
+
+
 def open_volume(backend: BackendBase, target: Target, workdir: Path) -> MountedVolume:
     """Check, create and mount; on any failure everything made so far is torn down."""
     problems = backend.problems(target) + placement_problems(backend, target)
@@ -109,9 +114,14 @@ def open_volume(backend: BackendBase, target: Target, workdir: Path) -> MountedV
     workdir.mkdir(parents=True, exist_ok=False)
     volume: Volume | None = None
     try:
+        started = time.perf_counter()
         volume = backend.create(target, workdir)
+        created = time.perf_counter()
         data_dir = backend.mount(volume)
-        return MountedVolume(backend, volume, data_dir, backend.describe(volume))
+        mounted = time.perf_counter()
+        lifecycle = {"create": created - started, "mount": mounted - created}
+        lifecycle["first write"] = first_write_seconds(data_dir)
+        return MountedVolume(backend, volume, data_dir, backend.describe(volume), lifecycle)
     except (BackendError, HostError, OSError) as exc:
         if volume is not None:
             backend.destroy(volume)
@@ -126,8 +136,29 @@ def open_volume(backend: BackendBase, target: Target, workdir: Path) -> MountedV
         raise
 
 
+def first_write_seconds(data_dir: Path) -> float:
+    """How long the first durable write on a freshly mounted volume takes: one FIRST_WRITE_BYTES
+    file created, written and fsynced (what a FUSE daemon or a key derivation left for the first
+    I/O shows here), then removed."""
+    path = data_dir / FIRST_WRITE_FILE
+    data = os.urandom(FIRST_WRITE_BYTES)
+    started = time.perf_counter()
+    with path.open("wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    seconds = time.perf_counter() - started
+    path.unlink()
+    return seconds
+
+
 def close_volume(mounted: MountedVolume) -> None:
+    """Unmount, then destroy: each step's time joins the volume's life cycle."""
+    started = time.perf_counter()
+    mounted.backend.unmount(mounted.volume)
+    unmounted = time.perf_counter()
     mounted.backend.destroy(mounted.volume)
+    mounted.lifecycle.update(unmount=unmounted - started, destroy=time.perf_counter() - unmounted)
 
 
 def remount_volume(mounted: MountedVolume) -> None:

@@ -36,6 +36,7 @@ from .report import (
     MACHINES_NOTE,
     cpu_line,
     detail_table,
+    lifecycle_table,
     machines_table,
     markdown_report,
     summary_table,
@@ -74,6 +75,7 @@ class EncperfSession:
         )
         self.results: list[Result] = []
         self.skipped: dict[str, str] = {}  # backend spec -> reason
+        self.lifecycle: dict[str, dict[str, float]] = {}  # backend spec -> step -> seconds
         self.errors: dict[str, str] = {}  # backend spec -> why its volume failed
         self._open: list[MountedVolume] = []
         self._run_dir: Path | None = None
@@ -235,6 +237,7 @@ class EncperfSession:
             if mounted in self._open:
                 self._open.remove(mounted)
             close_volume(mounted)
+            self.lifecycle[mounted.spec] = dict(mounted.lifecycle)
             self._take_device_back()
         if self.sequential and mounted.spec != BASELINE:
             after = self.measure_baseline()  # the partition again, now that the volume is gone
@@ -516,6 +519,7 @@ class EncperfSession:
             ceilings={cipher: (c.mb_per_s, c.how) for cipher, c in self.ceilings().items()},
             xts_driver=kernel_xts_driver(),
             problems=list(self.teardown_errors),
+            lifecycle={spec: dict(steps) for spec, steps in self.lifecycle.items()},
             notes=[f"released leftover of a dead run: {line}" for line in self.cleaned]
             + [f"cleanup of dead runs: {line}" for line in self.cleanup_problems],
         )
@@ -667,6 +671,7 @@ class EncperfSession:
         for part in parts:  # saved before anything is judged
             mid = part.machine_id
             doc = storage.document(part.results, part.machine_info, mid, commit, part.settings, now)
+            doc["encperf"]["lifecycle"] = part.lifecycle
             rankings = self.sweep_rankings(part)
             if rankings:
                 doc["encperf"]["sweeps"] = [ranking.to_dict() for ranking in rankings]
@@ -883,6 +888,14 @@ class EncperfSession:
                     "cipher ceiling: no backend here names a cipher this run can measure (eff. empty)"
                 )
             tr.write_line(f"kernel xts(aes) driver: {part.xts_driver}")
+        table = lifecycle_table(part.lifecycle, shown)
+        if table:
+            tr.write_line("")
+            tr.write_line(
+                "volume life cycle, seconds (one volume each; benchmark volumes use a fast key "
+                "derivation, not the backend's default):"
+            )
+            tr.write_line(table)
         for ranking in self.sweep_rankings(part):
             tr.write_line("")
             title, *rest = sweep_report(ranking)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,29 @@ def test_directory_target_end_to_end_prints_the_table(bench: pytest.Pytester) ->
 def test_test_ids_name_backend_and_workload(bench: pytest.Pytester) -> None:
     result = run_directory(bench, "--encperf-backends=plain", "--collect-only", "-q")
     result.stdout.fnmatch_lines(["test_bench.py::test_workload[plain-SEQ1M-Q8T1-read]", "*RND4K-Q1T1-write]"])
+
+
+def test_volume_life_cycle_is_timed_printed_and_saved(bench: pytest.Pytester) -> None:
+    bench.makeconftest(RECORDING_CONFTEST)
+    out = bench.path / "run.json"
+    result = run_directory(
+        bench, "--encperf-backends=recording:tag=a", f"--encperf-json={out}", "-k", "Q1T1-read"
+    )
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "volume life cycle, seconds*",
+            "backend * create * mount * first write * unmount * destroy",
+            "plain *",
+            "recording:tag=a *",
+        ]
+    )
+    saved = json.loads(out.read_text())["encperf"]["lifecycle"]
+    assert set(saved) == {"plain", "recording:tag=a"}
+    for steps in saved.values():
+        assert list(steps) == ["create", "mount", "first write", "unmount", "destroy"]
+        assert all(seconds > 0 for seconds in steps.values())
+    assert not (bench.path / ".encperf-first-write").exists()
 
 
 def test_volume_lifecycle_order(bench: pytest.Pytester) -> None:

@@ -4,7 +4,7 @@ details block, size cap; and which profiles a set of results shows (report.shown
 from __future__ import annotations
 
 from pytest_encperf.compare import FAIL, PASS, Check, Verdict
-from pytest_encperf.report import cpu_line, markdown_report, shown_profiles, verdict_header
+from pytest_encperf.report import cpu_line, lifecycle_table, markdown_report, shown_profiles, verdict_header
 from pytest_encperf.workloads import ATTO, CDM, MATRIX, MiB, fit_to_size
 from tests.test_charts import result
 
@@ -77,3 +77,13 @@ def test_cpu_line_names_governor_and_frequencies() -> None:
     vm = {"governor": "unknown", "cpu_mhz": {"current": 2596.1, "min": None, "max": None}}
     assert cpu_line(vm) == "CPU at the start: no cpufreq governor exposed, 2596 MHz"
     assert cpu_line({}) == "CPU at the start: no cpufreq governor exposed, frequency unknown"
+
+
+def test_lifecycle_table_puts_plain_first_and_marks_missing_steps() -> None:
+    steps = {"create": 1.234, "mount": 0.5, "first write": 0.00076, "unmount": 0.01, "destroy": 0.02}
+    table = lifecycle_table({"gocryptfs": {"create": 2.0, "mount": 0.1}, "plain": steps}, ["gocryptfs"])
+    header, _, plain, gocryptfs = table.splitlines()
+    assert header.split() == ["backend", "create", "mount", "first", "write", "unmount", "destroy"]
+    assert plain.split() == ["plain", "1.23", "0.5", "0.00076", "0.01", "0.02"]
+    assert gocryptfs.split() == ["gocryptfs", "2", "0.1", "-", "-", "-"]
+    assert lifecycle_table({}) == ""

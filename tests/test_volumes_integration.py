@@ -12,7 +12,8 @@ import pytest
 from pytest_encperf import host
 from pytest_encperf.backends import BackendBase, BackendSpec, make_backend
 from pytest_encperf.backends.fscrypt import key_status, policy_status
-from pytest_encperf.runner import open_volume
+from pytest_encperf.model import LIFECYCLE_STEPS
+from pytest_encperf.runner import close_volume, open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
 from tests.support import disk_dir, mounts_and_loops_left
@@ -139,3 +140,19 @@ def test_workload(encperf, encperf_workload):
         if (Path("/sys/block") / loop.name / "loop" / "backing_file").read_text().startswith(prefix)
     ]
     assert leftover_loops == []
+
+
+@pytest.mark.parametrize("name", ["plain", "fscrypt", "gocryptfs", "qemu-luks"])
+def test_every_life_cycle_step_is_timed(name: str, target: Target, workdir: Path) -> None:
+    backend = make_backend(BackendSpec(name))
+    reasons = backend.problems(target)
+    if reasons:
+        pytest.skip("; ".join(reasons))
+    mounted = open_volume(backend, target, workdir)
+    try:
+        assert list(mounted.lifecycle) == ["create", "mount", "first write"]
+        assert not list(mounted.data_dir.iterdir()), "the first-write probe stayed on the volume"
+    finally:
+        close_volume(mounted)
+    assert list(mounted.lifecycle) == list(LIFECYCLE_STEPS)
+    assert all(seconds > 0 for seconds in mounted.lifecycle.values())
