@@ -619,10 +619,10 @@ def cpu_line(info: Mapping[str, object]) -> str:
 SWEEP_LEGEND = (
     "vs plain: geometric mean over the workloads every configuration measured of its paired ratio to "
     "plain (each workload: geometric mean of its rounds' ratios), with a {confidence:.0%} interval from "
-    "the spread of the rounds; vs best: Bonferroni-adjusted p-value of the difference to the best "
-    "(over every pair of configurations); slower = significantly slower than the best and by more than "
-    "{margin:.0%} (volumes measured at different times differ by more than their rounds show); "
-    "otherwise within noise."
+    "the spread of the rounds; slower = shown slower than the best by more than {margin:.0%} (one-sided "
+    "t-test, p Bonferroni-adjusted over every pair of configurations); otherwise within noise. The "
+    "rounds do not show how much two volumes measured at different times differ: 'slower' assumes "
+    "they differ by less than the margin (raise --encperf-sweep-margin on a busy machine)."
 )
 
 
@@ -633,7 +633,7 @@ def _sweep_row(ranked: Ranked) -> list[str]:
     if ranked.rank == 1:
         standing = "best"
     elif ranked.p_vs_best is None:
-        standing = "not tested (one round per workload)"
+        standing = "not tested (no spread of rounds)"
     else:
         standing = f"{'within noise' if ranked.within_noise else 'slower'} (p={_format_p(ranked.p_vs_best)})"
     return [
@@ -661,12 +661,14 @@ def sweep_recommendation(ranking: FamilyRanking) -> list[str]:
     assert best is not None
     close = [parameters(r.spec) for r in ranking.ranked[1:] if r.within_noise]
     change = _format_change(best.change_percent)
-    lines = [f"recommendation for {ranking.family}: {parameters(best.spec)} ({change} vs plain)"]
     if close and not ranking.decided:
-        lines.append(
-            "  but no configuration is distinguishably faster than the others here: choose on other grounds"
-        )
-    elif close:
+        return [
+            f"no recommendation for {ranking.family}: no configuration is shown faster than the others "
+            f"by more than {ranking.margin:.0%} here (best estimate: {parameters(best.spec)}, {change} "
+            "vs plain); choose on other grounds"
+        ]
+    lines = [f"recommendation for {ranking.family}: {parameters(best.spec)} ({change} vs plain)"]
+    if close:
         lines.append(f"  as fast within noise: {'; '.join(close)}")
     return [*lines, *(f"  {line}" for line in ranking.recommendation)]
 

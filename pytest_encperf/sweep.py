@@ -17,20 +17,27 @@ For configuration c, with W common workloads and n_w rounds in workload w:
     var(log G_c) = s_c^2 / W^2 * sum over w of 1/n_w
 
 where s_c^2 is the pooled within-workload variance of c's log ratios (degrees of freedom
-sum(n_w - 1)). Two configurations differ "beyond noise" when the t-test of log G_a - log G_b
-rejects at ALPHA / (k (k - 1) / 2): Bonferroni over every pair of the k configurations, because
-the best is chosen after looking and the best-vs-others differences are pairwise differences.
-That keeps the chance of calling any configuration slower than the best, when all k are equally
-fast, at most ALPHA (tests/test_sweep.py checks it by simulation).
+sum(n_w - 1)). A configuration c is called slower than the best b only when the data show it
+slower by more than the margin m (``--encperf-sweep-margin``, default DEFAULT_MARGIN): the one-sided
+t-test of log G_b - log G_c > -log(1 - m) (Welch's degrees of freedom) rejects at ALPHA / (k (k - 1)),
+Bonferroni over every ordered pair of the k configurations, because the best is chosen after
+looking and a best-vs-other difference is a difference of some ordered pair. Without any real
+difference that keeps the chance of calling any configuration slower at most ALPHA
+(tests/test_sweep.py checks it by simulation).
 
-The rounds' spread is the noise within one volume's measurement. Each configuration is another
-volume, measured at another time: a busy neighbour or a different file layout moves a whole
-volume's ratios together, which no number of rounds reveals (two identical gocryptfs
-configurations measured one after the other differed by 9% on a shared 2-core VM). So a
-configuration is called slower only when it is significantly slower AND by more than the margin
-(``--encperf-sweep-margin``, default DEFAULT_MARGIN); anything closer is "within noise". By
-simulation, a 10% margin keeps false "slower" calls at or under 5% for up to 8 configurations when
-each volume's ratios share a random shift of 2% spread (a 3% spread needs a larger margin).
+Why a margin: the rounds' spread is the noise within one volume's measurement. Each
+configuration is another volume, measured at another time: a busy neighbour or a different file
+layout moves a whole volume's ratios together, which no number of rounds reveals (two identical
+gocryptfs configurations measured one after the other differed by 9% on a shared 2-core VM while
+other jobs ran, by 5% on a quiet one). Differences within the margin are never called, and the
+legend says that "slower" assumes volumes differ by less than that. By simulation, the default
+margin keeps false "slower" calls at or under 5% for 8 configurations when each volume's ratios
+share a random shift with a 3% spread (13% of runs call one at a 4% spread): on a busy machine,
+raise the margin.
+
+Not ranked on: read cells served partly by memory below the volume (``Result.cached_below``:
+the stack's caching, not its encryption). On the partition target the plain side of every round
+is one median (before/after), so no spread, interval or claim is computed there.
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ from .workloads import Workload
 
 ALTERNATIVE = "|"
 ALPHA = 0.05
-DEFAULT_MARGIN = 0.10  # relative difference of the geometric means below which nothing is "slower"
+DEFAULT_MARGIN = 0.10  # relative shortfall from the best that must be shown before "slower"
 
 # Ready-made sweeps (--encperf-sweep). The cascade is three stacked plain dm-crypt mappings, as
 # cryptsetup opens a TrueCrypt/VeraCrypt AES-Twofish-Serpent volume, so the four ciphers are one
@@ -63,10 +70,6 @@ SWEEPS: dict[str, tuple[str, str]] = {
         "AES, Serpent, Twofish and the AES-Twofish-Serpent cascade (stacked dm-crypt), plain dm-crypt",
     ),
 }
-
-
-def has_alternatives(item: str) -> bool:
-    return ALTERNATIVE in item
 
 
 def expand(item: str) -> list[str]:
@@ -123,8 +126,8 @@ class Ranked:
     low: float | None  # 1 - ALPHA interval of that geometric mean; None with no spread estimate
     high: float | None
     rounds: int  # ratio pairs used, over all common workloads
-    within_noise: bool  # not distinguishable from the best (the best itself: True)
-    p_vs_best: float | None  # Bonferroni-adjusted p-value of the difference to the best
+    within_noise: bool  # not shown slower than the best by more than the margin (the best: True)
+    p_vs_best: float | None  # Bonferroni-adjusted p-value of "at most the margin slower than the best"
 
     @property
     def change_percent(self) -> float:
@@ -197,28 +200,31 @@ def _log_ratios(result: Result) -> list[float] | None:
     return logs or None
 
 
-def _estimate(samples: Sequence[Sequence[float]]) -> _Estimate:
+def _estimate(samples: Sequence[Sequence[float]], spread: bool = True) -> _Estimate:
+    """``spread``: False when the rounds' ratios do not vary independently (a shared plain median)."""
     width = len(samples)
     log_mean = statistics.fmean(statistics.fmean(s) for s in samples)
     df = sum(len(s) - 1 for s in samples)
     rounds = sum(len(s) for s in samples)
-    if df <= 0:
+    if df <= 0 or not spread:
         return _Estimate(log_mean, None, 0, rounds)
     pooled = sum((len(s) - 1) * statistics.variance(s) for s in samples if len(s) > 1) / df
     variance = pooled / width**2 * sum(1 / len(s) for s in samples)
     return _Estimate(log_mean, variance, df, rounds)
 
 
-def _difference_p(a: _Estimate, b: _Estimate) -> float | None:
-    """Two-sided p-value of log G_a = log G_b (Welch's degrees of freedom)."""
-    if a.variance is None or b.variance is None:
+def _shortfall_p(best: _Estimate, other: _Estimate, margin: float) -> float | None:
+    """One-sided p-value of "log G_best - log G_other <= -log(1 - margin)" (other is at most
+    ``margin`` slower), Welch's degrees of freedom; None without a spread on either side."""
+    if best.variance is None or other.variance is None:
         return None
-    spread = a.variance + b.variance
+    shift = -math.log1p(-margin)
+    difference = best.log_mean - other.log_mean - shift
+    spread = best.variance + other.variance
     if spread <= 0:
-        return 0.0 if a.log_mean != b.log_mean else 1.0
-    t = abs(a.log_mean - b.log_mean) / math.sqrt(spread)
-    df = spread**2 / (a.variance**2 / a.df + b.variance**2 / b.df)
-    return min(1.0, 2 * t_sf(t, df))
+        return 0.0 if difference > 0 else 1.0
+    df = spread**2 / (best.variance**2 / best.df + other.variance**2 / other.df)
+    return t_sf(difference / math.sqrt(spread), df)
 
 
 def rank_family(
@@ -229,11 +235,19 @@ def rank_family(
     ``margin``: the smallest relative shortfall from the best that may be called slower."""
     by_spec: dict[str, dict[Workload, list[float]]] = {}
     unranked: dict[str, str] = {}
+    no_spread: set[str] = set()
+    cached: set[str] = set()
     for result in results:
-        logs = _log_ratios(result)
         by_spec.setdefault(result.backend, {})
+        if result.cached_below:
+            cached.add(f"{result.workload.label} {result.workload.rw}")
+            continue
+        logs = _log_ratios(result)
         if logs is not None:
-            by_spec[result.backend][result.workload] = logs
+            # a second result of one workload (two tests running it) adds its rounds
+            by_spec[result.backend].setdefault(result.workload, []).extend(logs)
+            if result.before_after:
+                no_spread.add(result.backend)
     for spec in specs:
         if spec not in by_spec:
             unranked[spec] = "no results (skipped or failed)"
@@ -243,15 +257,21 @@ def rank_family(
             del by_spec[spec]
     workloads_all = {w for cells in by_spec.values() for w in cells}
     common = [w for w in workloads_all if all(w in cells for cells in by_spec.values())]
-    common.sort(key=lambda w: w.label + w.rw)
-    left_out = sorted({f"{w.label} {w.rw}" for w in workloads_all} - {f"{w.label} {w.rw}" for w in common})
+    common.sort(key=lambda w: (w.label, w.rw, w.block_size, w.iodepth, w.numjobs))
+    left_out = sorted(
+        {f"{w.label} {w.rw}" for w in workloads_all if w not in common}
+        | {f"{label} (cached below)" for label in cached}
+    )
     if not common:
         for spec in by_spec:
             unranked[spec] = "no workload measured comparably by every configuration"
         by_spec = {}
-    estimates = {spec: _estimate([cells[w] for w in common]) for spec, cells in by_spec.items()}
+    estimates = {
+        spec: _estimate([cells[w] for w in common], spread=spec not in no_spread)
+        for spec, cells in by_spec.items()
+    }
     order = sorted(estimates, key=lambda spec: (-estimates[spec].log_mean, spec))
-    pairs = len(order) * (len(order) - 1) // 2
+    ordered_pairs = len(order) * (len(order) - 1)
     ranked = []
     for place, spec in enumerate(order, start=1):
         own = estimates[spec]
@@ -262,11 +282,10 @@ def rank_family(
         p_adjusted = None
         within = True
         if place > 1:
-            p = _difference_p(estimates[order[0]], own)
+            p = _shortfall_p(estimates[order[0]], own, margin)
             if p is not None:
-                p_adjusted = min(1.0, p * pairs)
-                shortfall = 1 - math.exp(own.log_mean - estimates[order[0]].log_mean)
-                within = p_adjusted > ALPHA or shortfall <= margin
+                p_adjusted = min(1.0, p * ordered_pairs)
+                within = p_adjusted > ALPHA
         ranked.append(Ranked(spec, place, math.exp(own.log_mean), low, high, own.rounds, within, p_adjusted))
     return FamilyRanking(
         family=name,

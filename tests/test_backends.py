@@ -3,6 +3,7 @@ the parameter table, and the target helpers every backend shares."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -182,6 +183,24 @@ def test_the_spec_text_stays_the_identity_of_results() -> None:
     backend = make_backend(BackendSpec.parse("gocryptfs:scryptn=12,aessiv=yes"))
     assert str(backend.spec) == "gocryptfs:scryptn=12,aessiv=yes"  # not normalised to the parsed values
     assert backend.options["aessiv"] is True and backend.options["scryptn"] == 12
+
+
+def test_create_and_mount_time_their_steps_without_the_checks(
+    target: Target, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = steps()
+    slow_checks = backend.requirements
+
+    def requirements(target: Target) -> list[str]:
+        time.sleep(0.2)  # a slow availability check (modprobe -n, dmsetup targets)
+        return slow_checks(target)
+
+    monkeypatch.setattr(backend, "requirements", requirements)
+    volume = backend.create(target, tmp_path)
+    backend.mount(volume)
+    assert set(volume.timings) == {"create", "mount"}
+    assert all(0 < seconds < 0.2 for seconds in volume.timings.values())
+    backend.destroy(volume)
 
 
 def test_target_helpers_on_a_directory_target(target: Target, tmp_path: Path) -> None:

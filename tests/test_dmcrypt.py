@@ -130,6 +130,8 @@ def test_dm_plain_cascade_stacks_one_mapping_per_cipher_with_its_own_key(
     assert top == Path("/dev/mapper") / names[2]
     keys = [c.stdin.encode("latin-1") for c in calls]
     assert len(set(keys)) == 3 and all(len(k) == 64 for k in keys)
+    # each key top-level in the state, where the secrets scan looks for key material
+    assert keys == [volume.state["key"], volume.state["key_1"], volume.state["key_2"]]
     # closed top first: a mapping is never removed while another is stacked on it
     closed: list[str] = []
     monkeypatch.setattr(dmcrypt.host, "remove_dm", lambda name: closed.append(name) or True)

@@ -86,3 +86,10 @@ def test_foreign_daemons_are_found_by_their_argument_and_start_time(tmp_path: Pa
         earlier.kill()
         earlier.wait()
     assert os.getpid() not in fusedaemon.foreign_daemon_pids(sys.argv[0], 0)
+    # another program than the one named is not the daemon
+    named = sleeper(str(container))
+    try:
+        assert fusedaemon.foreign_daemon_pids(str(container), since, executable="veracrypt") == []
+    finally:
+        named.kill()
+        named.wait()

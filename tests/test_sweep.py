@@ -180,7 +180,10 @@ def test_close_configurations_are_within_noise_and_the_recommendation_says_so() 
     results = [*simulated("x:a=1", 0.5, rng, 0.05), *simulated("x:a=2", 0.5, rng, 0.05)]
     (ranking,) = sweep.rank(results, ["x:a=1", "x:a=2"])
     assert all(r.within_noise for r in ranking.ranked) and not ranking.decided
-    assert "no configuration is distinguishably faster" in " ".join(sweep_recommendation(ranking))
+    (line,) = sweep_recommendation(ranking)
+    assert line.startswith(
+        "no recommendation for x: no configuration is shown faster than the others by more"
+    )
 
 
 def test_one_round_per_workload_gives_no_interval_and_no_claim() -> None:
@@ -194,7 +197,7 @@ def test_one_round_per_workload_gives_no_interval_and_no_claim() -> None:
 
 
 # Simulation: 8 workloads x 3 rounds, round noise CV 5% (this machine's CPU-bound FUSE rounds
-# show 2-20%), seeded. Bonferroni over the pairs bounds the false "slower" rate by ALPHA (5%).
+# show 2-20%), seeded. Bonferroni over the ordered pairs bounds the false "slower" rate by ALPHA.
 TRIALS = 400
 
 
@@ -219,9 +222,10 @@ def test_equally_fast_configurations_are_rarely_called_slower_even_without_a_mar
 def test_the_margin_absorbs_a_per_volume_shift_the_rounds_cannot_see() -> None:
     # each volume's ratios shifted together by a lognormal factor: the rounds alone are fooled
     assert false_alarm_rate(4, margin=0.0, volume_sd=0.03) > 0.3
-    # the default margin: at most 5% false "slower" calls for up to 8 configurations (luks-tuning)
-    # when a volume's own shift has a 2% spread
-    assert false_alarm_rate(8, margin=sweep.DEFAULT_MARGIN, volume_sd=0.02) <= 0.05
+    # the default margin: at most 5% false "slower" calls for 8 configurations (luks-tuning) when
+    # a volume's own shift has a 3% spread; beyond that the assumption no longer holds
+    assert false_alarm_rate(8, margin=sweep.DEFAULT_MARGIN, volume_sd=0.03) <= 0.05
+    assert false_alarm_rate(8, margin=sweep.DEFAULT_MARGIN, volume_sd=0.05) > 0.05
 
 
 def test_a_real_difference_is_found() -> None:
@@ -332,3 +336,28 @@ def test_a_sweep_run_prints_ranks_and_writes_the_ranking_to_json_and_markdown(
     text = markdown.read_text()
     assert "**sweep: speedcrypt, 3 configurations ranked over 2 workloads**" in text
     assert "recommendation for speedcrypt: speed=0.9" in text
+
+
+def test_cells_cached_below_are_not_ranked_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        Result, "cached_below", property(lambda r: r.backend == "x:a=2" and r.workload.label == "W0")
+    )
+    results = [
+        *(result("x:a=1", w, [0.5, 0.5, 0.51]) for w in WORKLOADS),
+        *(result("x:a=2", w, [0.5, 0.5, 0.51]) for w in WORKLOADS),
+    ]
+    (ranking,) = sweep.rank(results, ["x:a=1", "x:a=2"])
+    assert "W0 read" not in ranking.workloads and "W0 read (cached below)" in ranking.left_out
+    assert len(ranking.workloads) == 6
+
+
+def test_partition_target_rounds_share_one_plain_median_so_no_claim_is_made() -> None:
+    def before_after(spec: str, ratio: float) -> list[Result]:
+        found = [result(spec, w, [ratio, ratio * 1.01, ratio * 0.99]) for w in WORKLOADS]
+        for r in found:
+            r.description["baseline"] = "before/after"
+        return found
+
+    (ranking,) = sweep.rank([*before_after("x:a=1", 0.9), *before_after("x:a=2", 0.3)], ["x:a=1", "x:a=2"])
+    assert [r.spec for r in ranking.ranked] == ["x:a=1", "x:a=2"]
+    assert all(r.low is None and r.p_vs_best is None and r.within_noise for r in ranking.ranked)

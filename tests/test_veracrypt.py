@@ -327,10 +327,10 @@ def test_fuse_mode_attributes_veracrypts_forked_daemon(
     volume.state["container"] = container = tmp_path / "c.img"
     monkeypatch.setenv("STANDIN_STDOUT_VERACRYPT", f"1: {container} /dev/loop7 - \n--stdin\n")
     daemon = subprocess.Popen(["sleep", "60"])
-    asked: list[tuple[str, int]] = []
+    asked: list[tuple[str, int, str | None]] = []
 
-    def found(argument: str, since: int) -> list[int]:
-        asked.append((argument, since))
+    def found(argument: str, since: int, executable: str | None = None) -> list[int]:
+        asked.append((argument, since, executable))
         return [daemon.pid]
 
     monkeypatch.setattr(veracrypt, "foreign_daemon_pids", found)
@@ -338,6 +338,7 @@ def test_fuse_mode_attributes_veracrypts_forked_daemon(
     try:
         backend.cli_map(volume, volume.mounted)
         assert asked and asked[0][0] == str(container) and asked[0][1] >= before
+        assert asked[0][2] == "veracrypt"  # only a process running the program counts
         assert volume.foreign_daemons == [daemon.pid]
         mounted = runner.MountedVolume(backend, volume, tmp_path)
         assert mounted.daemon_pids == (daemon.pid,)

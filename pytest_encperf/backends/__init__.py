@@ -12,6 +12,7 @@ import importlib
 import os
 import re
 import stat
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,6 +112,9 @@ class Volume:
     # daemons serving this volume that another program started (VeraCrypt forks its FUSE
     # process): their CPU counts as the volume's, like that of the daemons on ``mounted``
     foreign_daemons: list[int] = field(default_factory=list)
+    # seconds of the base's create() and mount() steps alone (build, open), without the checks
+    # before them: the volume's life cycle timings
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 class Backend(Protocol):
@@ -271,16 +275,20 @@ class BackendBase:
         """Check, make the Volume, run ``build`` (undone by destroy() when it fails)."""
         self.refuse_unless_available(self.problems(target) + placement_problems(self, target))
         volume = Volume(self, target, workdir)
+        started = time.perf_counter()
         with self.undo_on_failure(volume, self.create_step, self.destroy):
             self.build(volume)
+        volume.timings["create"] = time.perf_counter() - started
         return volume
 
     def mount(self, volume: Volume) -> Path:
         """Check, run ``open`` (undone by unmount() when it fails), make the data directory."""
         self.refuse_unless_available(self.requirements(volume.target))
+        started = time.perf_counter()
         with self.undo_on_failure(volume, "mount", self.unmount):
             data_dir = self.open(volume) / self.data_dir_name
             data_dir.mkdir(exist_ok=True)
+        volume.timings["mount"] = time.perf_counter() - started
         volume.data_dir = data_dir
         return data_dir
 

@@ -399,15 +399,15 @@ class PlainDmcryptBackend(CryptsetupBackend):
         return lines
 
     def layer_key(self, volume: Volume, layer: int) -> bytes:
-        """Each layer's own random key (a cascade's keys are independent)."""
-        key = self.secret_key(volume)
+        """Each layer's own random key (a cascade's keys are independent): ``key`` for the first,
+        ``key_<n>`` for the others, in memory only, forgotten at destroy."""
         if layer == 0:
-            return key
-        keys = volume.state.setdefault("layer_keys", {})
-        if layer not in keys:
-            keys[layer] = host.Secret(os.urandom(KEY_BYTES))
-            volume.created.push("forget the cascade keys", lambda: volume.state.pop("layer_keys", None))
-        return keys[layer]
+            return self.secret_key(volume)
+        name = f"key_{layer}"
+        if name not in volume.state:
+            volume.state[name] = host.Secret(os.urandom(KEY_BYTES))
+            volume.created.push(f"forget {name}", lambda: volume.state.pop(name, None))
+        return volume.state[name]
 
     def open_mapping(self, volume: Volume, cleanup: host.Cleanup) -> Path:
         """The first layer on the device, each next one on the mapping below it."""

@@ -141,7 +141,9 @@ def boot_ticks() -> int:
     return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
 
 
-def foreign_daemon_pids(argument: str, since: int, *, exclude: Sequence[int] = ()) -> list[int]:
+def foreign_daemon_pids(
+    argument: str, since: int, *, exclude: Sequence[int] = (), executable: str | None = None
+) -> list[int]:
     """Processes another program left running for one of our volumes: started at or after
     ``since`` (``boot_ticks()`` taken before running that program) and still alive, with
     ``argument`` (a path private to this run, such as the volume's container) among their
@@ -149,12 +151,16 @@ def foreign_daemon_pids(argument: str, since: int, *, exclude: Sequence[int] = (
 
     VeraCrypt's FUSE daemon is a fork of the ``veracrypt`` command we ran, so it carries that
     command's arguments; the container file lives in this run's own directory, so no other
-    run's daemon names it. Its CPU time then counts in the daemon column."""
+    run's daemon names it. Its CPU time then counts in the daemon column. Only processes of this
+    user count (another local user could start one naming our path), and with ``executable``
+    only those running that program (by the file name of /proc/PID/exe)."""
     wanted = os.path.realpath(argument)
     found = []
-    for process in psutil.process_iter(["pid", "cmdline"]):
-        pid, cmdline = process.info["pid"], process.info["cmdline"]
-        if pid in (os.getpid(), *exclude) or not cmdline:
+    for process in psutil.process_iter(["pid", "cmdline", "uids", "exe"]):
+        pid, cmdline, uids = process.info["pid"], process.info["cmdline"], process.info["uids"]
+        if pid in (os.getpid(), *exclude) or not cmdline or uids is None or uids.real != os.getuid():
+            continue
+        if executable is not None and os.path.basename(process.info["exe"] or "") != executable:
             continue
         if not any(os.path.realpath(arg) == wanted for arg in cmdline[1:] if "/" in arg):
             continue

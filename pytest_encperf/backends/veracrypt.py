@@ -267,7 +267,7 @@ class VeracryptBackend(CryptsetupBackend):
         device = self.cli_device(container)
         if self.mode == "fuse":
             # VeraCrypt forks its FUSE daemon, which decrypts: its CPU time is the volume's
-            volume.foreign_daemons[:] = foreign_daemon_pids(str(container), started)
+            volume.foreign_daemons[:] = foreign_daemon_pids(str(container), started, executable=VERACRYPT)
             cleanup.push("forget veracrypt's daemons", volume.foreign_daemons.clear)
             # VeraCrypt attaches its FUSE image without direct I/O: the page cache would answer reads
             host.run(["losetup", "--direct-io=on", str(device)])
