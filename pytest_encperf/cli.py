@@ -221,10 +221,15 @@ def run_show(args: argparse.Namespace) -> int:
     if settings:
         print("settings: " + ", ".join(f"{key}={value}" for key, value in settings.items()))
     print(detail_table(results) or "no results")
-    saved = doc.get("encperf", {}).get("sweeps") or [{}]
-    margin = float(saved[0].get("margin", sweep.DEFAULT_MARGIN))
-    specs = list(dict.fromkeys(r.backend for r in results if r.backend != BASELINE))
-    for ranking in recommend(sweep.rank(results, specs, margin)):
+    saved = doc.get("encperf", {}).get("sweeps")
+    try:  # as the run ranked them (its skipped configurations included)
+        rankings = [sweep.ranking_from_dict(data) for data in saved] if saved else []
+    except (KeyError, TypeError, IndexError):
+        rankings = []
+    if not rankings:  # a run saved before sweeps were: rank what it measured
+        specs = list(dict.fromkeys(r.backend for r in results if r.backend != BASELINE))
+        rankings = recommend(sweep.rank(results, specs))
+    for ranking in rankings:
         print()
         print("\n".join(sweep_report(ranking)))
     return 0

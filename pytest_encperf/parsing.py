@@ -72,7 +72,7 @@ def parse_int_choice(choices: tuple[int, ...]) -> Callable[[str], int]:
 
 
 def parse_text(text: str) -> str:
-    """Any non-empty text, as written (a backend spec never carries an empty value)."""
+    """Any text, stripped (a backend spec never carries an empty value: BackendSpec.parse refuses it)."""
     return str(text).strip()
 
 

@@ -76,6 +76,7 @@ class EncperfSession:
         self.results: list[Result] = []
         self.skipped: dict[str, str] = {}  # backend spec -> reason
         self.lifecycle: dict[str, dict[str, float]] = {}  # backend spec -> step -> seconds
+        self._rankings: dict[str, list[sweep.FamilyRanking]] = {}  # machine id -> sweep rankings
         self.errors: dict[str, str] = {}  # backend spec -> why its volume failed
         self._open: list[MountedVolume] = []
         self._run_dir: Path | None = None
@@ -558,8 +559,11 @@ class EncperfSession:
     def sweep_rankings(self, part: MachineRun) -> list[sweep.FamilyRanking]:
         """A ranking for every backend family run in several configurations (a sweep), each with
         the best configuration's set-up commands for the recommendation."""
-        specs = [spec for spec in self.backend_specs if spec != BASELINE]
-        return backends.recommend(sweep.rank(part.results, specs, self.settings.sweep_margin))
+        if part.machine_id not in self._rankings:  # the summary, the JSON and the Markdown: once
+            specs = [spec for spec in self.backend_specs if spec != BASELINE]
+            found = sweep.rank(part.results, specs, self.settings.sweep_margin)
+            self._rankings[part.machine_id] = backends.recommend(found)
+        return self._rankings[part.machine_id]
 
     # ------------------------------------------------------------- baselines, reports, verdict
 

@@ -32,7 +32,7 @@ from .compare import MIN_HISTORY, Rule, parse_rules
 from .engines import ENGINES
 from .html import matplotlib_problem
 from .parsing import parse_bool, parse_choice, parse_path
-from .sweep import SWEEPS, sweep_specs
+from .sweep import DEFAULT_MARGIN, SWEEPS, sweep_specs
 from .targets import KINDS
 from .workloads import PROFILES, GiB, KiB, MiB
 
@@ -326,7 +326,7 @@ OPTIONS: tuple[Option, ...] = (
 class Settings:
     backends: list[BackendSpec] = field(default_factory=list)
     sweep: list[str] = field(default_factory=list)
-    sweep_margin: float = 0.10
+    sweep_margin: float = DEFAULT_MARGIN
     target: str = "container"
     device: Path | None = None
     allow_destroy: str = ""

@@ -47,6 +47,7 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .model import Result, round_ratios
 from .stats import t_ppf, t_sf
@@ -179,6 +180,32 @@ class FamilyRanking:
             "unranked": [{"spec": spec, "why": why} for spec, why in self.unranked],
             "recommendation": list(self.recommendation),
         }
+
+
+def ranking_from_dict(data: dict[str, Any]) -> FamilyRanking:
+    """A saved ranking (``FamilyRanking.to_dict``) back, as the run printed it."""
+    ranked = tuple(
+        Ranked(
+            spec=c["spec"],
+            rank=c["rank"],
+            geomean=c["geomean_ratio"],
+            low=c["interval"][0] if c["interval"] else None,
+            high=c["interval"][1] if c["interval"] else None,
+            rounds=c["rounds"],
+            within_noise=c["within_noise_of_best"],
+            p_vs_best=c["p_vs_best"],
+        )
+        for c in data["configurations"]
+    )
+    return FamilyRanking(
+        family=data["family"],
+        workloads=tuple(data["workloads"]),
+        ranked=ranked,
+        margin=data.get("margin", DEFAULT_MARGIN),
+        unranked=tuple((u["spec"], u["why"]) for u in data.get("unranked", [])),
+        left_out=tuple(data.get("left_out_workloads", [])),
+        recommendation=tuple(data.get("recommendation", [])),
+    )
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import cli, storage
+from pytest_encperf import cli, storage, sweep
+from pytest_encperf.backends import recommend
 from pytest_encperf.compare import EXIT_REGRESSION
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.workloads import CDM
@@ -151,6 +152,14 @@ def test_show_ranks_the_configurations_of_a_saved_sweep(
     assert encperf(tmp_path, "show", "sweep") == 0
     out = capsys.readouterr().out
     assert "sweep: gocryptfs, 2 configurations ranked over 2 workloads" in out
+    # a run that saved its ranking is shown as it ranked, skipped configurations included
+    specs = ["gocryptfs:openssl=0", "gocryptfs:openssl=1", "gocryptfs:openssl=auto"]
+    doc["encperf"]["sweeps"] = [ranking.to_dict() for ranking in recommend(sweep.rank(results, specs))]
+    storage.save(tmp_path, "m1", "saved", doc)
+    assert encperf(tmp_path, "show", "saved") == 0
+    saved_out = capsys.readouterr().out
+    assert "sweep: gocryptfs, 2 of 3 configurations ranked over 2 workloads" in saved_out
+    assert "not ranked: no results (skipped or failed)" in saved_out
     assert "recommendation for gocryptfs: openssl=0 (-20.0% vs plain)" in out
     assert "gocryptfs -openssl=false CIPHERDIR MOUNTPOINT" in out
 

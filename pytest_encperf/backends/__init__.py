@@ -505,8 +505,8 @@ def parse_backend_list(text: str) -> list[BackendSpec]:
                 BackendSpec(name) for name in known_names() if name != BASELINE and name not in NOT_IN_AUTO
             ]
             continue
-        for text in sweep.expand(item):
-            spec = BackendSpec.parse(text)
+        for configuration in sweep.expand(item):
+            spec = BackendSpec.parse(configuration)
             make_backend(spec)  # validates name and parameters now, as a usage error
             specs.append(spec)
     unique: list[BackendSpec] = []
