@@ -664,8 +664,9 @@ def sweep_recommendation(ranking: FamilyRanking) -> list[str]:
     if close and not ranking.decided:
         return [
             f"no recommendation for {ranking.family}: no configuration is shown faster than the others "
-            f"by more than {ranking.margin:.0%} here (best estimate: {parameters(best.spec)}, {change} "
-            "vs plain); choose on other grounds"
+            f"by more than {ranking.margin:.0%} here; choose on other grounds",
+            f"  best estimate: {parameters(best.spec)} ({change} vs plain), set up with:",
+            *(f"  {line}" for line in ranking.recommendation),
         ]
     lines = [f"recommendation for {ranking.family}: {parameters(best.spec)} ({change} vs plain)"]
     if close:
