@@ -191,7 +191,8 @@ class BackendBase:
 
     Helpers for the steps: ``target_device`` (the loop device over a fresh container, or the
     partition), ``ext4_on_target`` (that device with ext4 on it), ``mount_target`` (it mounted,
-    or the directory), ``ext4_requirements`` and ``describe_target``.
+    or the directory), ``stack_root`` (that, mounted for the volume's life, with the directories
+    of a stacked layer in it), ``ext4_requirements`` and ``describe_target``.
     """
 
     params: tuple[Param, ...] = ()
@@ -369,6 +370,20 @@ class BackendBase:
         if "device" not in volume.state:
             return volume.workdir
         return mount_ext4(volume, volume.state["device"], cleanup=cleanup)
+
+    def stack_root(self, volume: Volume, *names: str) -> Path:
+        """For a layer stacked on a directory (a FUSE store, eCryptfs's lower directory): the
+        target's ext4 mounted for the volume's whole life (on ``volume.created``), or the volume's
+        directory, with the directories ``names`` made in it; recorded as ``state["root"]``."""
+        if self.ext4_on_target(volume) is not None:
+            (volume.workdir / "mnt").mkdir()
+            volume.created.path(volume.workdir / "mnt")
+        root = self.mount_target(volume, volume.created)
+        volume.state["root"] = str(root)
+        for name in names:
+            (root / name).mkdir()
+            volume.created.path(root / name)
+        return root
 
     def describe_target(self, volume: Volume, *, under: str = "") -> dict[str, Any]:
         """The file system the volume's data (or ``under`` it, its store) lives on."""

@@ -280,6 +280,9 @@ def _refuse_passthrough(text: str) -> bool:
     return False
 
 
+LOWER_DIR, MOUNT_DIR = "lower", "plain"  # in the volume's root: the encrypted files, the mount point
+
+
 class EcryptfsBackend(BackendBase):
     # eCryptfs reads its lower files through the lower file system's page cache: dropping the
     # test file's (decrypted) pages leaves the ciphertext cached below, as for a FUSE store
@@ -340,23 +343,16 @@ class EcryptfsBackend(BackendBase):
 
     # -- layout
     def lower(self, volume: Volume) -> Path:
-        return Path(volume.state["root"]) / "lower"
+        return Path(volume.state["root"]) / LOWER_DIR
 
     def mountpoint(self, volume: Volume) -> Path:
-        return Path(volume.state["root"]) / "plain"
+        return Path(volume.state["root"]) / MOUNT_DIR
 
     def build(self, volume: Volume) -> None:
         # Random per volume; kept in memory for remounts, forgotten at destroy.
         volume.state["passphrase"] = Secret(secrets.token_urlsafe(24).encode())
         volume.created.push("forget passphrase", lambda: volume.state.pop("passphrase", None))
-        if self.ext4_on_target(volume) is not None:
-            # the lower file system stays mounted for the volume's life: on ``created``
-            (volume.workdir / "mnt").mkdir()
-            volume.created.path(volume.workdir / "mnt")
-        volume.state["root"] = str(self.mount_target(volume, volume.created))
-        for directory in (self.lower(volume), self.mountpoint(volume)):
-            directory.mkdir()
-            volume.created.path(directory)
+        self.stack_root(volume, LOWER_DIR, MOUNT_DIR)
 
     def add_keys(self, volume: Volume, passphrase: bytes) -> tuple[str, str | None]:
         """Add the passphrase's key (and file name key) to this process's keyring, each

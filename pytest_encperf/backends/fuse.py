@@ -38,6 +38,9 @@ from .fusedaemon import fuse_problems, package_version, start_fuse_daemon, tool_
 SECUREFS_PBKDF_ROUNDS = 1000
 
 
+STORE_DIR, MOUNT_DIR = "store", "plain"  # in the volume's root: the daemon's store, its mount point
+
+
 # ---------------------------------------------------------------- the four backends
 
 
@@ -72,10 +75,10 @@ class FuseBackend(BackendBase):
         return Path(volume.state["root"])
 
     def store(self, volume: Volume) -> Path:
-        return self.root(volume) / "store"
+        return self.root(volume) / STORE_DIR
 
     def mountpoint(self, volume: Volume) -> Path:
-        return self.root(volume) / "plain"
+        return self.root(volume) / MOUNT_DIR
 
     def log(self, volume: Volume) -> Path:
         return volume.workdir / f"{self.name}.log"
@@ -92,14 +95,7 @@ class FuseBackend(BackendBase):
         if self.secret_via == "file":
             volume.state["secrets"] = SecretDir.create(volume.created)
         volume.created.path(self.log(volume))
-        if self.ext4_on_target(volume) is not None:
-            # the store's ext4 stays mounted for the volume's life: on ``created``
-            (volume.workdir / "mnt").mkdir()
-            volume.created.path(volume.workdir / "mnt")
-        volume.state["root"] = str(self.mount_target(volume, volume.created))
-        for directory in (self.store(volume), self.mountpoint(volume)):
-            directory.mkdir()
-            volume.created.path(directory)
+        self.stack_root(volume, STORE_DIR, MOUNT_DIR)
         self.init_store(volume)
 
     def init_store(self, volume: Volume) -> None:
