@@ -22,7 +22,8 @@ import pytest
 from pytest_encperf import host
 from pytest_encperf.backends import BackendSpec, Volume, make_backend
 from pytest_encperf.backends.dmcrypt import CryptsetupBackend, device_mapper_problems, status
-from pytest_encperf.runner import open_volume
+from pytest_encperf.model import LIFECYCLE_STEPS
+from pytest_encperf.runner import close_volume, open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
 from tests.support import BITLK_IMAGE, bitlk_passwords, disk_dir, extract, mounts_and_loops_left
@@ -372,3 +373,26 @@ def test_ready_made_sweep_ranks_and_recommends(
     assert len(ranking["configurations"]) == configurations and ranking["unranked"] == []
     assert list(scratch.glob("encperf-*")) == [], "run directory left behind"
     assert list(Path("/dev/mapper").glob("encperf-*")) == [], "mapping left behind"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["luks2", "dm-plain:cipher=aes-xts-plain64+twofish-xts-plain64+serpent-xts-plain64"],
+    ids=["luks2", "cascade"],
+)
+def test_life_cycle_is_timed_and_a_cascade_leaves_no_mapping(
+    spec: str, target: Target, scratch: Path
+) -> None:
+    backend = make_backend(BackendSpec.parse(spec))
+    mounted = open_volume(backend, target, scratch / "volume")
+    state = mounted.volume.state
+    layers = list(state.get("dm_layers") or [state["dm_name"]])  # a cascade records its layers
+    try:
+        assert len(layers) == (3 if "+" in spec else 1)
+        assert all((Path("/dev/mapper") / name).exists() for name in layers)
+        (mounted.data_dir / "marker").write_bytes(MARKER * 4096)
+    finally:
+        close_volume(mounted)
+    assert list(mounted.lifecycle) == list(LIFECYCLE_STEPS)
+    assert all(seconds > 0 for seconds in mounted.lifecycle.values())
+    assert not [name for name in layers if (Path("/dev/mapper") / name).exists()], "mapping left behind"
