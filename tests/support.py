@@ -14,6 +14,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from pytest_encperf import host, resources
 from pytest_encperf.backends import BackendSpec, make_backend, vcformat
 from pytest_encperf.targets import Target, container_size
@@ -206,3 +208,25 @@ def partitioned_loop(image: Path, size: int = 96 * MiB) -> Iterator[tuple[Path, 
     finally:
         subprocess.run(["partx", "--delete", str(device)], capture_output=True)
         host.detach_loop(device, image)
+
+
+TINY_BENCHMARK = "def test_workload(encperf, encperf_workload):\n    encperf.run(encperf_workload)\n"
+
+
+def tiny_session(
+    pytester: pytest.Pytester, directory: Path, *options: str, rounds: int = 1
+) -> pytest.RunResult:
+    """A plugin session end to end at a tiny size, volumes under ``directory``: SEQ1M-Q1T1 read
+    and write, 2 MiB, ``rounds`` rounds of 0.05 s; ``options`` name the backends and the rest."""
+    pytester.makepyfile(test_bench=TINY_BENCHMARK)
+    return pytester.runpytest(
+        f"--encperf-dir={directory}",
+        "--encperf-size=2MiB",
+        "--encperf-runtime=0.05",
+        f"--encperf-rounds={rounds}",
+        *options,
+        "-k",
+        "SEQ1M-Q1T1",
+        "-p",
+        "no:cacheprovider",
+    )

@@ -26,7 +26,7 @@ from pytest_encperf.model import LIFECYCLE_STEPS
 from pytest_encperf.runner import close_volume, open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
-from tests.support import BITLK_IMAGE, bitlk_passwords, disk_dir, extract, mounts_and_loops_left
+from tests.support import BITLK_IMAGE, bitlk_passwords, disk_dir, extract, mounts_and_loops_left, tiny_session
 
 pytestmark = [pytest.mark.integration, pytest.mark.dmcrypt]
 
@@ -316,20 +316,7 @@ def test_luks2_on_a_partition_target(scratch: Path) -> None:
 
 def test_full_session_with_dm_crypt_backends(pytester: pytest.Pytester, scratch: Path) -> None:
     """The plugin end to end: pytest --encperf-backends=luks2,dm-plain,veracrypt."""
-    pytester.makepyfile(
-        test_bench="def test_w(encperf, encperf_workload):\n    encperf.run(encperf_workload)"
-    )
-    result = pytester.runpytest(
-        f"--encperf-dir={scratch}",
-        "--encperf-backends=luks2:no-workqueue=1,dm-plain,veracrypt",
-        "--encperf-size=2MiB",
-        "--encperf-runtime=0.05",
-        "--encperf-rounds=1",
-        "-k",
-        "SEQ1M-Q1T1",
-        "-p",
-        "no:cacheprovider",
-    )
+    result = tiny_session(pytester, scratch, "--encperf-backends=luks2:no-workqueue=1,dm-plain,veracrypt")
     result.assert_outcomes(passed=6)
     result.stdout.fnmatch_lines(["*luks2:no-workqueue=1*", "*plain *", "*dm-plain*", "*veracrypt*"])
     assert list(scratch.glob("encperf-*")) == [], "run directory left behind"
@@ -347,22 +334,14 @@ def test_ready_made_sweep_ranks_and_recommends(
     pytester: pytest.Pytester, scratch: Path, sweep_name: str, configurations: int, recommended: str
 ) -> None:
     """A ready-made sweep end to end, at a tiny size (UML lane: function, not performance)."""
-    pytester.makepyfile(
-        test_bench="def test_w(encperf, encperf_workload):\n    encperf.run(encperf_workload)"
-    )
     out = pytester.path / "sweep.json"
-    result = pytester.runpytest(
-        f"--encperf-dir={scratch}",
+    result = tiny_session(
+        pytester,
+        scratch,
         f"--encperf-sweep={sweep_name}",
-        "--encperf-size=2MiB",
-        "--encperf-runtime=0.05",
-        "--encperf-rounds=2",
         "--encperf-warmup=0",
         f"--encperf-json={out}",
-        "-k",
-        "SEQ1M-Q1T1",
-        "-p",
-        "no:cacheprovider",
+        rounds=2,
     )
     result.assert_outcomes(passed=2 * configurations)
     family = "luks2" if sweep_name == "luks-tuning" else "dm-plain"

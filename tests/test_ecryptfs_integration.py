@@ -25,7 +25,7 @@ from pytest_encperf.backends.ecryptfs import FNEK_SALT, SALT, EcryptfsBackend, a
 from pytest_encperf.runner import open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
-from tests.support import disk_dir, mounts_and_loops_left
+from tests.support import disk_dir, mounts_and_loops_left, tiny_session
 
 from . import uml
 
@@ -215,20 +215,7 @@ def test_keys_are_the_ones_ecryptfs_add_passphrase_adds() -> None:
 def test_full_session_with_ecryptfs(pytester: pytest.Pytester, scratch: Path) -> None:
     """The plugin end to end: pytest --encperf-backends=ecryptfs at a tiny size. The table's
     ecryptfs rows are recorded (UML: one virtual CPU, not a performance figure)."""
-    pytester.makepyfile(
-        test_bench="def test_w(encperf, encperf_workload):\n    encperf.run(encperf_workload)"
-    )
-    result = pytester.runpytest(
-        f"--encperf-dir={scratch}",
-        "--encperf-backends=ecryptfs",
-        "--encperf-size=2MiB",
-        "--encperf-runtime=0.05",
-        "--encperf-rounds=1",
-        "-k",
-        "SEQ1M-Q1T1",
-        "-p",
-        "no:cacheprovider",
-    )
+    result = tiny_session(pytester, scratch, "--encperf-backends=ecryptfs")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*plain *", "*ecryptfs*"])
     assert list(scratch.glob("encperf-*")) == [], "run directory left behind"

@@ -24,7 +24,15 @@ from pytest_encperf.backends.fuse import FuseBackend
 from pytest_encperf.runner import open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
-from tests.support import BITLK_IMAGE, TESTDATA, bitlk_passwords, disk_dir, extract, mounts_and_loops_left
+from tests.support import (
+    BITLK_IMAGE,
+    TESTDATA,
+    bitlk_passwords,
+    disk_dir,
+    extract,
+    mounts_and_loops_left,
+    tiny_session,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -363,23 +371,7 @@ def test_quick_cdm_profile_on_every_userspace_backend(
     for name in names:
         skip_unless_usable(make_backend(BackendSpec(name)), target)
     bitlocker = f"bitlocker:image={image},password-file={password},filesystem=ext4"
-    pytester.makepyfile(
-        test_bench="""
-def test_workload(encperf, encperf_workload):
-    encperf.run(encperf_workload)
-"""
-    )
-    result = pytester.runpytest(
-        f"--encperf-dir={base}",
-        f"--encperf-backends={','.join(names)},{bitlocker}",
-        "--encperf-size=2MiB",
-        "--encperf-runtime=0.05",
-        "--encperf-rounds=1",
-        "-k",
-        "SEQ1M-Q1T1",
-        "-p",
-        "no:cacheprovider",
-    )
+    result = tiny_session(pytester, base, f"--encperf-backends={','.join(names)},{bitlocker}")
     result.assert_outcomes(passed=2 * (len(names) + 1))  # read and write
     lines = result.stdout.lines
     for name in [*names, "bitlocker"]:

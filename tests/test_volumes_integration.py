@@ -16,7 +16,7 @@ from pytest_encperf.model import LIFECYCLE_STEPS
 from pytest_encperf.runner import close_volume, open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
-from tests.support import disk_dir, mounts_and_loops_left
+from tests.support import disk_dir, mounts_and_loops_left, tiny_session
 
 pytestmark = pytest.mark.integration
 
@@ -112,23 +112,7 @@ def test_fscrypt_key_is_removed_at_unmount(target: Target, workdir: Path) -> Non
 
 
 def test_full_session_on_containers_leaves_nothing(pytester: pytest.Pytester, target: Target) -> None:
-    pytester.makepyfile(
-        test_bench="""
-def test_workload(encperf, encperf_workload):
-    encperf.run(encperf_workload)
-"""
-    )
-    result = pytester.runpytest(
-        f"--encperf-dir={target.directory}",
-        "--encperf-backends=fscrypt",
-        "--encperf-size=2MiB",
-        "--encperf-runtime=0.05",
-        "--encperf-rounds=1",
-        "-k",
-        "SEQ1M-Q1T1",
-        "-p",
-        "no:cacheprovider",
-    )
+    result = tiny_session(pytester, target.directory, "--encperf-backends=fscrypt")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*fscrypt*", "*plain *", "*%*"])
     prefix = str(target.directory / f"encperf-{os.getpid()}-")
