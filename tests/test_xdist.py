@@ -119,7 +119,8 @@ def run(
 
 def summary(result: pytest.RunResult) -> list[str]:
     """The encperf part of the terminal output (the summary tables and the gate); of the volume
-    life cycle table, which times each run anew, only which volumes it lists."""
+    life cycle table, which times each run anew, only its column names and which volumes it
+    lists (its column widths follow the times too)."""
     lines = result.stdout.lines
     start = next(i for i, line in enumerate(lines) if "encperf: encryption overhead vs plain" in line)
     end = next(i for i in range(start, len(lines)) if re.search(r"=+ .*(passed|failed)", lines[i]))
@@ -129,6 +130,8 @@ def summary(result: pytest.RunResult) -> list[str]:
         rows = range(first, len(shown))
         last = next((i for i in rows if not shown[i].strip() or shown[i].startswith(("-", "="))), len(shown))
         shown[first:last] = [line.split()[0] for line in shown[first:last]]
+        shown[first - 2] = " ".join(shown[first - 2].split())
+        shown[first - 1] = "-" * 3
     return shown
 
 
