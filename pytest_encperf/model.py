@@ -373,6 +373,7 @@ class MachineRun:
     problems: list[str] = field(default_factory=list)  # teardown failures (fail the run)
     notes: list[str] = field(default_factory=list)  # start-up cleanup lines, merge notes
     lifecycle: dict[str, dict[str, float]] = field(default_factory=dict)  # spec -> LIFECYCLE_STEPS -> s
+    kdf: dict[str, dict[str, Any]] = field(default_factory=dict)  # spec -> the kdf profile's row
 
     @property
     def label(self) -> str:
@@ -397,6 +398,8 @@ class MachineRun:
         self.ceilings.update(other.ceilings)
         for spec, steps in other.lifecycle.items():
             self.lifecycle.setdefault(spec, steps)
+        for spec, row in other.kdf.items():
+            self.kdf.setdefault(spec, row)
         self.problems += other.problems
         self.notes += [note for note in other.notes if note not in self.notes]
 

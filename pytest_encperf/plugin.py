@@ -12,9 +12,11 @@ import pytest
 
 from . import backends, hookspec
 from .backends import BASELINE
+from .kdf import KdfTiming
 from .runner import MountedVolume, Runner
 from .session import EncperfSession, XdistResults
 from .settings import OPTIONS, resolve
+from .workloads import KDF_PROFILE
 
 session_key = pytest.StashKey[EncperfSession]()
 registered_key = pytest.StashKey[list[str]]()
@@ -98,7 +100,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("encperf_volume", specs, indirect=True, scope="session")
     if "encperf_workload" in metafunc.fixturenames:
         workloads = session.workloads
-        metafunc.parametrize("encperf_workload", workloads, ids=[w.name for w in workloads])
+        if workloads:
+            metafunc.parametrize("encperf_workload", workloads, ids=[w.name for w in workloads])
+        else:  # --encperf-profile=kdf alone
+            why = pytest.mark.skip(reason="the selected profiles run no I/O workload")
+            metafunc.parametrize("encperf_workload", [pytest.param(None, id="no-workload", marks=why)])
+    if "encperf_kdf" in metafunc.fixturenames:
+        if KDF_PROFILE in session.settings.profile:
+            specs = [BASELINE, *session.backend_specs]
+            metafunc.parametrize("encperf_kdf", list(dict.fromkeys(specs)), indirect=True)
+        else:
+            why = pytest.mark.skip(reason=f"the {KDF_PROFILE} profile is not selected (--encperf-profile)")
+            metafunc.parametrize(
+                "encperf_kdf", [pytest.param(None, id=KDF_PROFILE, marks=why)], indirect=True
+            )
 
 
 @pytest.fixture(scope="session")
@@ -128,6 +143,13 @@ def encperf_volume(request: pytest.FixtureRequest) -> Iterator[MountedVolume]:
         yield mounted
     finally:
         session.close(mounted)
+
+
+@pytest.fixture
+def encperf_kdf(request: pytest.FixtureRequest) -> KdfTiming:
+    """The kdf profile's timing of one backend (parametrized like ``encperf_volume``): create and
+    the mount of an existing volume with its fast and its default key derivation."""
+    return request.config.stash[session_key].measure_kdf(request.param)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from tabulate import tabulate
 
@@ -595,6 +596,42 @@ def lifecycle_table(
         if rows
         else ""
     )
+
+
+KDF_HEADERS = (
+    "backend", "fast setting", "default setting", "mount s fast", "mount s default",
+    "create s fast", "create s default", "default/fast (mount)",
+)  # fmt: skip
+
+
+def kdf_table(
+    kdf: Mapping[str, Mapping[str, Any]], backends: Iterable[str] = (), tablefmt: str = "simple"
+) -> str:
+    """The kdf profile (pytest_encperf.kdf, as saved): per backend, create and the mount of an
+    existing volume with the fast (benchmark only) and the default key derivation, and the
+    ratio of the two mounts; a backend without one says why in place of the numbers."""
+    rows = []
+    for spec in dict.fromkeys([BASELINE_SPEC, *backends, *kdf]):
+        if spec not in kdf:
+            continue
+        row = kdf[spec]
+        settings = row.get("settings") or {}
+        fast, default = settings.get("fast") or {}, settings.get("default") or {}
+        if not settings:
+            rows.append([spec, row.get("note", ""), "", "", "", "", "", ""])
+            continue
+        ratio = row.get("ratio")
+        rows.append([
+            spec,
+            fast.get("label") or row.get("note", "-"),
+            default.get("label", "-"),
+            _format_seconds(fast.get("mount")),
+            _format_seconds(default.get("mount")),
+            _format_seconds(fast.get("create")),
+            _format_seconds(default.get("create")),
+            "-" if ratio is None else f"{ratio:.3g}x",
+        ])  # fmt: skip
+    return tabulate(rows, headers=KDF_HEADERS, tablefmt=tablefmt, disable_numparse=True) if rows else ""
 
 
 def _format_seconds(value: float | None) -> str:

@@ -24,18 +24,20 @@ from typing import Any
 
 import pytest
 
-from . import backends, host, journal, machine, resources, storage, sweep
+from . import backends, host, journal, kdf, machine, resources, storage, sweep
 from . import html as html_report
 from .backends import BASELINE, BackendSpec, make_backend, placement_problems
 from .ceiling import Ceiling, kernel_xts_driver, measure_ciphers
 from .compare import EXIT_REGRESSION, Gate, Verdict, expected_family_size, judge_machines
 from .engines import Engine, select_engine
+from .kdf import KdfTiming
 from .model import MachineRun, Measurement, Result, RunData
 from .progress import Plan, ProgressLine
 from .report import (
     MACHINES_NOTE,
     cpu_line,
     detail_table,
+    kdf_table,
     lifecycle_table,
     machines_table,
     markdown_report,
@@ -58,7 +60,7 @@ from .targets import DeviceClaim, Target, container_size
 from .workloads import PROFILES, MiB, Workload, profile_workloads
 
 # Fixtures that create volumes: a session collecting none of them needs no room on the target.
-VOLUME_FIXTURES = ("encperf_volume", "encperf_baseline", "encperf")
+VOLUME_FIXTURES = ("encperf_volume", "encperf_baseline", "encperf", "encperf_kdf")
 
 
 class EncperfSession:
@@ -76,6 +78,7 @@ class EncperfSession:
         self.results: list[Result] = []
         self.skipped: dict[str, str] = {}  # backend spec -> reason
         self.lifecycle: dict[str, dict[str, float]] = {}  # backend spec -> step -> seconds
+        self.kdf: dict[str, dict[str, Any]] = {}  # backend spec -> the kdf profile's row (KdfTiming)
         self._rankings: dict[str, list[sweep.FamilyRanking]] = {}  # machine id -> sweep rankings
         self.errors: dict[str, str] = {}  # backend spec -> why its volume failed
         self._open: list[MountedVolume] = []
@@ -245,6 +248,24 @@ class EncperfSession:
             for result in self.results:
                 if result.backend == mounted.spec:
                     result.baseline_rounds.extend(after.get(result.workload.name, []))
+
+    def measure_kdf(self, spec_text: str) -> KdfTiming:
+        """The kdf profile's row of one backend (pytest_encperf.kdf); pytest.skip with the
+        reason when the backend cannot run here."""
+        if self._no_room:
+            pytest.fail(self._no_room, pytrace=False)
+        if spec_text in self.skipped:
+            pytest.skip(f"{spec_text}: {self.skipped[spec_text]}")
+        workdir = self.run_dir() / f"{next(self._counter):02d}-kdf-{slug(spec_text)}"
+        try:
+            # not beside another worker's measurement: a key derivation is CPU and memory bound
+            with self.beside_no_measurement():
+                timing = kdf.measure(spec_text, self.target, workdir)
+        except kdf.KdfUnavailable as exc:
+            self.skipped[spec_text] = str(exc)
+            pytest.skip(f"{spec_text}: {exc}")
+        self.kdf[spec_text] = timing.to_dict()
+        return timing
 
     def close_all(self) -> None:
         """Safety net at session end: release whatever a fixture did not (newest first)."""
@@ -521,6 +542,7 @@ class EncperfSession:
             xts_driver=kernel_xts_driver(),
             problems=list(self.teardown_errors),
             lifecycle={spec: dict(steps) for spec, steps in self.lifecycle.items()},
+            kdf=dict(self.kdf),
             notes=[f"released leftover of a dead run: {line}" for line in self.cleaned]
             + [f"cleanup of dead runs: {line}" for line in self.cleanup_problems],
         )
@@ -676,6 +698,8 @@ class EncperfSession:
             mid = part.machine_id
             doc = storage.document(part.results, part.machine_info, mid, commit, part.settings, now)
             doc["encperf"]["lifecycle"] = part.lifecycle
+            if part.kdf:
+                doc["encperf"]["kdf"] = part.kdf
             rankings = self.sweep_rankings(part)
             if rankings:
                 doc["encperf"]["sweeps"] = [ranking.to_dict() for ranking in rankings]
@@ -812,7 +836,7 @@ class EncperfSession:
 
     def _write_machine_summary(self, tr: pytest.TerminalReporter, part: MachineRun) -> None:
         shown = self.backend_specs
-        if not part.results and not part.skipped:
+        if not part.results and not part.skipped and not part.kdf:
             return
         s = self.settings
         tr.write_sep("-", "encperf: encryption overhead vs plain")
@@ -835,6 +859,8 @@ class EncperfSession:
         tr.write_line(f"each workload: {s.warmup} warm-up round(s) per side discarded{steady}")
         shown_names: set[str] = set()
         for name in s.profile:
+            if name not in PROFILES:  # the kdf profile: its own table below
+                continue
             profile = PROFILES[name]
             workloads = profile.workloads_for(s.size)
             table = summary_table(
@@ -864,6 +890,15 @@ class EncperfSession:
                 tr.write_line(table)
         if BASELINE in part.skipped:
             tr.write_line(f"baseline unavailable: {BASELINE}: {part.skipped[BASELINE]}", yellow=True)
+        table = kdf_table(part.kdf, shown)
+        if table:
+            tr.write_line("")
+            tr.write_line(
+                "key derivation [kdf]: seconds to create a volume and to open (unlock and mount) it "
+                "again, with the fast setting benchmark volumes use (benchmark only: not the real "
+                "cost) and with the backend's default (what a real volume costs)"
+            )
+            tr.write_line(table)
         if not part.results:
             return
         ceilings = ceilings_of(part)

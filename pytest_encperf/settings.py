@@ -34,7 +34,7 @@ from .html import matplotlib_problem
 from .parsing import parse_bool, parse_choice, parse_path
 from .sweep import DEFAULT_MARGIN, SWEEPS, sweep_specs
 from .targets import KINDS
-from .workloads import PROFILES, GiB, KiB, MiB
+from .workloads import KDF_PROFILE, PROFILE_NAMES, GiB, KiB, MiB
 
 _UNITS = {
     "": 1, "b": 1,
@@ -118,9 +118,9 @@ def parse_steady_cv(text: str) -> float | None:
 
 def parse_profiles(text: str) -> list[str]:
     names = [name.strip() for name in str(text).split(",") if name.strip()]
-    unknown = [name for name in names if name not in PROFILES]
+    unknown = [name for name in names if name not in PROFILE_NAMES]
     if not names or unknown:
-        raise ValueError(f"bad profile {text!r}: expected a comma list of {', '.join(PROFILES)}")
+        raise ValueError(f"bad profile {text!r}: expected a comma list of {', '.join(PROFILE_NAMES)}")
     return names
 
 
@@ -279,7 +279,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("engine", "ENGINE",
            f"I/O engine: {' | '.join((*ENGINES, 'auto'))} (auto: fio when installed, else native)",
            parse_choice((*ENGINES, "auto")), "auto"),
-    Option("profile", "NAMES", f"workload profiles, comma list of {', '.join(PROFILES)}",
+    Option("profile", "NAMES", f"workload profiles, comma list of {', '.join(PROFILE_NAMES)} "
+           f"({KDF_PROFILE}: open/mount time with the fast and the default key derivation, no I/O)",
            parse_profiles, "cdm"),
     Option("save", "NAME", "save this run's results as <storage>/<machine-id>/NNNN_NAME.json",
            optional(storage.parse_name), ""),

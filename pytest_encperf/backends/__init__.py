@@ -21,7 +21,7 @@ from uuid import uuid4
 
 from .. import host, sweep
 from ..host import HostError
-from ..parsing import parse_text
+from ..parsing import parse_choice, parse_text
 from ..resources import Cleanup
 from ..targets import Target, create_container, wipe_own_signature
 
@@ -154,6 +154,18 @@ class Param:
     help: str = ""
 
 
+KDF_SETTINGS = ("fast", "default")
+# The ``kdf`` parameter of every backend whose key derivation has a cost setting: benchmark volumes
+# use the fast one (quick to open, not fit for real secrets); ``default`` is what the tool does
+# for a real volume. The kdf profile (pytest_encperf.kdf) times opening with each.
+KDF_PARAM = Param(
+    "kdf",
+    parse_choice(KDF_SETTINGS),
+    "fast",
+    "key derivation: fast (benchmark only, not for real secrets) or default (the tool's own)",
+)
+
+
 class BackendUnavailable(BackendError):
     """create() or mount() of a backend that cannot run here: the message lists the reasons."""
 
@@ -203,6 +215,11 @@ class BackendBase:
     # pages between passes does not reach that cache, so buffered read rounds read at most one
     # pass (after the whole cache was dropped) instead of re-reading the store from memory.
     store_below = False
+    # The key derivation settings the kdf profile times: ("fast", "default") with a ``kdf``
+    # parameter (KDF_PARAM); ("default",) when the tool has no cheaper setting, so benchmark
+    # volumes already pay its own; () when there is none to time, ``no_kdf`` says why.
+    kdf_settings: tuple[str, ...] = ()
+    no_kdf = "no key derivation"
 
     def __init__(self, spec: BackendSpec) -> None:
         table = {param.name: param for param in self.param_table()}
@@ -253,6 +270,24 @@ class BackendBase:
         if target.kind not in BLOCK_KINDS:
             return []
         return [f"{self.name}: needs {tool} (e2fsprogs)" for tool in host.missing_tools("mkfs.ext4")]
+
+    @property
+    def kdf(self) -> str:
+        """The key derivation setting of this spec: fast or default."""
+        return str(self.options.get("kdf", "default"))
+
+    def kdf_label(self, volume: Volume | None = None) -> str:
+        """What this spec's key derivation is (of ``volume`` when the tool that made it decides),
+        for the reports; the fast one says "benchmark only"."""
+        return ""
+
+    def kdf_conflict(self, *cost_params: str) -> None:
+        """Refuse ``kdf=`` given together with a parameter that sets the same cost."""
+        given = [name for name in cost_params if name in self.spec.param_dict]
+        if given and "kdf" in self.spec.param_dict:
+            raise ValueError(
+                f"{self.name}: kdf and {given[0]} both set the key derivation's cost: give one of them"
+            )
 
     def setup_commands(self) -> list[str]:
         """How a user sets up a real volume with this configuration (command lines, crypttab or

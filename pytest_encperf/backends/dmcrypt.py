@@ -31,7 +31,16 @@ from .. import host
 from ..ceiling import dm_crypt_cipher
 from ..parsing import parse_bool, parse_int, parse_int_choice, parse_path
 from ..targets import Target, wipe_own_signature
-from . import BackendBase, BackendError, BackendSpec, Param, Volume, named_device_problems
+from . import (
+    KDF_PARAM,
+    KDF_SETTINGS,
+    BackendBase,
+    BackendError,
+    BackendSpec,
+    Param,
+    Volume,
+    named_device_problems,
+)
 from .ext4 import e2fsprogs_version, make_ext4, mount_ext4
 
 CRYPTSETUP_PACKAGE = "cryptsetup-bin"  # Debian/Ubuntu package with cryptsetup and dmsetup
@@ -247,7 +256,9 @@ class LuksBackend(CryptsetupBackend):
         Param("sector-size", SECTOR_SIZES, help="encryption sector bytes, 512..4096 (LUKS2 only)"),
         *PERF_PARAMS,
         Param("integrity", help="LUKS2 authenticated encryption through dm-integrity, e.g. hmac-sha256"),
+        KDF_PARAM,
     )
+    kdf_settings = KDF_SETTINGS
 
     def __init__(self, spec: BackendSpec) -> None:
         super().__init__(spec)
@@ -286,8 +297,9 @@ class LuksBackend(CryptsetupBackend):
         if self.integrity:
             # the fresh volume's integrity tags are garbage until written; ext4 writes all it reads
             argv += ["--integrity", self.integrity, "--integrity-no-wipe"]
-        argv += [*FAST_KDF, "--key-file", "-", str(device)]
-        return argv
+        if self.kdf == "fast":
+            argv += FAST_KDF
+        return [*argv, "--key-file", "-", str(device)]
 
     def setup_commands(self) -> list[str]:
         argv = ["cryptsetup", "luksFormat", "--type", self.luks_type]
@@ -308,6 +320,12 @@ class LuksBackend(CryptsetupBackend):
             lines.append(f"or kept in the LUKS2 header: cryptsetup refresh --persistent {flags} NAME")
         return lines
 
+    def kdf_label(self, volume: Volume | None = None) -> str:
+        if self.kdf == "fast":
+            return "pbkdf2, 1000 iterations (benchmark only)"
+        own = "argon2id" if self.luks_type == "luks2" else "pbkdf2"
+        return f"cryptsetup's default ({own}, calibrated to its iteration time)"
+
     def format(self, volume: Volume, device: Path) -> None:
         uuid = None
         if volume.target.kind == "partition":
@@ -325,7 +343,7 @@ class LuksBackend(CryptsetupBackend):
 
     def describe(self, volume: Volume) -> dict[str, Any]:
         info = super().describe(volume)
-        info.update(type=self.luks_type, pbkdf="pbkdf2 (1000 iterations: benchmark only)")
+        info.update(type=self.luks_type, pbkdf=self.kdf_label())
         for flag in self.perf:
             info[flag] = True
         return info

@@ -32,10 +32,12 @@ from ..host import Secret
 from ..parsing import parse_bool, parse_choice, parse_int
 from ..resources import SecretDir
 from ..targets import Target
-from . import BackendBase, BackendSpec, Param, Volume
+from . import KDF_PARAM, KDF_SETTINGS, BackendBase, BackendSpec, Param, Volume
 from .fusedaemon import fuse_problems, package_version, start_fuse_daemon, tool_problems
 
 SECUREFS_PBKDF_ROUNDS = 1000
+FAST_SCRYPTN = 10  # gocryptfs -scryptn for benchmark volumes: log2 of scrypt's N
+GOCRYPTFS_SCRYPTN = 16  # gocryptfs's own
 
 
 STORE_DIR, MOUNT_DIR = "store", "plain"  # in the volume's root: the daemon's store, its mount point
@@ -150,8 +152,8 @@ class GocryptfsBackend(FuseBackend):
         Param(
             "scryptn",
             parse_int(10, 28),
-            10,
-            "log2 of scrypt's cost N (10: fast, benchmark-only; gocryptfs's own is 16)",
+            None,
+            f"log2 of scrypt's cost N (default {FAST_SCRYPTN}: fast, benchmark only; gocryptfs's own is 16)",
         ),
         Param(
             "openssl",
@@ -159,7 +161,9 @@ class GocryptfsBackend(FuseBackend):
             "auto",
             "AES-GCM through OpenSSL (1) or Go's crypto (0); auto: gocryptfs picks the faster",
         ),
+        KDF_PARAM,
     )
+    kdf_settings = KDF_SETTINGS
     binary = "gocryptfs"
     OPENSSL = {"auto": "auto", "1": "true", "0": "false"}
     package = "gocryptfs"
@@ -170,11 +174,15 @@ class GocryptfsBackend(FuseBackend):
         super().__init__(spec)
         self.aessiv: bool = self.options["aessiv"]
         self.plaintextnames: bool = self.options["plaintextnames"]
-        self.scryptn: int = self.options["scryptn"]
+        self.kdf_conflict("scryptn")
+        # None: gocryptfs's own cost (kdf=default)
+        self.scryptn: int | None = self.options["scryptn"] or (FAST_SCRYPTN if self.kdf == "fast" else None)
         self.openssl: str = self.options["openssl"]
 
     def init_command(self, volume: Volume, passfile: Path) -> list[str]:
-        argv = ["gocryptfs", "-init", "-q", "-passfile", str(passfile), "-scryptn", str(self.scryptn)]
+        argv = ["gocryptfs", "-init", "-q", "-passfile", str(passfile)]
+        if self.scryptn is not None:
+            argv += ["-scryptn", str(self.scryptn)]
         if self.aessiv:
             argv.append("-aessiv")
         if self.plaintextnames:
@@ -207,6 +215,12 @@ class GocryptfsBackend(FuseBackend):
             " ".join([*mount, "CIPHERDIR", "MOUNTPOINT"]),
         ]
 
+    def kdf_label(self, volume: Volume | None = None) -> str:
+        if self.scryptn is None:
+            return f"scrypt N=2^{GOCRYPTFS_SCRYPTN} (gocryptfs's default)"
+        fast = " (benchmark only)" if self.scryptn < GOCRYPTFS_SCRYPTN else ""
+        return f"scrypt N=2^{self.scryptn}{fast}"
+
     @property
     def gcm_suffix(self) -> str:
         """gocryptfs -speed's name suffix of the AES-GCM implementation the mount uses."""
@@ -224,7 +238,8 @@ class GocryptfsBackend(FuseBackend):
             ),
             "block_size": 4096,
             "file_names": "plaintext" if self.plaintextnames else "encrypted (EME)",
-            "scrypt_n": 2**self.scryptn,
+            "scrypt_n": 2 ** (self.scryptn or GOCRYPTFS_SCRYPTN),
+            "kdf": self.kdf_label(),
         }
         try:
             config = json.loads((self.store(volume) / "gocryptfs.conf").read_text())
@@ -250,6 +265,10 @@ class EncfsBackend(FuseBackend):
     binary = "encfs"
     package = "encfs"
     encryption = "encfs"
+    kdf_settings = ("default",)  # EncFS times its own PBKDF2 when it makes the store: no fast setting
+
+    def kdf_label(self, volume: Volume | None = None) -> str:
+        return "PBKDF2 timed by EncFS itself (its default; no fast setting)"
 
     def __init__(self, spec: BackendSpec) -> None:
         super().__init__(spec)
@@ -290,6 +309,10 @@ class CryfsBackend(FuseBackend):
     binary = "cryfs"
     package = "cryfs"
     encryption = "cryfs"
+    kdf_settings = ("default",)  # cryfs has no option for its scrypt cost: benchmark volumes pay its own
+
+    def kdf_label(self, volume: Volume | None = None) -> str:
+        return "scrypt at CryFS's own settings (no fast setting)"
 
     def __init__(self, spec: BackendSpec) -> None:
         super().__init__(spec)
@@ -323,7 +346,8 @@ class CryfsBackend(FuseBackend):
 class SecurefsBackend(FuseBackend):
     """securefs: key file only (``--keyfile``), no password prompt."""
 
-    params = (Param("format", parse_int(1, 4), 4, "store format 1-4 (4: the 'lite' format)"),)
+    params = (Param("format", parse_int(1, 4), 4, "store format 1-4 (4: the 'lite' format)"), KDF_PARAM)
+    kdf_settings = KDF_SETTINGS
     binary = "securefs"
     package = "securefs"
     encryption = "securefs"
@@ -338,12 +362,17 @@ class SecurefsBackend(FuseBackend):
         volume.state["secrets"].discard("password")
 
     def init_command(self, volume: Volume, keyfile: Path) -> list[str]:
+        # the key file is random: a fast KDF is enough (argon2id, the default, costs seconds)
+        fast = ["--pbkdf", "pkcs5-pbkdf2-hmac-sha256", "--rounds", str(SECUREFS_PBKDF_ROUNDS)]
         return [
             "securefs", "create", "--format", str(self.format), "--keyfile", str(keyfile),
-            # the key file is random: a fast KDF is enough (argon2id, the default, costs seconds)
-            "--pbkdf", "pkcs5-pbkdf2-hmac-sha256", "--rounds", str(SECUREFS_PBKDF_ROUNDS),
-            str(self.store(volume)),
+            *(fast if self.kdf == "fast" else []), str(self.store(volume)),
         ]  # fmt: skip
+
+    def kdf_label(self, volume: Volume | None = None) -> str:
+        if self.kdf == "fast":
+            return f"PBKDF2-HMAC-SHA256, {SECUREFS_PBKDF_ROUNDS} rounds (benchmark only)"
+        return "securefs's default (argon2id)"
 
     def mount_command(self, volume: Volume) -> list[str]:
         keyfile = self.secret_file(volume)

@@ -40,7 +40,7 @@ from .. import host, resources
 from ..parsing import parse_bool, parse_choice, parse_int
 from ..resources import Cleanup, Resource
 from ..targets import Target
-from . import BackendSpec, Param, Volume
+from . import KDF_PARAM, KDF_SETTINGS, BackendSpec, Param, Volume
 from .dmcrypt import CryptsetupBackend, device_mapper_problems, mapping_name
 from .ext4 import make_ext4, mount_ext4
 from .fusedaemon import boot_ticks, foreign_daemon_pids
@@ -94,8 +94,8 @@ class VeracryptBackend(CryptsetupBackend):
         Param(
             "pim",
             parse_int(0),
-            DEFAULT_PIM,
-            "VeraCrypt PIM (1: fast, benchmark only; 0 = VeraCrypt's default)",
+            None,
+            f"VeraCrypt PIM (default {DEFAULT_PIM}: fast, benchmark only; 0 = VeraCrypt's default)",
         ),
         Param(
             "mode",
@@ -115,13 +115,18 @@ class VeracryptBackend(CryptsetupBackend):
             False,
             "yes: accept that a veracrypt without --stdin gets the password in argv (cli)",
         ),
+        KDF_PARAM,
     )
+    kdf_settings = KDF_SETTINGS
 
     def __init__(self, spec: BackendSpec) -> None:
         super().__init__(spec)
         self.encryption: str = self.options["encryption"]
         self.hash: str = self.options["hash"]
-        self.pim: int = self.options["pim"]
+        self.kdf_conflict("pim")
+        given_pim: int | None = self.options["pim"]
+        # PIM 0 is VeraCrypt's default (500000 PBKDF2 iterations with SHA-512 or SHA-256)
+        self.pim: int = given_pim if given_pim is not None else (DEFAULT_PIM if self.kdf == "fast" else 0)
         self.mode: str = self.options["mode"]
         tool = self.options["tool"]
         if tool == "auto":
@@ -181,6 +186,12 @@ class VeracryptBackend(CryptsetupBackend):
         elif not host.is_root():
             found.append("veracrypt: needs root (losetup, mount)")
         return found
+
+    def kdf_label(self, volume: Volume | None = None) -> str:
+        if self.pim == 0:
+            return "VeraCrypt's default PIM"
+        fast = " (benchmark only)" if self.pim == DEFAULT_PIM else ""
+        return f"PIM {self.pim}{fast}"
 
     def fuse_sibling(self) -> VeracryptBackend:
         """This spec in ``mode=fuse``: what to suggest where kernel mode cannot run."""
@@ -306,6 +317,7 @@ class VeracryptBackend(CryptsetupBackend):
             veracrypt_encryption=self.encryption,
             hash=self.hash,
             pim=self.pim,
+            kdf=self.kdf_label(),
             tool=self.tool,
             mode=self.mode if self.tool == "cli" else "kernel (cryptsetup tcrypt)",
         )
