@@ -230,3 +230,20 @@ def tiny_session(
         "-p",
         "no:cacheprovider",
     )
+
+
+KDF_BENCHMARK = "def test_key_derivation(encperf_kdf):\n    assert encperf_kdf.note or encperf_kdf.settings\n"
+
+
+def kdf_session(pytester: pytest.Pytester, directory: Path, *options: str) -> pytest.RunResult:
+    """A plugin session of the kdf profile alone (``--encperf-profile=kdf``), volumes of 2 MiB
+    under ``directory``; ``options`` name the backends and the rest."""
+    pytester.makepyfile(test_kdf=KDF_BENCHMARK)
+    return pytester.runpytest(
+        f"--encperf-dir={directory}",
+        "--encperf-size=2MiB",
+        "--encperf-profile=kdf",
+        *options,
+        "-p",
+        "no:cacheprovider",
+    )

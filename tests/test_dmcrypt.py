@@ -347,3 +347,18 @@ def test_a_failing_open_shows_the_password_nowhere(
     assert "open_mapping" in junit
     for where, text in {"stdout": result.stdout.str(), "stderr": result.stderr.str(), "junit": junit}.items():
         assert wrong not in text and wrong.encode().hex() not in text, f"the password is in {where}"
+
+
+@pytest.mark.parametrize("name", ["luks2", "luks1"])
+def test_luks_default_kdf_formats_without_the_fast_flags(
+    standins: StandIns, tmp_path: Path, name: str
+) -> None:
+    """kdf=default: cryptsetup's own key derivation (argon2id for LUKS2); the key still on stdin."""
+    backend, volume = new_volume(f"{name}:kdf=default", tmp_path)
+    backend.format(volume, Path("/dev/loop99"))
+    (fmt,) = standins.calls("cryptsetup")
+    assert fmt.argv == ["luksFormat", "--batch-mode", "--type", name, "--key-file", "-", "/dev/loop99"]
+    assert not set(dmcrypt.FAST_KDF) & set(fmt.argv)
+    assert "benchmark only" not in backend.describe(volume)["pbkdf"]
+    fast, _ = new_volume(name, tmp_path / "fast")
+    assert fast.kdf == "fast" and "benchmark only" in fast.kdf_label()

@@ -26,7 +26,17 @@ from pytest_encperf.model import LIFECYCLE_STEPS
 from pytest_encperf.runner import close_volume, open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
-from tests.support import BITLK_IMAGE, bitlk_passwords, disk_dir, extract, mounts_and_loops_left, tiny_session
+from tests.support import (
+    BITLK_IMAGE,
+    bitlk_passwords,
+    disk_dir,
+    extract,
+    kdf_session,
+    mounts_and_loops_left,
+    tiny_session,
+)
+
+from . import uml
 
 pytestmark = [pytest.mark.integration, pytest.mark.dmcrypt]
 
@@ -375,3 +385,20 @@ def test_life_cycle_is_timed_and_a_cascade_leaves_no_mapping(
     assert list(mounted.lifecycle) == list(LIFECYCLE_STEPS)
     assert all(seconds > 0 for seconds in mounted.lifecycle.values())
     assert not [name for name in layers if (Path("/dev/mapper") / name).exists()], "mapping left behind"
+
+
+def test_kdf_profile_luks2_default_opens_slower_than_fast(pytester: pytest.Pytester, scratch: Path) -> None:
+    """The kdf profile on LUKS2: cryptsetup's default (argon2id) against the benchmark's PBKDF2
+    with 1000 iterations. The lane prints the table (UML: not a performance figure)."""
+    out = pytester.path / "kdf.json"
+    result = kdf_session(pytester, scratch, "--encperf-backends=luks2", f"--encperf-json={out}")
+    result.assert_outcomes(passed=2)
+    row = json.loads(out.read_text())["encperf"]["kdf"]["luks2"]
+    fast, default = row["settings"]["fast"], row["settings"]["default"]
+    assert default["mount"] > fast["mount"] > 0
+    assert "argon2id" in default["label"] and "benchmark only" in fast["label"]
+    assert list(Path("/dev/mapper").glob("encperf-*")) == [], "mapping left behind"
+    start = next(i for i, line in enumerate(result.stdout.lines) if line.startswith("key derivation [kdf]"))
+    if uml.in_guest():  # the lane prints it from its output directory
+        table = "\n".join(result.stdout.lines[start : start + 5]) + "\n"
+        (Path(uml.GUEST_OUTPUT_DIR) / "kdf-session.txt").write_text(table)

@@ -87,3 +87,35 @@ def test_lifecycle_table_puts_plain_first_and_marks_missing_steps() -> None:
     assert plain.split() == ["plain", "1.23", "0.5", "0.00076", "0.01", "0.02"]
     assert gocryptfs.split() == ["gocryptfs", "2", "0.1", "-", "-", "-"]
     assert lifecycle_table({}) == ""
+
+
+def test_kdf_table_shows_both_settings_the_ratio_and_backends_without_one() -> None:
+    from pytest_encperf.report import kdf_table
+
+    rows = {
+        "plain": {"spec": "plain", "settings": {}, "note": "no key derivation", "ratio": None},
+        "gocryptfs": {
+            "spec": "gocryptfs",
+            "settings": {
+                "fast": {"label": "scrypt N=2^10 (benchmark only)", "create": 0.07, "mount": 0.06},
+                "default": {"label": "scrypt N=2^16 (gocryptfs's default)", "create": 0.3, "mount": 0.21},
+            },
+            "note": "",
+            "ratio": 3.5,
+        },
+        "cryfs": {
+            "spec": "cryfs",
+            "settings": {
+                "default": {"label": "scrypt at CryFS's own settings", "create": 0.01, "mount": 6.3}
+            },
+            "note": "no fast setting: benchmark volumes already use its own",
+            "ratio": None,
+        },
+    }
+    lines = kdf_table(rows, ["gocryptfs", "cryfs"]).splitlines()
+    assert lines[0].split()[:2] == ["backend", "fast"]
+    plain, gocryptfs, cryfs = lines[2:]
+    assert plain.split() == ["plain", "no", "key", "derivation"]
+    assert "scrypt N=2^10 (benchmark only)" in gocryptfs and "0.21" in gocryptfs and "3.5x" in gocryptfs
+    assert "no fast setting" in cryfs and "6.3" in cryfs
+    assert kdf_table({}) == ""

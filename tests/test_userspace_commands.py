@@ -358,3 +358,24 @@ def test_bitlocker_recovery_password_goes_to_argv_only_with_consent(tmp_path: Pa
     volume = volume_for(backend, tmp_path)
     assert f"-p{PASSWORD.decode()}" in backend.dislocker_command(volume)
     assert backend.describe(volume)["secret_in_argv"] is True
+
+
+def test_default_kdf_leaves_out_the_fast_settings(tmp_path: Path) -> None:
+    """kdf=default: each tool's own key derivation cost; kdf=fast (the default) says benchmark only."""
+    go = GocryptfsBackend(BackendSpec.parse("gocryptfs:kdf=default"))
+    volume = volume_for(go, tmp_path)
+    assert "-scryptn" not in go.init_command(volume, tmp_path / "p")
+    assert go.kdf_label() == "scrypt N=2^16 (gocryptfs's default)"
+    assert "benchmark only" in GocryptfsBackend(BackendSpec("gocryptfs")).kdf_label()
+    secure = SecurefsBackend(BackendSpec.parse("securefs:kdf=default"))
+    create = secure.init_command(volume, tmp_path / "p")
+    assert "--pbkdf" not in create and "--rounds" not in create
+    qemu = QemuLuksBackend(BackendSpec.parse("qemu-luks:kdf=default"))
+    luks = qemu.luks_format_command(tmp_path / "luks.img", tmp_path / "p")
+    assert "--pbkdf-force-iterations" not in luks
+    assert "iter-time" not in argv_text(qemu.qemu_img_command(tmp_path / "luks.img", tmp_path / "p", 1))
+    assert "iter-time=10" in argv_text(
+        QemuLuksBackend(BackendSpec("qemu-luks")).qemu_img_command(tmp_path / "luks.img", tmp_path / "p", 1)
+    )
+    with pytest.raises(ValueError, match="kdf and scryptn both set"):
+        GocryptfsBackend(BackendSpec.parse("gocryptfs:kdf=fast,scryptn=12"))

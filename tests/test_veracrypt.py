@@ -354,3 +354,44 @@ def test_fuse_mode_attributes_veracrypts_forked_daemon(
     backend.cli_map(volume, volume.mounted)
     assert asked == [] and volume.foreign_daemons == []
     volume.mounted.release()
+
+
+@pytest.mark.parametrize(("kdf", "pim_flag"), [("fast", "--pim=1"), ("default", "--pim=0")])
+def test_cli_kdf_setting_reaches_create_and_map(
+    fake_veracrypt: StandIns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kdf: str, pim_flag: str
+) -> None:
+    """kdf=default: VeraCrypt's own PIM (0), never the benchmark's PIM 1; the password on stdin."""
+    monkeypatch.setenv("STANDIN_STDOUT_VERACRYPT", "  --stdin  Read password from standard input\n")
+    backend, volume = cli_volume(f"veracrypt:kdf={kdf}", tmp_path)
+    container = backend.cli_create(volume)
+    volume.state["container"] = container
+    monkeypatch.setenv("STANDIN_STDOUT_VERACRYPT", f"1: {container} /dev/mapper/veracrypt1 - \n")
+    backend.cli_map(volume, volume.mounted)
+    calls = [c for c in fake_veracrypt.calls("veracrypt") if str(container) in c.argv]
+    assert len(calls) == 2  # create, map
+    assert all([a for a in c.argv if a.startswith("--pim")] == [pim_flag] for c in calls)
+    assert all(volume.state["password"].decode() not in " ".join(c.argv) for c in calls)
+    assert ("benchmark only" in backend.kdf_label()) == (kdf == "fast")
+    volume.mounted.release()
+
+
+def test_native_default_kdf_opens_without_a_pim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tools = StandIns(tmp_path / "bin")
+    tools.add("cryptsetup")
+    monkeypatch.setenv("PATH", tools.path_env)
+    backend = make_backend(BackendSpec.parse("veracrypt:tool=native,kdf=default"))
+    assert isinstance(backend, veracrypt.VeracryptBackend)
+    workdir = tmp_path / "v"
+    workdir.mkdir()
+    volume = Volume(backend, Target("container", tmp_path, 1 << 20), workdir)
+    volume.state["device"] = Path("/dev/loop98")
+    backend.open_mapping(volume, volume.created)
+    (call,) = tools.calls("cryptsetup")
+    assert "--veracrypt-pim" not in call.argv  # cryptsetup then tries VeraCrypt's default iterations
+    assert backend.pim == 0 and backend.kdf_label() == "VeraCrypt's default PIM"
+    volume.created.release()
+
+
+def test_kdf_and_pim_together_are_refused() -> None:
+    with pytest.raises(ValueError, match="kdf and pim both set"):
+        make_backend(BackendSpec.parse("veracrypt:kdf=default,pim=5"))
