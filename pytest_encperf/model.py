@@ -374,6 +374,7 @@ class MachineRun:
     notes: list[str] = field(default_factory=list)  # start-up cleanup lines, merge notes
     lifecycle: dict[str, dict[str, float]] = field(default_factory=dict)  # spec -> LIFECYCLE_STEPS -> s
     kdf: dict[str, dict[str, Any]] = field(default_factory=dict)  # spec -> the kdf profile's row
+    inplace: dict[str, dict[str, Any]] = field(default_factory=dict)  # spec -> in-place figure
 
     @property
     def label(self) -> str:
@@ -400,6 +401,8 @@ class MachineRun:
             self.lifecycle.setdefault(spec, steps)
         for spec, row in other.kdf.items():
             self.kdf.setdefault(spec, row)
+        for spec, row in other.inplace.items():
+            self.inplace.setdefault(spec, row)
         self.problems += other.problems
         self.notes += [note for note in other.notes if note not in self.notes]
 

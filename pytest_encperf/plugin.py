@@ -12,6 +12,7 @@ import pytest
 
 from . import backends, hookspec
 from .backends import BASELINE
+from .inplace import InplaceTiming
 from .kdf import KdfTiming
 from .runner import MountedVolume, Runner
 from .session import EncperfSession, XdistResults
@@ -114,6 +115,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize(
                 "encperf_kdf", [pytest.param(None, id=KDF_PROFILE, marks=why)], indirect=True
             )
+    if "encperf_inplace" in metafunc.fixturenames:
+        if session.settings.inplace:
+            specs = [BASELINE, *session.backend_specs]
+            metafunc.parametrize("encperf_inplace", list(dict.fromkeys(specs)), indirect=True)
+        else:
+            why = pytest.mark.skip(reason="in-place encryption is not asked for (--encperf-inplace)")
+            unasked = pytest.param(None, id="inplace", marks=why)
+            metafunc.parametrize("encperf_inplace", [unasked], indirect=True)
 
 
 @pytest.fixture(scope="session")
@@ -150,6 +159,13 @@ def encperf_kdf(request: pytest.FixtureRequest) -> KdfTiming:
     """The kdf profile's timing of one backend (parametrized like ``encperf_volume``): create and
     the mount of an existing volume with its fast and its default key derivation."""
     return request.config.stash[session_key].measure_kdf(request.param)
+
+
+@pytest.fixture
+def encperf_inplace(request: pytest.FixtureRequest) -> InplaceTiming:
+    """The in-place encryption figure of one backend (parametrized like ``encperf_volume``,
+    with ``--encperf-inplace``): MB/s of encrypting existing data, or of filling a volume."""
+    return request.config.stash[session_key].measure_inplace(request.param)
 
 
 @pytest.fixture

@@ -634,6 +634,59 @@ def kdf_table(
     return tabulate(rows, headers=KDF_HEADERS, tablefmt=tablefmt, disable_numparse=True) if rows else ""
 
 
+def projected_time(size: int, mb_per_s: float) -> str:
+    """How long ``size`` bytes take at ``mb_per_s`` (10^6 bytes/s), rounded for a person to
+    read: "about 40 s", "about 12 min", "about 4 h 10 min", "about 3 d 2 h"."""
+    if mb_per_s <= 0:
+        return "never (nothing was encrypted)"
+    seconds = size / (mb_per_s * 1e6)
+    if seconds < 59.5:
+        return f"about {max(1, round(seconds))} s"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"about {minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"about {hours} h" + (f" {minutes} min" if minutes else "")
+    days, hours = divmod(hours + (minutes >= 30), 24)
+    return f"about {days} d" + (f" {hours} h" if hours else "")
+
+
+def inplace_table(
+    inplace: Mapping[str, Mapping[str, Any]],
+    project_size: int,
+    backends: Iterable[str] = (),
+    tablefmt: str = "simple",
+) -> str:
+    """The in-place encryption figures (pytest_encperf.inplace, as saved): per backend how it
+    was measured, the bytes and seconds, MB/s and the time ``project_size`` bytes would take."""
+    rows = []
+    for spec in dict.fromkeys([BASELINE_SPEC, *backends, *inplace]):
+        if spec not in inplace:
+            continue
+        row = inplace[spec]
+        check = ""
+        if row.get("intact") is not None:
+            check = ("data intact" if row["intact"] else "DATA CHANGED") + (
+                f", {row['format_after']} after" if row.get("format_after") else ""
+            )
+        mb_per_s = row.get("mb_per_s", 0.0)
+        rows.append([
+            spec, row.get("method", ""), f"{row.get('bytes', 0) / 1e6:.4g}",
+            _format_seconds(row.get("seconds")), f"{mb_per_s:.4g}",
+            projected_time(project_size, mb_per_s), check,
+        ])  # fmt: skip
+    headers = ["backend", "how", "MB", "s", "MB/s", f"{_format_size(project_size)} would take", "check"]
+    return tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True) if rows else ""
+
+
+def _format_size(size: int) -> str:
+    for unit, factor in (("TB", 1000**4), ("GB", 1000**3), ("MB", 1000**2)):
+        if size >= factor:
+            return f"{size / factor:g} {unit}"
+    return f"{size} B"
+
+
 def _format_seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 

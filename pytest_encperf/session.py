@@ -24,12 +24,13 @@ from typing import Any
 
 import pytest
 
-from . import backends, host, journal, kdf, machine, resources, storage, sweep
+from . import backends, host, inplace, journal, kdf, machine, resources, storage, sweep
 from . import html as html_report
 from .backends import BASELINE, BackendSpec, make_backend, placement_problems
 from .ceiling import Ceiling, kernel_xts_driver, measure_ciphers
 from .compare import EXIT_REGRESSION, Gate, Verdict, expected_family_size, judge_machines
 from .engines import Engine, select_engine
+from .inplace import InplaceTiming
 from .kdf import KdfTiming
 from .model import MachineRun, Measurement, Result, RunData
 from .progress import Plan, ProgressLine
@@ -37,6 +38,7 @@ from .report import (
     MACHINES_NOTE,
     cpu_line,
     detail_table,
+    inplace_table,
     kdf_table,
     lifecycle_table,
     machines_table,
@@ -60,7 +62,7 @@ from .targets import DeviceClaim, Target, container_size
 from .workloads import PROFILES, MiB, Workload, profile_workloads
 
 # Fixtures that create volumes: a session collecting none of them needs no room on the target.
-VOLUME_FIXTURES = ("encperf_volume", "encperf_baseline", "encperf", "encperf_kdf")
+VOLUME_FIXTURES = ("encperf_volume", "encperf_baseline", "encperf", "encperf_kdf", "encperf_inplace")
 
 
 class EncperfSession:
@@ -79,6 +81,7 @@ class EncperfSession:
         self.skipped: dict[str, str] = {}  # backend spec -> reason
         self.lifecycle: dict[str, dict[str, float]] = {}  # backend spec -> step -> seconds
         self.kdf: dict[str, dict[str, Any]] = {}  # backend spec -> the kdf profile's row (KdfTiming)
+        self.inplace: dict[str, dict[str, Any]] = {}  # backend spec -> in-place figure (InplaceTiming)
         self._rankings: dict[str, list[sweep.FamilyRanking]] = {}  # machine id -> sweep rankings
         self.errors: dict[str, str] = {}  # backend spec -> why its volume failed
         self._open: list[MountedVolume] = []
@@ -265,6 +268,23 @@ class EncperfSession:
             self.skipped[spec_text] = str(exc)
             pytest.skip(f"{spec_text}: {exc}")
         self.kdf[spec_text] = timing.to_dict()
+        return timing
+
+    def measure_inplace(self, spec_text: str) -> InplaceTiming:
+        """The in-place encryption figure of one backend (pytest_encperf.inplace) with a file of
+        ``--encperf-size``; pytest.skip with the reason when the backend cannot run here."""
+        if self._no_room:
+            pytest.fail(self._no_room, pytrace=False)
+        if spec_text in self.skipped:
+            pytest.skip(f"{spec_text}: {self.skipped[spec_text]}")
+        workdir = self.run_dir() / f"{next(self._counter):02d}-inplace-{slug(spec_text)}"
+        try:
+            with self.beside_no_measurement():
+                timing = inplace.measure(spec_text, self.target, workdir, self.settings.size)
+        except inplace.InplaceUnavailable as exc:
+            self.skipped[spec_text] = str(exc)
+            pytest.skip(f"{spec_text}: {exc}")
+        self.inplace[spec_text] = timing.to_dict()
         return timing
 
     def close_all(self) -> None:
@@ -543,6 +563,7 @@ class EncperfSession:
             problems=list(self.teardown_errors),
             lifecycle={spec: dict(steps) for spec, steps in self.lifecycle.items()},
             kdf=dict(self.kdf),
+            inplace=dict(self.inplace),
             notes=[f"released leftover of a dead run: {line}" for line in self.cleaned]
             + [f"cleanup of dead runs: {line}" for line in self.cleanup_problems],
         )
@@ -700,6 +721,9 @@ class EncperfSession:
             doc["encperf"]["lifecycle"] = part.lifecycle
             if part.kdf:
                 doc["encperf"]["kdf"] = part.kdf
+            if part.inplace:
+                doc["encperf"]["inplace"] = part.inplace
+                doc["encperf"]["project_size"] = s.project_size
             rankings = self.sweep_rankings(part)
             if rankings:
                 doc["encperf"]["sweeps"] = [ranking.to_dict() for ranking in rankings]
@@ -836,7 +860,7 @@ class EncperfSession:
 
     def _write_machine_summary(self, tr: pytest.TerminalReporter, part: MachineRun) -> None:
         shown = self.backend_specs
-        if not part.results and not part.skipped and not part.kdf:
+        if not part.results and not part.skipped and not part.kdf and not part.inplace:
             return
         s = self.settings
         tr.write_sep("-", "encperf: encryption overhead vs plain")
@@ -897,6 +921,16 @@ class EncperfSession:
                 "key derivation [kdf]: seconds to create a volume and to open (unlock and mount) it "
                 "again, with the fast setting benchmark volumes use (benchmark only: not the real "
                 "cost) and with the backend's default (what a real volume costs)"
+            )
+            tr.write_line(table)
+        table = inplace_table(part.inplace, s.project_size, shown)
+        if table:
+            tr.write_line("")
+            tr.write_line(
+                "in-place encryption [--encperf-inplace]: MB/s of encrypting existing data (LUKS2: "
+                "cryptsetup reencrypt --encrypt of a filled plain volume, over its whole data area) or, "
+                "where a backend cannot, of filling a fresh volume through its encryption layer; and "
+                "the time the projected size would take at that rate"
             )
             tr.write_line(table)
         if not part.results:

@@ -40,6 +40,7 @@ _UNITS = {
     "": 1, "b": 1,
     "k": KiB, "kib": KiB, "m": MiB, "mib": MiB, "g": GiB, "gib": GiB,
     "kb": 1000, "mb": 1000**2, "gb": 1000**3,
+    "t": 1024 * GiB, "tib": 1024 * GiB, "tb": 1000**4,
 }  # fmt: skip
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
@@ -53,6 +54,16 @@ def parse_size(text: str) -> int:
     value = int(float(match.group(1)) * _UNITS[unit])
     if value < MiB or value % MiB:
         raise ValueError(f"bad size {text!r}: must be a whole number of MiB, at least 1MiB")
+    return value
+
+
+def parse_project_size(text: str) -> int:
+    """A size to project a throughput to: ``1TB``, ``500GB`` (decimal), ``2TiB``, ``512GiB`` or bytes."""
+    match = _SIZE.match(str(text))
+    unit = match.group(2).lower() if match else None
+    value = int(float(match.group(1)) * _UNITS[unit]) if match and unit in _UNITS else 0
+    if value <= 0:
+        raise ValueError(f"bad size {text!r}: expected e.g. 1TB, 500GB, 2TiB or a byte count")
     return value
 
 
@@ -316,6 +327,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("verify", "yes|no",
            "after each write workload, check that the data reads back intact after unmount + mount",
            parse_bool, "no"),
+    Option("inplace", "BOOL",
+           "in-place encryption throughput: LUKS2 by cryptsetup reencrypt --encrypt of a filled plain "
+           "volume, the others by filling a volume through the encryption layer (bare flag = yes)",
+           parse_bool, "no", form="flag", const="1"),
+    Option("project-size", "SIZE", "size the in-place throughput is projected to (e.g. 1TB, 500GB, 2TiB)",
+           parse_project_size, "1TB"),
     Option("parallel-devices", "BOOL",
            "let rounds on different physical disks run at the same time (xdist workers, other sessions); "
            "rounds on one disk never overlap; without it one measurement at a time per machine "
@@ -356,6 +373,8 @@ class Settings:
     html: Path | None = None
     verify: bool = False
     parallel_devices: bool = False
+    inplace: bool = False
+    project_size: int = 1000**4
     sources: dict[str, str] = field(default_factory=dict)  # option -> where its value came from
 
 

@@ -289,6 +289,20 @@ class BackendBase:
                 f"{self.name}: kdf and {given[0]} both set the key derivation's cost: give one of them"
             )
 
+    def in_place_method(self) -> str:
+        """How this backend encrypts an existing volume in place (the ``encrypt_in_place``
+        command), or "" when it cannot: then the in-place measurement fills a fresh volume
+        through the encryption layer instead."""
+        return ""
+
+    def encrypt_in_place(
+        self, target: Target, workdir: Path, fill: Callable[[Path], object]
+    ) -> tuple[Volume, int, float]:
+        """A plain file system filled by ``fill`` (given the data directory), then encrypted
+        in place; returns the volume (now this backend's, not mounted: mount() opens it), the
+        bytes encrypted and the seconds the encryption took. Only where ``in_place_method``."""
+        raise NotImplementedError(f"{self.name}: no in-place encryption")
+
     def setup_commands(self) -> list[str]:
         """How a user sets up a real volume with this configuration (command lines, crypttab or
         fstab options), for a sweep's recommendation: real key derivation, never the benchmark's

@@ -23,6 +23,8 @@ import itertools
 import os
 import re
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -45,6 +47,9 @@ from .ext4 import e2fsprogs_version, make_ext4, mount_ext4
 
 CRYPTSETUP_PACKAGE = "cryptsetup-bin"  # Debian/Ubuntu package with cryptsetup and dmsetup
 FAST_KDF = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"]
+# cryptsetup reencrypt --encrypt --reduce-device-size: the room at the device's end the data is
+# shifted into, so the LUKS2 header (16 MiB, half of it as cryptsetup advises) fits in front
+REDUCE_DEVICE_SIZE = 32 * 1024 * 1024
 KEY_BYTES = 64  # enough for the largest key size (512-bit XTS); cryptsetup reads what it needs
 
 _names = itertools.count()
@@ -108,6 +113,15 @@ def status(name: str) -> dict[str, str]:
         if sep:
             info[key.strip()] = value.strip()
     return info
+
+
+def device_size(device: Path) -> int:
+    """Bytes of a block device (or file)."""
+    fd = os.open(device, os.O_RDONLY)
+    try:
+        return os.lseek(fd, 0, os.SEEK_END)
+    finally:
+        os.close(fd)
 
 
 def cryptsetup_version() -> str:
@@ -326,6 +340,49 @@ class LuksBackend(CryptsetupBackend):
         own = "argon2id" if self.luks_type == "luks2" else "pbkdf2"
         return f"cryptsetup's default ({own}, calibrated to its iteration time)"
 
+    def in_place_method(self) -> str:
+        if self.luks_type != "luks2" or self.integrity:
+            return ""  # LUKS2 only here; authenticated encryption cannot be added in place
+        return "cryptsetup reencrypt --encrypt"
+
+    def reencrypt_command(self, device: Path) -> list[str]:
+        """Encrypt the plain data on ``device`` in place, shifting it by REDUCE_DEVICE_SIZE (the
+        file system must end before that room); the key on stdin."""
+        argv = ["cryptsetup", "reencrypt", "--encrypt", "--batch-mode", "--type", "luks2"]
+        argv += ["--reduce-device-size", f"{REDUCE_DEVICE_SIZE // (1024 * 1024)}M"]
+        for flag, value in (
+            ("--cipher", self.cipher),
+            ("--key-size", self.key_size),
+            ("--hash", self.hash),
+            ("--sector-size", self.sector_size),
+        ):
+            if value:
+                argv += [flag, str(value)]
+        if self.kdf == "fast":
+            argv += FAST_KDF
+        return [*argv, "--key-file", "-", str(device)]
+
+    def encrypt_in_place(
+        self, target: Target, workdir: Path, fill: Callable[[Path], object]
+    ) -> tuple[Volume, int, float]:
+        if target.kind != "container":
+            raise BackendError(f"{self.spec}: in-place encryption runs on the container target only")
+        workdir.mkdir()
+        volume = Volume(self, target, workdir)
+        with self.undo_on_failure(volume, "in-place encryption", self.destroy):
+            device = self.target_device(volume)
+            assert device is not None
+            size = device_size(device)
+            make_ext4(device, label=self.fs_label, size=size - REDUCE_DEVICE_SIZE)
+            root = mount_ext4(volume, device)
+            (root / self.data_dir_name).mkdir()
+            fill(root / self.data_dir_name)
+            self.unmount(volume)
+            started = time.perf_counter()
+            host.run(self.reencrypt_command(device), input=self.secret_key(volume), timeout=24 * 3600)
+            seconds = time.perf_counter() - started
+        return volume, size - REDUCE_DEVICE_SIZE, seconds
+
     def format(self, volume: Volume, device: Path) -> None:
         uuid = None
         if volume.target.kind == "partition":
@@ -343,7 +400,9 @@ class LuksBackend(CryptsetupBackend):
 
     def describe(self, volume: Volume) -> dict[str, Any]:
         info = super().describe(volume)
-        info.update(type=self.luks_type, pbkdf=self.kdf_label())
+        # what cryptsetup opened (LUKS2 after an in-place encryption), beside the spec's type
+        info.update(type=self.luks_type, opened_as=volume.state.get("status", {}).get("type", ""))
+        info["pbkdf"] = self.kdf_label()
         for flag in self.perf:
             info[flag] = True
         return info

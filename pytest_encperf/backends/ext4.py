@@ -14,14 +14,20 @@ MKFS_OPTIONS = ["-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0"]
 
 
 def make_ext4(
-    device: Path, *, features: list[str] | None = None, label: str = "encperf", uuid: str | None = None
+    device: Path,
+    *,
+    features: list[str] | None = None,
+    label: str = "encperf",
+    uuid: str | None = None,
+    size: int | None = None,
 ) -> None:
+    """ext4 on ``device``; ``size`` bytes of it only (whole KiB) when given, else all of it."""
     argv = ["mkfs.ext4", *MKFS_OPTIONS, "-L", label]
     if uuid:
         argv += ["-U", uuid]
     if features:
         argv += ["-O", ",".join(features)]
-    host.run([*argv, str(device)], timeout=300)
+    host.run([*argv, str(device), *([f"{size // 1024}k"] if size else [])], timeout=300)
 
 
 def mount_ext4(
