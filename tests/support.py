@@ -247,3 +247,21 @@ def kdf_session(pytester: pytest.Pytester, directory: Path, *options: str) -> py
         "-p",
         "no:cacheprovider",
     )
+
+
+INPLACE_BENCHMARK = "def test_in_place(encperf_inplace):\n    assert encperf_inplace.seconds > 0\n"
+
+
+def inplace_session(pytester: pytest.Pytester, directory: Path, *options: str) -> pytest.RunResult:
+    """A plugin session of the in-place encryption benchmark alone (``--encperf-inplace``), a
+    file of 4 MiB, volumes under ``directory``; ``options`` name the backends and the rest."""
+    pytester.makepyfile(test_inplace=INPLACE_BENCHMARK)
+    return pytester.runpytest(
+        f"--encperf-dir={directory}",
+        "--encperf-size=4MiB",
+        "--encperf-inplace",
+        "-rs",
+        *options,
+        "-p",
+        "no:cacheprovider",
+    )

@@ -362,3 +362,21 @@ def test_luks_default_kdf_formats_without_the_fast_flags(
     assert "benchmark only" not in backend.describe(volume)["pbkdf"]
     fast, _ = new_volume(name, tmp_path / "fast")
     assert fast.kdf == "fast" and "benchmark only" in fast.kdf_label()
+
+
+def test_luks2_in_place_encryption_command_line() -> None:
+    """cryptsetup reencrypt --encrypt with 32 MiB header room, the spec's cipher, the benchmark's
+    fast key derivation, the key on stdin; LUKS1 and integrity volumes are filled instead."""
+    backend = make_backend(BackendSpec.parse("luks2:cipher=aes-xts-plain64,key-size=512"))
+    assert isinstance(backend, dmcrypt.LuksBackend)
+    assert backend.in_place_method() == "cryptsetup reencrypt --encrypt"
+    assert backend.reencrypt_command(Path("/dev/loop99")) == [
+        "cryptsetup", "reencrypt", "--encrypt", "--batch-mode", "--type", "luks2",
+        "--reduce-device-size", "32M", "--cipher", "aes-xts-plain64", "--key-size", "512",
+        "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--key-file", "-", "/dev/loop99",
+    ]  # fmt: skip
+    default = make_backend(BackendSpec.parse("luks2:kdf=default"))
+    assert isinstance(default, dmcrypt.LuksBackend)
+    assert "--pbkdf" not in default.reencrypt_command(Path("/dev/loop99"))
+    assert make_backend(BackendSpec("luks1")).in_place_method() == ""
+    assert make_backend(BackendSpec.parse("luks2:integrity=hmac-sha256")).in_place_method() == ""

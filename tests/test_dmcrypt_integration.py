@@ -31,6 +31,7 @@ from tests.support import (
     bitlk_passwords,
     disk_dir,
     extract,
+    inplace_session,
     kdf_session,
     mounts_and_loops_left,
     tiny_session,
@@ -402,3 +403,20 @@ def test_kdf_profile_luks2_default_opens_slower_than_fast(pytester: pytest.Pytes
     if uml.in_guest():  # the lane prints it from its output directory
         table = "\n".join(result.stdout.lines[start : start + 5]) + "\n"
         (Path(uml.GUEST_OUTPUT_DIR) / "kdf-session.txt").write_text(table)
+
+
+def test_luks2_in_place_encryption_keeps_the_data(pytester: pytest.Pytester, scratch: Path) -> None:
+    """cryptsetup reencrypt --encrypt of a filled plain ext4: a rate, the volume opens as LUKS2
+    and the file reads back unchanged. The lane prints the table (UML: not a performance figure)."""
+    out = pytester.path / "inplace.json"
+    result = inplace_session(pytester, scratch, "--encperf-backends=luks2", f"--encperf-json={out}")
+    result.assert_outcomes(passed=2)
+    row = json.loads(out.read_text())["encperf"]["inplace"]["luks2"]
+    assert row["method"] == "cryptsetup reencrypt --encrypt"
+    assert row["mb_per_s"] > 0 and row["bytes"] > 4 * MiB  # the whole data area, not just the file
+    assert row["intact"] is True and row["format_after"] == "LUKS2"
+    assert list(Path("/dev/mapper").glob("encperf-*")) == [], "mapping left behind"
+    start = next(i for i, line in enumerate(result.stdout.lines) if line.startswith("in-place encryption"))
+    if uml.in_guest():
+        table = "\n".join(result.stdout.lines[start : start + 5]) + "\n"
+        (Path(uml.GUEST_OUTPUT_DIR) / "inplace-session.txt").write_text(table)

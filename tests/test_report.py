@@ -3,6 +3,8 @@ details block, size cap; and which profiles a set of results shows (report.shown
 
 from __future__ import annotations
 
+import pytest
+
 from pytest_encperf.compare import FAIL, PASS, Check, Verdict
 from pytest_encperf.report import cpu_line, lifecycle_table, markdown_report, shown_profiles, verdict_header
 from pytest_encperf.workloads import ATTO, CDM, MATRIX, MiB, fit_to_size
@@ -119,3 +121,41 @@ def test_kdf_table_shows_both_settings_the_ratio_and_backends_without_one() -> N
     assert "scrypt N=2^10 (benchmark only)" in gocryptfs and "0.21" in gocryptfs and "3.5x" in gocryptfs
     assert "no fast setting" in cryfs and "6.3" in cryfs
     assert kdf_table({}) == ""
+
+
+@pytest.mark.parametrize(
+    ("size", "mb_per_s", "text"),
+    [
+        (10**12, 10**12 / 15_000 / 1e6, "about 4 h 10 min"),  # 1 TB in 15000 s
+        (10**12, 10**12 / 14_400 / 1e6, "about 4 h"),
+        (10**9, 100.0, "about 10 s"),
+        (10**9, 10**9 / 0.2 / 1e6, "about 1 s"),
+        (10**12, 10**12 / (12 * 60) / 1e6, "about 12 min"),
+        (10**12, 10**12 / (3 * 86400 + 2 * 3600) / 1e6, "about 3 d 2 h"),
+        (10**12, 0.0, "never (nothing was encrypted)"),
+    ],
+)
+def test_projected_time_reads_like_a_person_would_say_it(size: int, mb_per_s: float, text: str) -> None:
+    from pytest_encperf.report import projected_time
+
+    assert projected_time(size, mb_per_s) == text
+
+
+def test_inplace_table_shows_rate_projection_and_the_check() -> None:
+    from pytest_encperf.report import inplace_table
+
+    rows = {
+        "luks2": {
+            "spec": "luks2", "method": "cryptsetup reencrypt --encrypt", "bytes": 100 * 10**6,
+            "seconds": 2.0, "mb_per_s": 50.0, "intact": True, "format_after": "LUKS2",
+        },
+        "gocryptfs": {
+            "spec": "gocryptfs", "method": "fill (sequential write + fdatasync)", "bytes": 10**6,
+            "seconds": 0.01, "mb_per_s": 100.0, "intact": None, "format_after": "",
+        },
+    }  # fmt: skip
+    lines = inplace_table(rows, 10**12, ["luks2", "gocryptfs"]).splitlines()
+    assert "1 TB would take" in lines[0]
+    luks2, gocryptfs = lines[2:]
+    assert "50" in luks2 and "about 5 h 33 min" in luks2 and "data intact, LUKS2 after" in luks2
+    assert "about 2 h 47 min" in gocryptfs and "intact" not in gocryptfs

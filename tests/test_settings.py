@@ -139,3 +139,21 @@ def test_gate_options_reject_with_accepted_forms(option: str, value: str, messag
     with pytest.raises(ValueError, match=f"--encperf-{option}") as info:
         resolve({option: value}, {}, environ={})
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "size"), [("1TB", 10**12), ("500GB", 500 * 10**9), ("2TiB", 2 * 2**40), ("1.5tb", 15 * 10**11)]
+)
+def test_project_size_takes_decimal_and_binary_units(text: str, size: int) -> None:
+    from pytest_encperf.settings import parse_project_size
+
+    assert parse_project_size(text) == size
+
+
+def test_project_size_refuses_nonsense_with_the_accepted_forms() -> None:
+    from pytest_encperf.settings import parse_project_size
+
+    with pytest.raises(ValueError, match=r"expected e\.g\. 1TB, 500GB, 2TiB"):
+        parse_project_size("lots")
+    assert resolve({}, {}, {}).project_size == 10**12
+    assert resolve({}, {"inplace": "yes", "project-size": "2TB"}, {}).project_size == 2 * 10**12

@@ -50,6 +50,7 @@ MUST_PASS = [
     "test_life_cycle_is_timed_and_a_cascade_leaves_no_mapping[luks2]",
     "test_life_cycle_is_timed_and_a_cascade_leaves_no_mapping[cascade]",
     "test_kdf_profile_luks2_default_opens_slower_than_fast",
+    "test_luks2_in_place_encryption_keeps_the_data",
     "test_lvm_like_stack_under_a_mounted_file_system",
     "test_a_mapping_on_a_partition_refuses_the_whole_disk",
     "test_root_on_a_mapping_refuses_the_device_under_it",
