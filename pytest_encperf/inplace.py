@@ -88,6 +88,8 @@ def measure(spec_text: str, target: Target, workdir: Path, amount: int) -> Inpla
     """The in-place figure of the backend of ``spec_text`` (see the module's docstring), with
     ``amount`` bytes of data. InplaceUnavailable when it cannot run here."""
     backend = make_backend(BackendSpec.parse(spec_text))
+    if backend.in_place_method() and target.kind != "container":
+        raise InplaceUnavailable(f"{spec_text}: in-place encryption runs on the container target only")
     problems = backend.problems(target) + placement_problems(backend, target)
     if problems:
         raise InplaceUnavailable("; ".join(problems))

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf.inplace import FILL_FILE, InplaceTiming, file_digest, write_file
+from pytest_encperf.inplace import (
+    FILL_FILE,
+    InplaceTiming,
+    InplaceUnavailable,
+    file_digest,
+    measure,
+    write_file,
+)
+from pytest_encperf.targets import Target
 from pytest_encperf.workloads import MiB
 
 
@@ -31,3 +39,10 @@ def test_without_the_option_nothing_is_encrypted(pytester: pytest.Pytester) -> N
     result = pytester.runpytest("--encperf-backends=gocryptfs", "-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*in-place encryption is not asked for (--encperf-inplace)*"])
+
+
+def test_in_place_luks2_on_a_partition_is_a_skip_not_a_failure(tmp_path: Path) -> None:
+    target = Target("partition", tmp_path, 1 << 20, device=Path("/dev/encperf-no-such-device"))
+    with pytest.raises(InplaceUnavailable, match="container target only"):
+        measure("luks2", target, tmp_path / "inplace", 1 << 20)
+    assert not (tmp_path / "inplace").exists()
