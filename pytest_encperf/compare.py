@@ -35,7 +35,7 @@ from functools import cache
 
 from . import stats
 from .model import Measurement, Result, RunData, io_mode_problem, round_ratios
-from .workloads import MiB, Workload
+from .workloads import TASK_NAMES, MiB, Workload
 
 EXIT_REGRESSION = 7  # pytest exit status (and `encperf compare`'s) when the gate fails; see README
 ALPHA = 0.05  # family-wise error rate of the gate
@@ -83,8 +83,19 @@ METRICS: dict[str, Metric] = {
         Metric("latency-p99", "lat_p99_us", False, "µs"),
         Metric("latency-p999", "lat_p999_us", False, "µs"),
         Metric("cpu-per-gib", "cpu_s_per_gib", False, "CPU s/GiB"),
+        # real-work tasks (workloads.TASK_MODE) take seconds: lower is better. ``seconds`` is
+        # their default check (an encrypted backend's per-pair ratio of time to plain's, plain's
+        # own seconds), ``abs-seconds`` an encrypted backend's own seconds
+        Metric("seconds", "seconds", False, "s", paired=True),
+        Metric("abs-seconds", "seconds", False, "s"),
     )
 }
+# What a throughput metric means for a task, which is timed: its seconds, lower is better.
+TASK_METRICS = {"throughput": "seconds", "vs-plain": "seconds", "abs-throughput": "abs-seconds"}
+# Metrics a task has (its bytes are its data: CPU per GiB holds); a block or files workload has
+# every other one.
+TASK_ONLY = ("seconds", "abs-seconds")
+FOR_TASKS = (*TASK_ONLY, "cpu-per-gib")
 DEFAULT_METRIC = "throughput"
 WORKLOAD_CLASSES = ("seq", "rnd", "read", "write", "seq-read", "seq-write", "rnd-read", "rnd-write")
 _WORKLOAD_NAME = re.compile(r"^(seq|rnd)\d+[km]-q\d+t\d+-(read|write)$")
@@ -94,7 +105,7 @@ _BACKEND = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 GRAMMAR = (
     "expected a comma list of [BACKEND:][WORKLOAD:][METRIC:]PERCENT%, e.g. 10%, seq-read:5%, "
     "rnd4k-q1t1-write:15%, latency-p99:20%, cpu-per-gib:25%, fscrypt:seq-write:8%; "
-    f"WORKLOAD is {' | '.join(WORKLOAD_CLASSES)} or a workload name such as seq1m-q8t1-read; "
+    f"WORKLOAD is {' | '.join(WORKLOAD_CLASSES)} or a workload name such as seq1m-q8t1-read or archive; "
     f"METRIC is {' | '.join(METRICS)} (default throughput: an encrypted backend's ratio to plain, "
     "plain's own MB/s or IOPS); BACKEND is a backend name"
 )
@@ -124,7 +135,7 @@ class Rule:
 
 
 def workload_matches(selector: str, workload: Workload) -> bool:
-    if selector not in WORKLOAD_CLASSES:
+    if selector not in WORKLOAD_CLASSES or workload.kind == "task":  # a task only by its name
         return selector == workload.name.lower()
     kind = "rnd" if workload.is_random else "seq"
     return selector in (kind, workload.direction, f"{kind}-{workload.direction}")
@@ -159,7 +170,7 @@ def _parse_rule(expression: str, names: set[str] | None) -> Rule:
     for token in prefix:
         if token in METRICS:
             kind = "metric"
-        elif token in WORKLOAD_CLASSES or _WORKLOAD_NAME.match(token):
+        elif token in WORKLOAD_CLASSES or _WORKLOAD_NAME.match(token) or token in TASK_NAMES:
             kind = "workload"
         elif _BACKEND.match(token) and (names is None or token in names):
             kind = "backend"
@@ -185,6 +196,15 @@ def _parse_rule(expression: str, names: set[str] | None) -> Rule:
         workload=found.get("workload"),
         text=expression,
     )
+
+
+def metric_for(name: str, workload: Workload) -> Metric | None:
+    """The metric a check named ``name`` (as rules name it) judges ``workload`` on: for a task
+    the throughput metrics become its seconds; None when the metric does not apply to it."""
+    if workload.kind == "task":
+        name = TASK_METRICS.get(name, name)
+        return METRICS[name] if name in FOR_TASKS else None
+    return None if name in TASK_ONLY else METRICS[name]
 
 
 def select_rule(rules: Sequence[Rule], backend: str, workload: Workload, metric: str) -> Rule | None:
@@ -652,9 +672,7 @@ def cell_checks(
         old = ref_cells.get(key)
         if old is None:
             continue
-        for name in _metric_names(rules):
-            metric = METRICS[name]
-            rule = select_rule(rules, cell.backend, cell.workload, name)
+        for metric, rule in _cell_metrics(rules, cell).values():
             differences = [*run_differences, *cell_differences(old, cell, metric)]
             if metric.paired and not cell.plain:
                 differences += [f"this run: {m}" for m in [cell.pairing_problem()] if m]
@@ -668,6 +686,21 @@ def cell_checks(
     return checks
 
 
+def _cell_metrics(rules: Sequence[Rule], cell: Cell) -> dict[str, tuple[Metric, Rule | None]]:
+    """The metrics a cell is checked on and each one's rule: one check per metric, even where two
+    names lead to it (a task's default ``throughput`` and an explicit ``seconds`` rule; the rule
+    of the name given later, that is the explicit one, wins)."""
+    chosen: dict[str, tuple[Metric, Rule | None]] = {}
+    for name in _metric_names(rules):
+        metric = metric_for(name, cell.workload)
+        if metric is None:
+            continue
+        rule = select_rule(rules, cell.backend, cell.workload, name)
+        if metric.name not in chosen or rule is not None:
+            chosen[metric.name] = (metric, rule)
+    return chosen
+
+
 def overhead_checks(results: Sequence[Result], rules: Sequence[Rule]) -> list[Check]:
     """``--encperf-max-overhead``: each backend against the plain rounds interleaved with it
     (``throughput`` and ``vs-plain`` mean the backend's own throughput here: the comparison is
@@ -678,7 +711,7 @@ def overhead_checks(results: Sequence[Result], rules: Sequence[Rule]) -> list[Ch
             continue
         for name in dict.fromkeys(rule.metric for rule in rules):
             rule = select_rule(rules, cell.backend, cell.workload, name)
-            if rule is not None:
+            if rule is not None and metric_for(name, cell.workload) is not None:
                 checks.append(overhead_check(cell, name, rule))
     return checks
 
@@ -687,7 +720,13 @@ def overhead_check(cell: Cell, name: str, rule: Rule | None) -> Check:
     """One backend x workload on metric ``name`` against the plain rounds interleaved with it:
     the estimate and 95% interval ``--encperf-max-overhead`` judges (``rule`` None: not judged,
     as the HTML report's overhead chart shows it)."""
-    metric = METRICS["abs-throughput" if METRICS[name].paired else name]
+    asked = metric_for(name, cell.workload)
+    if asked is None:
+        raise ValueError(f"{name} does not apply to {cell.workload.name}")
+    absolute = {"throughput": "abs-throughput", "vs-plain": "abs-throughput", "seconds": "abs-seconds"}
+    metric = METRICS[absolute.get(asked.name, asked.name)]
+    if cell.workload.kind == "task":  # named for what it judges: a task's seconds, lower is better
+        name = metric.name
     mismatch = cell.pairing_problem()
     plain = Cell(BASELINE, cell.workload, cell.baseline_rounds)
     check = assess(
@@ -883,13 +922,13 @@ def expected_family_size(
         plain = backend.split(":", 1)[0] == BASELINE
         for workload in workloads:
             if (backend, workload.name) in ref_cells:
-                for name in _metric_names(rules):
-                    metric = METRICS[name]
+                cell = Cell(backend, workload, ())
+                for metric, rule in _cell_metrics(rules, cell).values():
                     paired = metric.paired and not plain
-                    rule = select_rule(rules, backend, workload, name)
                     size += rule is not None and (paired or history_runs >= MIN_HISTORY)
             for name in dict.fromkeys(rule.metric for rule in overhead_rules):
-                size += not plain and select_rule(overhead_rules, backend, workload, name) is not None
+                rule = select_rule(overhead_rules, backend, workload, name)
+                size += not plain and rule is not None and metric_for(name, workload) is not None
     if rules and history_runs >= MIN_HISTORY:  # plain's absolute checks join the family
         size += sum(select_rule(rules, BASELINE, w, DEFAULT_METRIC) is not None for w in workloads)
     return max(1, size)

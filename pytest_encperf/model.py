@@ -70,6 +70,7 @@ class Measurement:
     caveats: tuple[str, ...] = ()  # keys of CAVEATS that apply to this round
     latency: str = ""  # what lat_* measure: LATENCY_TOTAL ("" in older saved runs: fio's clat)
     round_definition: str = ""  # workloads.ROUND_DEFINITION of a block round ("" before it existed)
+    steps: tuple[tuple[str, float], ...] = ()  # a task round: (step, seconds) of each timed step
 
     @property
     def cached(self) -> bool | None:
@@ -120,6 +121,8 @@ class Measurement:
             values["physical"] = tuple(tuple(device) for device in values["physical"])
         if "caveats" in values:
             values["caveats"] = tuple(values["caveats"])
+        if "steps" in values:
+            values["steps"] = tuple((str(name), float(seconds)) for name, seconds in values["steps"])
         return cls(**values)
 
 
@@ -193,11 +196,15 @@ class Result:
         None without a measured ceiling for its cipher, and between different I/O modes."""
         if not self.rounds or not self.baseline_rounds or not cipher_ceiling_mb_s or not self.comparable:
             return None
+        if self.workload.kind == "task":  # a task's bytes are its data, not what the cipher moved
+            return None
         limit = min(self.median("mb_per_s", baseline=True), cipher_ceiling_mb_s)
         return self.median("mb_per_s") / limit if limit > 0 else None
 
     @property
     def primary_metric(self) -> str:
+        if self.workload.kind == "task":
+            return "seconds"
         return "iops" if self.workload.reports_iops else "mb_per_s"
 
     def ratio(self, metric: str | None = None) -> float | None:
@@ -212,9 +219,12 @@ class Result:
 
     @property
     def change_percent(self) -> float | None:
-        """Throughput of the backend relative to the baseline: -12.0 means 12% slower."""
+        """Speed of the backend relative to the baseline: -12.0 means 12% slower (a task timed in
+        seconds: plain's time over the backend's, so -12.0 is still slower)."""
         ratio = self.ratio()
-        return None if ratio is None else (ratio - 1.0) * 100.0
+        if ratio is None:
+            return None
+        return speed_change(ratio, 1.0, self.workload.lower_is_better)
 
     def device_per_logical(self, baseline: bool = False) -> DeviceTraffic:
         """What reached the device per byte the workload moved, over one side's rounds."""
@@ -329,6 +339,14 @@ def io_mode_problem(rounds: Sequence[Measurement], baseline_rounds: Sequence[Mea
     if rounds and baseline_rounds and len({*mine, *plain}) > 1:
         return f"I/O mode {'/'.join(mine)} vs plain {'/'.join(plain)}"
     return None
+
+
+def speed_change(value: float, plain: float, lower_is_better: bool = False) -> float | None:
+    """``value`` against plain's as a change in speed, in percent: positive is faster than plain.
+    A time (``lower_is_better``) that is twice plain's is -50%, a throughput half of plain's too."""
+    if lower_is_better:
+        return (plain / value - 1.0) * 100.0 if value else None
+    return (value / plain - 1.0) * 100.0 if plain else None
 
 
 def round_ratios(

@@ -128,6 +128,9 @@ class ProgressLine:
         else:
             where = f"round {self.done} ({kind}, extra: steady state or confirmation)"
             rest = "until decided"
+        if workload.kind == "task":  # a task runs once per round: its time, not the round time
+            rest = "done" if rest == "done" else "until done"
+            return f"encperf: {volume} {workload.name}: {where}, {measurement.seconds:.2f} s, {rest}"
         return f"encperf: {volume} {workload.name}: {where}, {measurement.mb_per_s:.1f} MB/s, {rest}"
 
     def show(self, text: str) -> None:

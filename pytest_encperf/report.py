@@ -23,10 +23,10 @@ from .compare import (
     Check,
     Verdict,
 )
-from .model import CAVEATS, LIFECYCLE_STEPS, Measurement, Result, device_traffic
+from .model import CAVEATS, LIFECYCLE_STEPS, Measurement, Result, device_traffic, speed_change
 from .sweep import ALPHA as SWEEP_ALPHA
 from .sweep import FamilyRanking, Ranked, parameters
-from .workloads import PROFILES, GiB, KiB, Profile, Workload, fit_to_size
+from .workloads import PROFILES, GiB, KiB, Profile, Workload, same_definition
 
 BASELINE_SPEC = "plain"  # the baseline's spec (backends.BASELINE; report imports no backend)
 DIRECTIONS = ("read", "write", "mixed")
@@ -99,7 +99,7 @@ def _shown_change(result: Result, value: str) -> float | None:
     metric = result.primary_metric
     plain = _pick([getattr(m, metric) for m in result.baseline_rounds], value)
     mine = _pick([getattr(m, metric) for m in result.rounds], value)
-    return (mine / plain - 1.0) * 100.0 if plain else None
+    return speed_change(mine, plain, result.workload.lower_is_better)
 
 
 def _change_cell(result: Result, value: str) -> str:
@@ -555,9 +555,7 @@ def shown_profiles(
     wanted = [PROFILES[name] for name in names or () if name in PROFILES]
     found = []
     for profile in wanted or PROFILES.values():
-        matches = [
-            [w for w in ran if (fit_to_size(p, w.extent) if w.extent else p) == w] for p in profile.workloads
-        ]
+        matches = [[w for w in ran if same_definition(p, w)] for p in profile.workloads]
         mine = list(dict.fromkeys(w for found_here in matches for w in found_here))
         if mine and (wanted or all(matches)):
             found.append((profile, mine))

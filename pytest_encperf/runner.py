@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import host
+from . import host, realwork
 from .backends import BackendBase, BackendError, Volume, placement_problems
 from .engines import Engine
 from .engines.observe import Observe
@@ -367,6 +367,8 @@ class Runner:
     quiet: Callable[[], AbstractContextManager[float]] = lambda: contextlib.nullcontext(0.0)
     # told after each round (warm-up too): (workload, volume spec, spec of the side measured, round)
     on_round: Callable[[Workload, str, str, Measurement], None] | None = None
+    # the real-work tasks' reference data, made on first use (once per session, outside rounds)
+    reference: Callable[[], realwork.Reference] | None = None
 
     def _tell(self, workload: Workload, side: str, measurement: Measurement) -> None:
         if self.on_round is not None:
@@ -379,6 +381,8 @@ class Runner:
     def run(self, workload: Workload) -> Result:
         """Measure ``workload`` on the volume, alternating rounds with the baseline (A B B A)
         so that machine drift cancels in the ratio; the Result is recorded and returned."""
+        if workload.kind == "task":
+            return self._run_task(workload)
         if self.baseline is None:
             return self._run_against_measured_baseline(workload)
         baseline: MountedVolume = self.baseline
@@ -442,6 +446,72 @@ class Runner:
         self.record(result)
         return result
 
+    def _run_task(self, workload: Workload) -> Result:
+        """A real-work task (realwork.run_task) in paired rounds on the baseline and the volume,
+        A B B A as every workload; each round runs the task once, whatever the round time."""
+        baseline = self.baseline
+        if baseline is None:
+            raise RunError(
+                f"{workload.name}: real-work tasks need the plain volume beside the volume, which the "
+                "partition target does not have; run them on the container or directory target"
+            )
+        if self.reference is None:
+            raise RunError(f"{workload.name}: no reference tree was given to the runner")
+        with self.quiet() as waited_to_prepare:
+            reference = self.reference()  # generated on first use, not timed
+        result = Result(
+            backend=self.volume.spec,
+            workload=workload,
+            description={
+                **self.volume.description,
+                "reference_tree": {
+                    "size": reference.size,
+                    "seed": reference.seed,
+                    "bytes": reference.tree_bytes,
+                    "files": reference.tree_files,
+                    "source_bytes": reference.source_bytes,
+                    "source_files": reference.source_files,
+                },
+            },
+            warmup_rounds=self.warmup,
+        )
+        side = self.volume
+
+        def on(mounted: MountedVolume) -> Side:
+            observe = mounted.observe()
+
+            def measure(runtime: float) -> Measurement:
+                nonlocal side
+                side = mounted
+                measured = realwork.run_task(workload, mounted.data_dir, reference, observe)
+                self._tell(workload, mounted.spec, measured)
+                return measured
+
+            return measure
+
+        try:
+            with self.lock() as waited:
+                result.lock_wait = waited_to_prepare + waited
+                measure_rounds(
+                    result,
+                    PairedRounds(on(baseline), on(self.volume)),
+                    runtime=self.runtime,
+                    rounds=self.rounds,
+                    warmup=self.warmup,
+                    warmup_runtime=self.warmup_runtime,
+                    steady_cv=self.steady_cv,
+                    steady_budget=self.steady_budget,
+                    gate=self.gate,
+                    budget=self.confirm_budget,
+                )
+        except (HostError, OSError) as exc:
+            raise RunError(
+                f"{workload.name} on {side.spec} ({side.data_dir}): {exc}; a task needs room for about "
+                "twice --encperf-tree-size on the volume"
+            ) from exc
+        self.record(result)
+        return result
+
     def _run_against_measured_baseline(self, workload: Workload) -> Result:
         """One block device holds one volume at a time: the baseline rounds were measured on it
         before the volume was created (and more are added after it is removed). No A B B A order
@@ -492,6 +562,8 @@ def measure_all(
     observe = mounted.observe()
     measured = {}
     for workload in workloads:
+        if workload.kind == "task":  # needs a volume beside plain: not on a partition
+            continue
         direct = o_direct == "direct" and workload.kind != "files"
         for _ in range(warmup):
             engine.run(workload, path, runtime=runtime, direct=direct, observe=observe)

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from . import backends, host, inplace, journal, kdf, machine, resources, storage, sweep
+from . import backends, host, inplace, journal, kdf, machine, realwork, resources, storage, sweep
 from . import html as html_report
 from .backends import BASELINE, BackendSpec, make_backend, placement_problems
 from .ceiling import Ceiling, kernel_xts_driver, measure_ciphers
@@ -73,7 +73,8 @@ class EncperfSession:
             self.engine: Engine = select_engine(settings.engine)
         except ValueError as exc:
             raise pytest.UsageError(f"--encperf-engine: {exc}") from None
-        size = container_size(settings.size) if settings.target == "container" else settings.size
+        room = settings.size + self.task_room  # the test file, and what a real-work task puts there
+        size = container_size(room) if settings.target == "container" else settings.size
         self.target = Target(
             settings.target, settings.dir, size, device=settings.device, force=settings.force
         )
@@ -113,6 +114,7 @@ class EncperfSession:
         self._device_refused = ""
         self._device_lost = ""
         self._progress: ProgressLine | bool | None = None  # False: no terminal to show it on
+        self._reference_data: realwork.Reference | None = None  # the real-work tasks' tree
 
     # ------------------------------------------------------------- selection
 
@@ -122,7 +124,26 @@ class EncperfSession:
 
     @property
     def workloads(self) -> list[Workload]:
-        return profile_workloads(self.settings.profile, self.settings.size)
+        settings = self.settings
+        return profile_workloads(settings.profile, settings.size, settings.tree_size, settings.tree_seed)
+
+    @property
+    def task_room(self) -> int:
+        """Room a real-work task needs on a volume (0 without one among the workloads)."""
+        if not any(w.kind == "task" for w in self.workloads):
+            return 0
+        return realwork.volume_room(self.settings.tree_size)
+
+    def reference_data(self) -> realwork.Reference:
+        """The real-work tasks' reference tree and source archive, made on first use in this run's
+        private directory (0700, removed with it at the end)."""
+        if self._reference_data is None:
+            directory = self.run_dir() / "realwork"
+            directory.mkdir(mode=0o700)
+            self._reference_data = realwork.prepare_reference(
+                directory, self.settings.tree_size, self.settings.tree_seed
+            )
+        return self._reference_data
 
     # ------------------------------------------------------------- volumes
 
@@ -140,7 +161,9 @@ class EncperfSession:
     def check_room(self) -> None:
         """Refuse (before anything is created) a target without room for the baseline and one
         backend volume at a time."""
-        need = 2 * self.target.size * self.workers_here()  # each worker has its own baseline
+        # each worker has its own baseline, and its own reference data when tasks run (the tree,
+        # the source archive and a copy out of a volume: about a volume's task room)
+        need = (2 * self.target.size + self.task_room) * self.workers_here()
         try:
             free = shutil.disk_usage(self.settings.dir).free
         except OSError as exc:
@@ -337,6 +360,7 @@ class EncperfSession:
             gate=self.gate(),
             confirm_budget=self._confirm_budget,
             on_round=self.round_callback(),
+            reference=self.reference_data,
             lock=lambda: host.measurement_lock(self.lock_disks(volume, baseline)),
             quiet=lambda: host.measurement_lock(self.lock_disks(volume, baseline), shared=True),
         )

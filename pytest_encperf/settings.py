@@ -274,6 +274,11 @@ OPTIONS: tuple[Option, ...] = (
            parse_directory, default_directory),
     Option("size", "SIZE", "size of each workload file (CrystalDiskMark's default is 1GiB)",
            parse_size, "256MiB"),
+    Option("tree-size", "SIZE", "realwork profile: size of the generated reference tree of mixed file "
+           "sizes that archive and copy use (untar and metadata use a source tree a quarter of it)",
+           parse_size, "64MiB"),
+    Option("tree-seed", "N", "realwork profile: the seed the reference tree is generated from (the same "
+           "seed and size give a byte-identical tree)", parse_count("seed"), "1"),
     Option("runtime", "SECONDS", "duration of one measured round", parse_duration, "1.5s"),
     Option("rounds", "N", "measured rounds per workload, alternating with the baseline", parse_rounds, "3"),
     Option("save-rounds", "N",
@@ -351,6 +356,8 @@ class Settings:
     force: bool = False
     dir: Path = Path("/var/tmp")
     size: int = 256 * MiB
+    tree_size: int = 64 * MiB
+    tree_seed: int = 1
     runtime: float = 1.5
     rounds: int = 3
     save_rounds: int = 10

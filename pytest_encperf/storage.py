@@ -104,7 +104,6 @@ def benchmark_entry(result: Result) -> dict[str, Any]:
         stats.update(measurement.seconds_per_gib)
     # "iterations" is what pytest-benchmark adds to Stats.as_dict(); its compare table needs it
     entry_stats = {**stats.as_dict(), "iterations": 1, "data": list(stats.data)} if stats else {}
-    ratio = result.ratio()
     return {
         "group": result.workload.name,
         "name": f"{result.workload.name}[{result.backend}]",
@@ -118,7 +117,7 @@ def benchmark_entry(result: Result) -> dict[str, Any]:
             "iops": result.median("iops") if result.rounds else None,
             "lat_p99_us": result.median("lat_p99_us") if result.rounds else None,
             "cpu_s_per_gib": result.median("cpu_s_per_gib") if result.rounds else None,
-            "vs_plain_percent": None if ratio is None else (ratio - 1) * 100,
+            "vs_plain_percent": result.change_percent,  # positive: faster than plain
             "latency": LATENCY_MEANING,  # what lat_p99_us (and each round's lat_*) measures
             # rounds of (this backend, its plain baseline) each caveat applies to (model.CAVEATS)
             "caveats": {key: list(counts) for key, counts in result.caveats.items()},

@@ -17,7 +17,8 @@ GiB = 1024 * MiB
 
 BLOCK_MODES = ("read", "write", "randread", "randwrite")
 FILES_MODE = "files"  # create, write, fsync, read back and delete many small files
-RW_MODES = (*BLOCK_MODES, FILES_MODE)
+TASK_MODE = "task"  # a real-work task run with the user's tools (realwork.py), timed in seconds
+RW_MODES = (*BLOCK_MODES, FILES_MODE, TASK_MODE)
 
 # smallfiles: a repeating mix of sizes (bytes), from a sub-page file to a few pages
 SMALL_FILE_SIZES: tuple[int, ...] = (512, 4 * KiB, 1 * KiB, 16 * KiB, 2 * KiB, 64 * KiB, 8 * KiB, 32 * KiB)
@@ -36,6 +37,9 @@ class Workload:
     amount: int | None = None  # move exactly this many bytes once (dd); None = time based
     extent: int | None = None  # use only the first ``extent`` bytes of the file (iozone file size)
     files: int = 0  # FILES_MODE: files per pass
+    task: str = ""  # TASK_MODE: which task (realwork.TASKS)
+    tree_size: int = 0  # TASK_MODE: bytes of the reference tree (--encperf-tree-size)
+    tree_seed: int = 0  # TASK_MODE: the tree's seed (--encperf-tree-seed)
 
     def __post_init__(self) -> None:
         if self.rw not in RW_MODES:
@@ -44,11 +48,22 @@ class Workload:
             raise ValueError("block_size, iodepth and numjobs must be positive")
         if self.rw == FILES_MODE and self.files <= 0:
             raise ValueError("a files workload needs files > 0")
+        if (self.rw == TASK_MODE) != bool(self.task):
+            raise ValueError("a task workload names its task, and only a task workload does")
 
     @property
     def kind(self) -> str:
-        """``block`` (I/O on one preallocated file) or ``files`` (file create/delete cycle)."""
+        """``block`` (I/O on one preallocated file), ``files`` (file create/delete cycle) or
+        ``task`` (a real-work task timed in seconds)."""
+        if self.rw == TASK_MODE:
+            return "task"
         return "files" if self.rw == FILES_MODE else "block"
+
+    @property
+    def lower_is_better(self) -> bool:
+        """A task is judged by its seconds (lower is better); every other workload by its
+        throughput (MB/s, IOPS or files/s)."""
+        return self.kind == "task"
 
     @property
     def is_read(self) -> bool:
@@ -61,13 +76,16 @@ class Workload:
     @property
     def direction(self) -> str:
         """``read``, ``write`` or, for the file cycle, ``mixed``."""
-        if self.kind == "files":
+        if self.kind in ("files", "task"):
             return "mixed"
         return "read" if self.is_read else "write"
 
     @property
     def name(self) -> str:
-        """Stable identity used in test ids, results and baselines, e.g. ``SEQ1M-Q8T1-read``."""
+        """Stable identity used in test ids, results and baselines, e.g. ``SEQ1M-Q8T1-read``
+        (a task: its name, ``archive``)."""
+        if self.kind == "task":
+            return self.task
         return f"{self.label.replace(' ', '-')}-{self.direction}"
 
     @property
@@ -78,6 +96,8 @@ class Workload:
 
     @property
     def unit(self) -> str:
+        if self.kind == "task":
+            return "s"
         if self.kind == "files":
             return "files/s"
         return "IOPS" if self.reports_iops else "MB/s"
@@ -251,6 +271,19 @@ SMALLFILES: tuple[Workload, ...] = (
     Workload("SMALLFILES 0.5K-64K", FILES_MODE, max(SMALL_FILE_SIZES), files=256),
 )
 
+# Real work, timed in seconds (realwork.py runs them; the tree's size and seed come from the run).
+REALWORK: tuple[Workload, ...] = tuple(
+    Workload(label, TASK_MODE, 1, task=task)
+    for task, label in (
+        ("archive", "archive tar.gz"),
+        ("untar", "untar source"),
+        ("metadata", "ls-lR rename rm-rf"),
+        ("copy", "cp -a in+out"),
+    )
+)
+
+TASK_NAMES: tuple[str, ...] = tuple(w.task for w in REALWORK)
+
 # iozone-style grid (bounded): file size x record size, sequential write and read.
 MATRIX_FILE_SIZES: tuple[int, ...] = (4 * MiB, 64 * MiB)
 MATRIX_RECORD_SIZES: tuple[int, ...] = (4 * KiB, 64 * KiB, 1 * MiB)
@@ -271,6 +304,7 @@ PROFILES: dict[str, Profile] = {
         Profile("atto", "ATTO-style transfer-size sweep (queue depth 4)", ATTO),
         Profile("smallfiles", "small files: create, write, fsync, read back, delete", SMALLFILES),
         Profile("matrix", "iozone-style grid: file size F x record size R", MATRIX, mean_column=True),
+        Profile("realwork", "real work with tar, ls, rm and cp (seconds, lower is better)", REALWORK),
     )
 }
 
@@ -290,13 +324,28 @@ def fit_to_size(workload: Workload, size: int) -> Workload:
     return replace(workload, label=label, extent=size)
 
 
-def profile_workloads(names: list[str], size: int) -> list[Workload]:
-    """Workloads of the named profiles as they run on a test file of ``size`` bytes, in
-    order, without repeats."""
+def with_tree(workload: Workload, tree_size: int, tree_seed: int) -> Workload:
+    """A task as it runs on the reference tree of ``tree_size`` bytes from ``tree_seed`` (its
+    identity in results: runs of another tree are not comparable); other workloads unchanged."""
+    if workload.kind != "task":
+        return workload
+    return replace(workload, tree_size=tree_size, tree_seed=tree_seed)
+
+
+def same_definition(profile_workload: Workload, ran: Workload) -> bool:
+    """Whether ``ran`` is ``profile_workload`` as a run made it (fit to its file size, on its tree)."""
+    if ran.kind == "task":
+        return replace(ran, tree_size=0, tree_seed=0) == profile_workload
+    return (fit_to_size(profile_workload, ran.extent) if ran.extent else profile_workload) == ran
+
+
+def profile_workloads(names: list[str], size: int, tree_size: int = 0, tree_seed: int = 0) -> list[Workload]:
+    """Workloads of the named profiles as they run on a test file of ``size`` bytes (tasks: on
+    a reference tree of ``tree_size`` bytes from ``tree_seed``), in order, without repeats."""
     seen: dict[str, Workload] = {}
     for profile in names:
         if profile not in PROFILES:  # the kdf profile: no workload
             continue
         for workload in PROFILES[profile].workloads_for(size):
-            seen.setdefault(workload.name, workload)
+            seen.setdefault(workload.name, with_tree(workload, tree_size, tree_seed))
     return list(seen.values())
