@@ -369,6 +369,8 @@ class Runner:
     on_round: Callable[[Workload, str, str, Measurement], None] | None = None
     # the real-work tasks' reference data, made on first use (once per session, outside rounds)
     reference: Callable[[], realwork.Reference] | None = None
+    # what runs one round of a task (workload, the side's data directory, reference, observe)
+    task: Callable[[Workload, Path, realwork.Reference, Observe], Measurement] = realwork.run_task
 
     def _tell(self, workload: Workload, side: str, measurement: Measurement) -> None:
         if self.on_round is not None:
@@ -483,7 +485,7 @@ class Runner:
             def measure(runtime: float) -> Measurement:
                 nonlocal side
                 side = mounted
-                measured = realwork.run_task(workload, mounted.data_dir, reference, observe)
+                measured = self.task(workload, mounted.data_dir, reference, observe)
                 self._tell(workload, mounted.spec, measured)
                 return measured
 

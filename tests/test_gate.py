@@ -563,3 +563,90 @@ def test_gate_error_is_printed_even_without_results(gate: pytest.Pytester) -> No
     result = run(gate, f"--encperf-compare={storage_dir / '0001_main.json'}", "-k", "nothing-matches")
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED  # pytest's own status stays
     result.stdout.fnmatch_lines(["*cannot use the baseline: *0001_main.json: corrupted*"])
+
+
+SCRIPTED_TASK_BENCHMARK = """
+import os
+from pathlib import Path
+from pytest_encperf.model import Measurement
+from pytest_encperf.realwork import Reference
+
+REFERENCE = Reference(Path("."), 1 << 20, 1, 1 << 20, 10, 1 << 18, 20)
+CALLS = [0]
+
+
+def scripted_task(workload, data_dir, reference, observe):
+    noise = [float(x) for x in os.environ.get("SCRIPTED_NOISE", "0").split(",")]
+    seconds = 10.0 * (1 + noise[CALLS[0] % len(noise)])
+    CALLS[0] += 1
+    if not data_dir.parent.name.endswith("-plain"):
+        seconds *= float(os.environ.get("SCRIPTED_VOLUME_TIME", "1"))
+    return Measurement(
+        engine="tools", engine_version="1", bytes=reference.tree_bytes, seconds=seconds, ios=10,
+        lat_p50_us=0.0, lat_p99_us=0.0, lat_p999_us=0.0, cpu_seconds=0.1, io_mode="buffered",
+        steps=(("create tar.gz", seconds / 2), ("extract tar.gz", seconds / 2)),
+    )
+
+
+def test_workload(encperf, encperf_workload):
+    encperf.task = scripted_task
+    encperf.reference = lambda: REFERENCE
+    encperf.run(encperf_workload)
+"""
+
+
+def run_task(pytester: pytest.Pytester, *args: str, **env: str) -> pytest.RunResult:
+    """The scripted ``archive`` task on plain and fakecrypt: 10 s a round on plain, that times
+    SCRIPTED_VOLUME_TIME on fakecrypt."""
+    mp = pytest.MonkeyPatch()
+    try:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        return pytester.runpytest(
+            "--encperf-target=directory",
+            "--encperf-backends=fakecrypt",
+            f"--encperf-dir={pytester.path}",
+            f"--encperf-storage={pytester.path / '.encperf'}",
+            "--encperf-profile=realwork",
+            "--encperf-tree-size=1MiB",
+            "--encperf-rounds=3",
+            "--encperf-warmup=0",
+            "-k",
+            "archive",
+            "-p",
+            "no:cacheprovider",
+            "-W",
+            "ignore::pytest.PytestAssertRewriteWarning",
+            *args,
+        )
+    finally:
+        mp.undo()
+
+
+def test_a_task_is_gated_on_its_seconds_lower_is_better(gate: pytest.Pytester) -> None:
+    gate.makepyfile(test_bench=SCRIPTED_TASK_BENCHMARK)
+    saved_run = run_task(gate, "--encperf-save=main", SCRIPTED_VOLUME_TIME="1.25")
+    saved_run.assert_outcomes(passed=1)
+    # the table: seconds, and vs plain as a change in speed (12.5 s against plain's 10 s: -20%)
+    saved_run.stdout.fnmatch_lines(
+        ["*archive tar.gz*", "*s mixed*", "*fakecrypt*12.5*", "*plain 10.0*", "*-19.9%*"]
+    )
+    (result, *_) = storage.load(saved(gate)[0].path)[1]
+    assert result.workload.task == "archive" and result.workload.tree_size == 1024 * 1024
+    first = result.rounds[0]
+    assert [name for name, _ in first.steps] == ["create tar.gz", "extract tar.gz"]
+    assert sum(seconds for _, seconds in first.steps) == pytest.approx(first.seconds)
+    assert result.change_percent == pytest.approx(-20.0, abs=0.2)
+
+    faster = run_task(gate, "--encperf-compare=main", "--encperf-fail=10%", SCRIPTED_VOLUME_TIME="1.0")
+    assert faster.ret == pytest.ExitCode.OK
+    faster.stdout.fnmatch_lines(["*fakecrypt*archive*seconds*x plain*x plain*pass*"])
+
+    slower = run_task(gate, "--encperf-compare=main", "--encperf-fail=10%", SCRIPTED_VOLUME_TIME="1.6")
+    assert slower.ret == EXIT_REGRESSION
+    slower.stdout.fnmatch_lines(
+        [
+            "*FAIL: fakecrypt archive seconds: baseline 1.2* x plain -> now 1.59* x plain "
+            "(+28.0%*worse by 28.0% > 10%*"
+        ]
+    )
