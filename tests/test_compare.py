@@ -538,3 +538,23 @@ def test_rounds_of_another_round_definition_are_not_comparable() -> None:
     )
     check = only(judge(run("now", now), reference, parse_rules("10%")))
     assert (check.status, check.reason) == (NOT_COMPARABLE, f"round definition 1 -> {ROUND_DEFINITION}")
+
+
+def test_a_task_is_checked_on_seconds_lower_is_better_and_only_on_what_applies() -> None:
+    from pytest_encperf.compare import metric_for
+    from pytest_encperf.workloads import PROFILES
+
+    archive = PROFILES["realwork"].workloads[0]
+    seconds = metric_for("throughput", archive)
+    assert seconds is not None and seconds.name == "seconds" and not seconds.higher_is_better
+    assert metric_for("abs-throughput", archive) == METRICS["abs-seconds"]
+    assert metric_for("cpu-per-gib", archive) == METRICS["cpu-per-gib"]
+    assert metric_for("latency-p99", archive) is None and metric_for("iops", archive) is None
+    assert metric_for("seconds", CDM[0]) is None and metric_for("throughput", CDM[0]) == METRICS["throughput"]
+    # a default rule and an explicit one on the same metric give one check, with the explicit rule
+    from pytest_encperf.compare import Cell, _cell_metrics
+
+    rules = parse_rules("10%,archive:seconds:20%")
+    chosen = _cell_metrics(rules, Cell("fscrypt", archive, ()))
+    assert list(chosen) == ["seconds"] and chosen["seconds"][1] == rules[1]
+    assert list(_cell_metrics(parse_rules("10%"), Cell("fscrypt", archive, ()))) == ["seconds"]

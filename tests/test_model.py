@@ -44,3 +44,21 @@ def test_a_backend_one_worker_skipped_and_another_measured_is_measured() -> None
     second = MachineRun("x86_64-a", results=[result(SEQ_READ)])
     second.merge(MachineRun("x86_64-a", skipped={"fscrypt": "device busy"}))
     assert second.skipped == {}
+
+
+def test_a_task_is_compared_by_speed_and_keeps_its_steps_in_json() -> None:
+    from pytest_encperf.workloads import PROFILES
+
+    archive = PROFILES["realwork"].workloads[0]
+
+    def timed(seconds: float) -> Measurement:
+        steps = (("create tar.gz", seconds / 4), ("extract tar.gz", 3 * seconds / 4))
+        return Measurement("tools", "1", 100, seconds, 1, 0.0, 0.0, 0.0, 0.1, "buffered", steps=steps)
+
+    task = Result("fscrypt", archive, [timed(20.0)], [timed(10.0)])
+    assert task.primary_metric == "seconds"
+    assert task.change_percent == -50.0  # twice plain's time: half its speed, as a throughput
+    assert task.efficiency(1000.0) is None  # a task's bytes are not what the cipher moved
+    back = Result.from_dict(json.loads(json.dumps(task.to_dict())))
+    assert back.rounds[0].steps == (("create tar.gz", 5.0), ("extract tar.gz", 15.0))
+    assert back.workload == archive

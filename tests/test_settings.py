@@ -157,3 +157,13 @@ def test_project_size_refuses_nonsense_with_the_accepted_forms() -> None:
         parse_project_size("lots")
     assert resolve({}, {}, {}).project_size == 10**12
     assert resolve({}, {"inplace": "yes", "project-size": "2TB"}, {}).project_size == 2 * 10**12
+
+
+def test_tree_options_resolve_with_precedence_and_defaults() -> None:
+    settings = resolve({"tree-seed": "7"}, {"tree-seed": "3", "tree-size": "16MiB"}, {})
+    assert settings.tree_seed == 7 and settings.sources["tree-seed"] == "--encperf-tree-seed"
+    assert settings.tree_size == 16 * MiB and settings.sources["tree-size"] == "encperf_tree_size"
+    defaults = resolve({}, {}, {"ENCPERF_TREE_SIZE": "2MiB"})
+    assert defaults.tree_size == 2 * MiB and defaults.tree_seed == 1
+    with pytest.raises(ValueError, match=r"--encperf-tree-seed: bad seed 'x'"):
+        resolve({"tree-seed": "x"}, {}, {})

@@ -55,3 +55,24 @@ def test_a_file_smaller_than_a_block_and_the_files_cycle_are_refused() -> None:
 
     with pytest.raises(ValueError, match="not a block workload"):
         io_plan(SMALLFILES[0], 64 * MiB, False)
+
+
+def test_realwork_tasks_are_timed_in_seconds_and_not_in_the_default_profile() -> None:
+    from pytest_encperf.settings import resolve
+    from pytest_encperf.workloads import PROFILES, profile_workloads, same_definition
+
+    assert "realwork" not in resolve({}, {}, {}).profile  # the README's main job does not grow
+    tasks = profile_workloads(["realwork"], 256 * MiB, tree_size=8 * MiB, tree_seed=5)
+    assert [w.name for w in tasks] == ["archive", "untar", "metadata", "copy"]
+    assert all(w.kind == "task" and w.unit == "s" and w.lower_is_better for w in tasks)
+    assert all(w.tree_size == 8 * MiB and w.tree_seed == 5 for w in tasks)
+    assert all(same_definition(p, w) for p, w in zip(PROFILES["realwork"].workloads, tasks, strict=True))
+    block = profile_workloads(["cdm"], 256 * MiB, tree_size=8 * MiB, tree_seed=5)
+    assert block == list(CDM) and not any(w.lower_is_better for w in block)
+
+
+def test_a_task_workload_names_its_task() -> None:
+    with pytest.raises(ValueError, match="names its task"):
+        Workload("archive", "task", 1)
+    with pytest.raises(ValueError, match="names its task"):
+        Workload("SEQ", "read", MiB, task="archive")
