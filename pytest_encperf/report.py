@@ -267,6 +267,36 @@ def _engines(rounds: list[Measurement]) -> str:
     return "+".join(dict.fromkeys(m.engine for m in rounds)) or "-"
 
 
+def task_steps_table(results: Iterable[Result], workloads: Iterable[Workload]) -> str:
+    """The real-work tasks among ``workloads``, step by step: the median seconds of each timed
+    step on the backend and on the plain rounds beside it, and the change in speed."""
+    names = {w.name for w in workloads if w.kind == "task"}
+    rows = []
+    for result in results:
+        if result.workload.name not in names or not result.rounds:
+            continue
+        for step, _ in result.rounds[0].steps:
+
+            def median(rounds: list[Measurement], step: str = step) -> float | None:
+                values = [dict(m.steps)[step] for m in rounds if step in dict(m.steps)]
+                return statistics.median(values) if values else None
+
+            mine, plain = median(result.rounds), median(result.baseline_rounds)
+            change = speed_change(mine, plain, True) if mine is not None and plain is not None else None
+            rows.append([
+                result.backend,
+                result.workload.name,
+                step,
+                "-" if mine is None else _format_value(mine),
+                "-" if plain is None else _format_value(plain),
+                _format_change(change),
+            ])  # fmt: skip
+    if not rows:
+        return ""
+    headers = ["backend", "task", "step", "seconds", "plain seconds", "vs plain"]
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+
+
 def detail_table(results: list[Result], ceilings: Mapping[str, float | None] | None = None) -> str:
     """Every backend x workload: throughput (median, best, CV), latency, CPU cost, change vs
     plain, efficiency, the engine, I/O mode, what reached the device and the caveats.
@@ -315,8 +345,10 @@ def detail_table(results: list[Result], ceilings: Mapping[str, float | None] | N
             _format_value(result.median("mb_per_s")),
             _format_value(result.best("mb_per_s")),
             _format_value(result.median("iops")),
-            _format_value(result.median("lat_p50_us")),
-            _format_value(result.median("lat_p99_us")),
+            *(["-", "-"] if result.workload.kind == "task" else [  # a task has no I/O latency
+                _format_value(result.median("lat_p50_us")),
+                _format_value(result.median("lat_p99_us")),
+            ]),
             "-" if cv is None else f"{cv * 100:.1f}",
             _format_value(result.median("cpu_s_per_gib")),
             daemon_text,

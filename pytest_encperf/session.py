@@ -45,6 +45,7 @@ from .report import (
     markdown_report,
     summary_table,
     sweep_report,
+    task_steps_table,
     verdict_report,
 )
 from .runner import (
@@ -926,6 +927,10 @@ class EncperfSession:
                     "between the two"
                 )
                 tr.write_line(table)
+            steps = task_steps_table(part.results, workloads)
+            if steps:
+                tr.write_line("each task's timed steps (median seconds; vs plain: the change in speed):")
+                tr.write_line(steps)
             shown_names.update(w.name for w in workloads)
         others = [r.workload for r in part.results if r.workload.name not in shown_names]
         if others:

@@ -1,0 +1,56 @@
+"""The realwork profile end to end on plain and fscrypt (root, container target, a tiny tree):
+comparable rows, saved, and a second run gated against the first."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from pytest_encperf.realwork import TASKS
+from tests.support import TINY_BENCHMARK, disk_dir
+
+pytestmark = pytest.mark.integration
+
+
+def test_realwork_on_plain_and_fscrypt_is_compared_saved_and_gated(pytester: pytest.Pytester) -> None:
+    base = disk_dir()
+    pytester.makepyfile(test_bench=TINY_BENCHMARK)
+    report = pytester.path / "run.json"
+    common = (
+        f"--encperf-dir={base}",
+        f"--encperf-storage={pytester.path / '.encperf'}",
+        "--encperf-backends=fscrypt",
+        "--encperf-profile=realwork",
+        "--encperf-tree-size=2MiB",
+        "--encperf-size=1MiB",
+        "--encperf-rounds=3",
+        "--encperf-warmup=0",
+        "-p",
+        "no:cacheprovider",
+    )
+    first = pytester.runpytest(*common, "--encperf-save=ref", f"--encperf-json={report}")
+    first.assert_outcomes(passed=len(TASKS))
+    first.stdout.fnmatch_lines(["real work with tar, ls, rm and cp (seconds, lower is better) [[]realwork]*"])
+    first.stdout.fnmatch_lines(["*archive tar.gz*untar source*", "*s mixed*", "*fscrypt*", "*plain *", "*%*"])
+    first.stdout.fnmatch_lines(["each task's timed steps*", "*fscrypt*archive*create tar.gz*%*"])
+    entries = {e["params"]["workload"]: e for e in json.loads(report.read_text())["benchmarks"]}
+    assert sorted(entries) == sorted(TASKS)
+    for name, entry in entries.items():
+        info = entry["extra_info"]
+        assert info["vs_plain_percent"] is not None, name  # comparable: paired with plain rounds
+        rounds = info["encperf"]["rounds"]
+        plain = info["encperf"]["baseline_rounds"]
+        assert len(rounds) == len(plain) == 3
+        assert all(r["seconds"] > 0 and r["steps"] for r in rounds + plain), name
+        assert info["encperf"]["description"]["reference_tree"]["seed"] == 1
+    # the reference tree went with the run's private directory
+    assert list(base.glob(f"encperf-{os.getpid()}-*")) == []
+
+    second = pytester.runpytest(*common, "--encperf-compare=ref", "--encperf-fail=50%")
+    assert second.ret == pytest.ExitCode.OK, second.stdout.str()
+    second.stdout.fnmatch_lines(["*compared with *_ref.json*"])
+    for name in TASKS:
+        second.stdout.fnmatch_lines([f"*fscrypt*{name}*seconds*x plain*"])
+    assert "not comparable" not in second.stdout.str()
