@@ -34,6 +34,7 @@ from pytest_encperf.compare import (
     overhead_checks,
     parse_rules,
     select_rule,
+    workload_matches,
 )
 from pytest_encperf.model import Measurement, Result, RunData
 from pytest_encperf.workloads import CDM, ROUND_DEFINITION, MiB
@@ -558,3 +559,4 @@ def test_a_task_is_checked_on_seconds_lower_is_better_and_only_on_what_applies()
     chosen = _cell_metrics(rules, Cell("fscrypt", archive, ()))
     assert list(chosen) == ["seconds"] and chosen["seconds"][1] == rules[1]
     assert list(_cell_metrics(parse_rules("10%"), Cell("fscrypt", archive, ()))) == ["seconds"]
+    assert not workload_matches("seq", archive) and workload_matches("archive", archive)  # by name only

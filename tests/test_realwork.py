@@ -67,3 +67,44 @@ def test_missing_tools_are_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     monkeypatch.setattr(shutil, "which", lambda tool: None if tool == "gzip" else f"/usr/bin/{tool}")
     with pytest.raises(host.HostError, match=r"real-work workloads need gzip"):
         realwork.prepare_reference(tmp_path, MiB, 1)
+
+
+# What each task runs, in order: "drop" is a page-cache drop, then each command's first words;
+# the set-up before the first drop is untimed, every timed write step ends with sync -f
+COMMANDS = {
+    "archive": ["cp -a", "sync -f", "drop", "tar -czf", "sync -f", "drop", "tar -xzf", "sync -f"],
+    "untar": ["cp", "sync -f", "drop", "tar -xzf", "sync -f"],
+    "metadata": ["tar -xzf", "sync -f", "drop", "ls -lR", "drop", "sync -f", "drop", "rm -rf", "sync -f"],
+    "copy": ["sync -f", "drop", "cp -a", "sync -f", "drop", "cp -a", "sync -f"],
+}
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_each_task_drops_the_cache_before_each_step_and_syncs_inside_it(
+    name: str, reference: realwork.Reference, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done: list[str] = []
+    real_run = host.run
+
+    def recording_run(argv: list[str], **kwargs: object) -> str:
+        words = [str(a) for a in argv]
+        done.append(" ".join(words[:2]) if words[1].startswith("-") else words[0])
+        return real_run(argv, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(host, "run", recording_run)
+    monkeypatch.setattr(host, "drop_page_cache", lambda path=None: done.append("drop") or True)
+    measured = realwork.run_task(task(name), tmp_path, reference)
+    assert done == COMMANDS[name]
+    assert "cache-not-dropped" not in measured.caveats
+
+
+def test_a_task_whose_cache_could_not_be_dropped_says_so(
+    reference: realwork.Reference, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(host, "drop_page_cache", lambda path=None: False)  # not root
+    assert "cache-not-dropped" in realwork.run_task(task("untar"), tmp_path, reference).caveats
+
+
+def test_the_source_tree_is_a_quarter_of_the_reference_tree() -> None:
+    assert realwork.source_size(64 * MiB) == 16 * MiB
+    assert realwork.source_size(MiB) == 256 * 1024  # the smallest

@@ -8,14 +8,26 @@ import os
 
 import pytest
 
+from pytest_encperf import realwork
 from pytest_encperf.realwork import TASKS
 from tests.support import TINY_BENCHMARK, disk_dir
 
 pytestmark = pytest.mark.integration
 
 
-def test_realwork_on_plain_and_fscrypt_is_compared_saved_and_gated(pytester: pytest.Pytester) -> None:
+def test_realwork_on_plain_and_fscrypt_is_compared_saved_and_gated(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     base = disk_dir()
+    made: list[int] = []
+    prepare = realwork.prepare_reference
+
+    def counted(directory, size, seed):  # type: ignore[no-untyped-def]
+        made.append(size)
+        assert directory.stat().st_mode & 0o777 == 0o700 and directory.parent.stat().st_mode & 0o777 == 0o700
+        return prepare(directory, size, seed)
+
+    monkeypatch.setattr(realwork, "prepare_reference", counted)  # runpytest runs in this process
     pytester.makepyfile(test_bench=TINY_BENCHMARK)
     report = pytester.path / "run.json"
     common = (
@@ -32,6 +44,7 @@ def test_realwork_on_plain_and_fscrypt_is_compared_saved_and_gated(pytester: pyt
     )
     first = pytester.runpytest(*common, "--encperf-save=ref", f"--encperf-json={report}")
     first.assert_outcomes(passed=len(TASKS))
+    assert made == [2 * 1024 * 1024]  # the tree: once for the run's four tasks, in a private directory
     first.stdout.fnmatch_lines(["real work with tar, ls, rm and cp (seconds, lower is better) [[]realwork]*"])
     first.stdout.fnmatch_lines(["*archive tar.gz*untar source*", "*s mixed*", "*fscrypt*", "*plain *", "*%*"])
     first.stdout.fnmatch_lines(["each task's timed steps*", "*fscrypt*archive*create tar.gz*%*"])
