@@ -283,7 +283,8 @@ def test_non_cdm_columns_a_mean_column_and_a_transposed_sweep() -> None:
 
 
 def test_catalogue() -> None:
-    assert list(PROFILES) == ["cdm", "cdm-nvme", "cdm-legacy", "dd", "atto", "smallfiles", "matrix"]
+    names = ["cdm", "cdm-nvme", "cdm-legacy", "dd", "atto", "smallfiles", "matrix", "realwork"]
+    assert list(PROFILES) == names
     sizes = sorted({w.block_size for w in ATTO})
     assert sizes[0] == 512 and sizes[-1] == 8 * MiB and len(sizes) == 15
     assert {w.iodepth for w in ATTO} == {4}
