@@ -650,3 +650,15 @@ def test_a_task_is_gated_on_its_seconds_lower_is_better(gate: pytest.Pytester) -
             "(+28.0%*worse by 28.0% > 10%*"
         ]
     )
+
+
+def test_a_task_shows_in_the_markdown_and_html_reports(gate: pytest.Pytester) -> None:
+    gate.makepyfile(test_bench=SCRIPTED_TASK_BENCHMARK)
+    markdown, page = gate.path / "report.md", gate.path / "report.html"
+    outputs = (f"--encperf-markdown={markdown}", f"--encperf-html={page}")
+    result = run_task(gate, *outputs, SCRIPTED_VOLUME_TIME="2")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    text = markdown.read_text()
+    # seconds, plain's beside them, and twice plain's time as half its speed
+    assert "archive tar.gz" in text and "20.0<br>plain 10.0<br>-49.9%" in text
+    assert "archive" in page.read_text()
