@@ -224,6 +224,8 @@ def _log_ratios(result: Result) -> list[float] | None:
         result.rounds, result.baseline_rounds, result.primary_metric, before_after=result.before_after
     )
     logs = [math.log(r) for r in ratios if math.isfinite(r) and r > 0]
+    if result.workload.lower_is_better:  # a task's time: its speed ratio is plain's time over it
+        logs = [-log for log in logs]
     return logs or None
 
 

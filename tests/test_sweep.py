@@ -3,6 +3,7 @@ model), the option, and the report/JSON/Markdown of a plugin run (pytester, scri
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -360,3 +361,20 @@ def test_partition_target_rounds_share_one_plain_median_so_no_claim_is_made() ->
     (ranking,) = sweep.rank([*before_after("x:a=1", 0.9), *before_after("x:a=2", 0.3)], ["x:a=1", "x:a=2"])
     assert [r.spec for r in ranking.ranked] == ["x:a=1", "x:a=2"]
     assert all(r.low is None and r.p_vs_best is None and r.within_noise for r in ranking.ranked)
+
+
+def test_a_task_ranks_the_configuration_taking_less_time_first() -> None:
+    from pytest_encperf.workloads import PROFILES
+
+    archive = PROFILES["realwork"].workloads[0]
+
+    def timed(spec: str, times: list[float]) -> Result:
+        def took(seconds: float) -> Measurement:
+            return dataclasses.replace(measurement(100), seconds=seconds, io_mode="buffered")
+
+        return Result(spec, archive, [took(t) for t in times], [took(10.0) for _ in times])
+
+    results = [timed("x:a=1", [20.0, 20.2, 19.8]), timed("x:a=2", [12.5, 12.6, 12.4])]
+    (ranking,) = sweep.rank(results, ["x:a=1", "x:a=2"])
+    assert [r.spec for r in ranking.ranked] == ["x:a=2", "x:a=1"]
+    assert ranking.ranked[0].geomean == pytest.approx(0.8, rel=0.01)  # 12.5 s against 10 s: -20%
