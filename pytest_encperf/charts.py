@@ -165,6 +165,11 @@ class OverheadBar:
     note: str = ""  # why there is no bar, or no interval
 
 
+def _as_speed(time_change: float) -> float:
+    """A change in time (percent) as the change in speed it is: +100% time is -50% speed."""
+    return 100.0 / (1.0 + time_change / 100.0) - 100.0 if time_change > -100.0 else math.inf
+
+
 def overhead_bars(results: Iterable[Result]) -> list[OverheadBar]:
     """Each encrypted backend x workload against the plain rounds interleaved with it: the
     estimate and 95% distribution-free interval of ``--encperf-max-overhead`` (throughput:
@@ -178,13 +183,16 @@ def overhead_bars(results: Iterable[Result]) -> list[OverheadBar]:
             bars.append(OverheadBar(cell.workload.name, cell.backend, None, None, None, check.status))
             continue
         low, high = check.change_interval
+        estimate = check.change_percent
+        if cell.workload.lower_is_better:  # a task's time: drawn as its speed, as every other bar
+            estimate, low, high = (_as_speed(estimate), _as_speed(high), _as_speed(low))
         bounded = math.isfinite(low) and math.isfinite(high)
         note = "" if bounded else f"{check.rounds[0]} vs {check.rounds[1]} rounds cannot bound a 95% interval"
         bars.append(
             OverheadBar(
                 cell.workload.name,
                 cell.backend,
-                check.change_percent,
+                estimate,
                 low if bounded else None,
                 high if bounded else None,
                 note,
@@ -358,6 +366,8 @@ def history_series(runs: Sequence[RunData], verdict: Verdict | None = None) -> l
         for (backend, workload), cell in cells_of(run.results).items():
             result = by_cell.get((backend, workload))
             attr = "iops" if cell.workload.reports_iops else "mb_per_s"
+            if cell.workload.kind == "task":
+                attr = "seconds"
             value = statistics.median(getattr(m, attr) for m in cell.rounds)
             change = result.change_percent if result is not None and backend != BASELINE else None
             status = statuses.get((backend, workload), "") if last else ""

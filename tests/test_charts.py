@@ -166,3 +166,14 @@ def test_history_series_from_several_runs_with_the_verdict_on_the_newest() -> No
     plain = series[("plain", "SEQ1M-Q8T1-read")]
     assert [p.value for p in plain.points] == [100, 100, 100] and plain.points[0].change is None
     assert all(p.status == "" for s in charts.history_series(runs) for p in s.points if p)
+
+
+def test_a_task_is_drawn_as_its_change_in_speed() -> None:
+    from pytest_encperf.workloads import PROFILES
+
+    archive = PROFILES["realwork"].workloads[0]
+    rounds = [m(seconds=s) for s in (20.0, 20.2, 19.8, 20.1)]
+    plain = [m(seconds=s) for s in (10.0, 10.1, 9.9, 10.05)]
+    (bar,) = charts.overhead_bars([Result("fscrypt", archive, rounds, plain)])
+    assert bar.estimate == pytest.approx(-50.0, abs=0.5)  # twice plain's time: half its speed
+    assert bar.low is not None and bar.high is not None and bar.low < bar.estimate < bar.high < 0
