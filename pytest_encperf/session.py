@@ -116,6 +116,7 @@ class EncperfSession:
         self._device_lost = ""
         self._progress: ProgressLine | bool | None = None  # False: no terminal to show it on
         self._reference_data: realwork.Reference | None = None  # the real-work tasks' tree
+        self._reference_error = ""  # why it could not be made (said again to every later task)
 
     # ------------------------------------------------------------- selection
 
@@ -138,12 +139,18 @@ class EncperfSession:
     def reference_data(self) -> realwork.Reference:
         """The real-work tasks' reference tree and source archive, made on first use in this run's
         private directory (0700, removed with it at the end)."""
+        if self._reference_error:
+            raise host.HostError(self._reference_error)
         if self._reference_data is None:
-            directory = self.run_dir() / "realwork"
-            directory.mkdir(mode=0o700)
-            self._reference_data = realwork.prepare_reference(
-                directory, self.settings.tree_size, self.settings.tree_seed
-            )
+            try:
+                directory = self.run_dir() / "realwork"
+                directory.mkdir(mode=0o700)
+                self._reference_data = realwork.prepare_reference(
+                    directory, self.settings.tree_size, self.settings.tree_seed
+                )
+            except (host.HostError, OSError) as exc:
+                self._reference_error = f"the real-work reference tree could not be made: {exc}"
+                raise host.HostError(self._reference_error) from exc
         return self._reference_data
 
     # ------------------------------------------------------------- volumes

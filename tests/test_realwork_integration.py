@@ -67,3 +67,28 @@ def test_realwork_on_plain_and_fscrypt_is_compared_saved_and_gated(
     for name in TASKS:
         second.stdout.fnmatch_lines([f"*fscrypt*{name}*seconds*x plain*"])
     assert "not comparable" not in second.stdout.str()
+
+
+def test_a_reference_that_cannot_be_made_fails_every_task_with_the_reason(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda tool: None if tool == "gzip" else which(tool))
+    pytester.makepyfile(test_bench=TINY_BENCHMARK)
+    result = pytester.runpytest(
+        f"--encperf-dir={disk_dir()}",
+        "--encperf-backends=fscrypt",
+        "--encperf-profile=realwork",
+        "--encperf-tree-size=1MiB",
+        "--encperf-size=1MiB",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(failed=len(TASKS))
+    result.stdout.fnmatch_lines(["*reference tree could not be made: real-work workloads need gzip*"])
+    # each task says why, not only the first (no "File exists" from a second attempt)
+    assert result.stdout.str().count("could not be made: real-work workloads need gzip") >= len(TASKS)
+    assert "File exists" not in result.stdout.str()
+    assert list(disk_dir().glob(f"encperf-{os.getpid()}-*")) == []
