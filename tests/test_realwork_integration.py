@@ -64,7 +64,7 @@ def test_realwork_on_plain_and_fscrypt_is_compared_saved_and_gated(
     # a 2 MiB tree takes tens of milliseconds, which a machine shared with other work moves by
     # tens of percent: the gate's direction for seconds is checked with exact numbers in
     # tests/test_gate.py; here, that real rounds are compared on seconds and pass
-    second = pytester.runpytest(*common, "--encperf-compare=ref", "--encperf-fail=100%")
+    second = pytester.runpytest(*common, "--encperf-compare=ref", "--encperf-fail=90%")
     assert second.ret == pytest.ExitCode.OK, second.stdout.str()
     second.stdout.fnmatch_lines(["*compared with *_ref.json*"])
     for name in TASKS:
