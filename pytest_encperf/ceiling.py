@@ -11,6 +11,11 @@ cipher in its description (``cipher_ceiling``), and only such a cipher gets a ce
 - ``gocryptfs:<implementation>`` (``AES-GCM-256``, ``AES-SIV-512``) comes from ``gocryptfs
   -speed``, gocryptfs's own benchmark, for the implementation it selects.
 
+For the ladder (``--encperf-ladder``) each cipher also has a counterpart in the other place, when
+one exists: ``user:<AES-bits-mode>`` (``user:AES-256-XTS``, OpenSSL through ``cryptography``, in
+this process) for a kernel cipher, and ``kernel-aead:gcm(aes):<key bits>`` (AF_ALG's AEAD
+interface) for gocryptfs's AES-GCM (see ``counterpart``).
+
 A cipher that cannot be measured here (a kernel without AF_ALG, another user-space library)
 has no ceiling, and its backend's efficiency is left empty rather than computed against the
 speed of some other cipher or implementation.
@@ -28,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CHUNK = 64 * 1024  # one AF_ALG request (well under the socket's send buffer)
+USER_CHUNK = 1024 * 1024  # one user-space encryption call (its per-call cost is then negligible)
+GCM_TAG = 16
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,62 @@ def _af_alg_mb_per_s(name: str, key_bits: int, seconds: float) -> tuple[float, s
     return done / elapsed / 1e6, f"kernel driver {kernel_driver(name)} via AF_ALG"
 
 
+def _af_alg_aead_mb_per_s(name: str, key_bits: int, seconds: float) -> tuple[float, str]:
+    data = os.urandom(CHUNK)
+    with socket.socket(socket.AF_ALG, socket.SOCK_SEQPACKET, 0) as alg:
+        alg.bind(("aead", name))
+        alg.setsockopt(socket.SOL_ALG, socket.ALG_SET_KEY, os.urandom(key_bits // 8))
+        alg.setsockopt(socket.SOL_ALG, socket.ALG_SET_AEAD_AUTHSIZE, None, GCM_TAG)
+        operation, _ = alg.accept()
+        with operation:
+            done = 0
+            start = time.perf_counter()
+            while (elapsed := time.perf_counter() - start) < seconds:
+                operation.sendmsg_afalg([data], op=socket.ALG_OP_ENCRYPT, iv=bytes(12), assoclen=0)
+                done += len(operation.recv(CHUNK + GCM_TAG)) - GCM_TAG
+    return done / elapsed / 1e6, f"kernel driver {kernel_driver(name)} via AF_ALG"
+
+
+def _user_space_mb_per_s(name: str, seconds: float) -> tuple[float, str]:
+    """``AES-256-XTS`` or ``AES-128-CBC`` encrypted by OpenSSL (through ``cryptography``)."""
+    from cryptography import __version__ as version
+    from cryptography.hazmat.backends.openssl.backend import backend as openssl
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    match = re.fullmatch(r"AES-(128|192|256)-(XTS|CBC)", name)
+    if match is None:
+        raise ValueError(f"no user-space implementation of {name} here")
+    bits, mode = int(match.group(1)), match.group(2)
+    key = os.urandom(bits // 8 * (2 if mode == "XTS" else 1))  # XTS: two keys
+    data = os.urandom(USER_CHUNK)
+    done = 0
+    start = time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        chosen = modes.XTS(bytes(16)) if mode == "XTS" else modes.CBC(bytes(16))
+        encryptor = Cipher(algorithms.AES(key), chosen).encryptor()
+        done += len(encryptor.update(data)) + len(encryptor.finalize())
+    return done / elapsed / 1e6, f"{openssl.openssl_version_text()} via cryptography {version}, one core"
+
+
+def counterpart(cipher: str) -> tuple[str | None, str]:
+    """The same cipher in the other place (user space for a kernel cipher, the kernel for a
+    user-space one), or None and why there is none."""
+    kind, _, rest = cipher.partition(":")
+    if kind == "kernel":
+        name, _, bits = rest.rpartition(":")
+        match = re.fullmatch(r"(xts|cbc)\(aes\)", name)
+        if match is None or not bits.isdigit():
+            return None, f"no user-space counterpart of {name} measured here"
+        aes_bits = int(bits) // 2 if match.group(1) == "xts" else int(bits)
+        return f"user:AES-{aes_bits}-{match.group(1).upper()}", ""
+    if kind == "gocryptfs":
+        match = re.fullmatch(r"AES-GCM-(\d+)", rest)
+        if match:
+            return f"kernel-aead:gcm(aes):{match.group(1)}", ""
+        return None, f"the kernel has no {rest} (gocryptfs's own user-space implementation only)"
+    return None, f"no counterpart of {cipher} known"
+
+
 def gocryptfs_speeds(output: str) -> dict[str, tuple[float, bool]]:
     """``gocryptfs -speed`` lines: implementation -> (MB/s, selected in auto mode)."""
     found = {}
@@ -149,6 +212,21 @@ def measure(cipher: str, seconds: float = 0.3) -> Ceiling:
                 if exc.errno == 97:  # EAFNOSUPPORT
                     reason = "the kernel has no AF_ALG skcipher interface (CONFIG_CRYPTO_USER_API_SKCIPHER)"
                 return Ceiling(cipher, None, f"not measured: {reason}")
+            return Ceiling(cipher, mb_per_s, how)
+        if kind == "kernel-aead":
+            name, _, bits = rest.rpartition(":")
+            if not hasattr(socket, "AF_ALG"):
+                return Ceiling(cipher, None, "not measured: no AF_ALG sockets on this platform")
+            try:
+                mb_per_s, how = _af_alg_aead_mb_per_s(name, int(bits), seconds)
+            except OSError as exc:
+                reason = exc.strerror or str(exc)
+                if exc.errno == 97:  # EAFNOSUPPORT
+                    reason = "the kernel has no AF_ALG aead interface (CONFIG_CRYPTO_USER_API_AEAD)"
+                return Ceiling(cipher, None, f"not measured: {reason}")
+            return Ceiling(cipher, mb_per_s, how)
+        if kind == "user":
+            mb_per_s, how = _user_space_mb_per_s(rest, seconds)
             return Ceiling(cipher, mb_per_s, how)
         if kind == "gocryptfs":
             mb_per_s, how = _gocryptfs_mb_per_s(rest)

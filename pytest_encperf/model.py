@@ -393,6 +393,7 @@ class MachineRun:
     lifecycle: dict[str, dict[str, float]] = field(default_factory=dict)  # spec -> LIFECYCLE_STEPS -> s
     kdf: dict[str, dict[str, Any]] = field(default_factory=dict)  # spec -> the kdf profile's row
     inplace: dict[str, dict[str, Any]] = field(default_factory=dict)  # spec -> in-place figure
+    ladder: list[dict[str, Any]] = field(default_factory=list)  # --encperf-ladder rows (ladder.LadderRow)
 
     @property
     def label(self) -> str:
@@ -421,6 +422,8 @@ class MachineRun:
             self.kdf.setdefault(spec, row)
         for spec, row in other.inplace.items():
             self.inplace.setdefault(spec, row)
+        rows = {(row["backend"], row["workload"]) for row in self.ladder}
+        self.ladder += [row for row in other.ladder if (row["backend"], row["workload"]) not in rows]
         self.problems += other.problems
         self.notes += [note for note in other.notes if note not in self.notes]
 

@@ -23,6 +23,8 @@ from .compare import (
     Check,
     Verdict,
 )
+from .ladder import TOLERANCE as LADDER_TOLERANCE
+from .ladder import LadderRow, Rung
 from .model import CAVEATS, LIFECYCLE_STEPS, Measurement, Result, device_traffic, speed_change
 from .sweep import ALPHA as SWEEP_ALPHA
 from .sweep import FamilyRanking, Ranked, parameters
@@ -732,6 +734,81 @@ def cpu_line(info: Mapping[str, object]) -> str:
     if isinstance(maximum, (int, float)):
         speed += f" (max {maximum:.0f} MHz)"
     return f"CPU at the start: {scaling}, {speed}"
+
+
+# ---------------------------------------------------------------- the ladder (--encperf-ladder)
+
+LADDER_TITLE = "where the overhead comes from (--encperf-ladder): cipher, layer, device"
+LADDER_LEGEND = (
+    "cipher: the speed of the backend's own cipher implementation on one core (encryption, MB/s); "
+    "in () that cipher, then its counterpart in the other place (the kernel's through AF_ALG, or "
+    "user space), which stands in when the backend's own cannot be measured here (why: the ladder "
+    "cipher lines). layer: the same backend and workload "
+    "on a RAM-backed container (a loop device over a file on a tmpfs this run mounted), with plain "
+    "on the same RAM in (); it measures memory, never a disk, and is never a baseline nor gated. "
+    "device: the normal run, with its plain rounds in (). Medians of the rounds. The limiting rung "
+    "is the lowest of the three ceilings (cipher, layer, plain on the device); of ceilings within "
+    f"{LADDER_TOLERANCE:.0%} of the lowest, the first of cipher, layer, device is named (a layer "
+    "at its cipher's speed adds no limit of its own); an unmeasured rung takes no part."
+)
+
+
+def format_speed(mb_per_s: float | None) -> str:
+    """``2.1 GB/s``, ``430 MB/s``, ``7.5 MB/s`` (10^6 bytes)."""
+    if mb_per_s is None:
+        return "-"
+    if mb_per_s >= 1000:
+        return f"{mb_per_s / 1000:.1f} GB/s"
+    return f"{mb_per_s:.0f} MB/s" if mb_per_s >= 10 else f"{mb_per_s:.2g} MB/s"
+
+
+def _rung_text(rung: Rung) -> str:
+    return format_speed(rung.mb_per_s) if rung.mb_per_s else (rung.note or "not measured")
+
+
+def _cipher_text(rung: Rung) -> str:
+    """``gocryptfs:AES-GCM-256 4.6 GB/s`` or ``kernel:xts(aes):512 not measured`` (why: in the
+    section's cipher lines); a note without a cipher name as it is."""
+    name, separator, _ = rung.note.partition(": ")
+    if not separator:
+        return rung.note or "not measured"
+    return f"{name} {format_speed(rung.mb_per_s) if rung.mb_per_s else 'not measured'}"
+
+
+def ladder_line(row: LadderRow) -> str:
+    """``gocryptfs SEQ1M-Q1T1-write: cipher 2.1 GB/s (...), layer 430 MB/s on RAM (plain 1.8
+    GB/s), device 410 MB/s (plain 1.8 GB/s): the layer limits it``."""
+    if row.cipher.note == "no encryption":
+        cipher = "cipher none (no encryption)"
+    else:
+        speed = format_speed(row.cipher_ceiling.mb_per_s) if row.cipher_ceiling.mb_per_s else "not measured"
+        cipher = f"cipher {speed} ({_cipher_text(row.cipher)}; {_cipher_text(row.counterpart)})"
+    layer = f"layer {_rung_text(row.layer)}"
+    if row.layer.mb_per_s:
+        layer += f" on RAM (plain {_rung_text(row.layer_plain)})"
+    device = f"device {_rung_text(row.device)} (plain {_rung_text(row.device_plain)})"
+    limit = row.limit
+    verdict = f"the {limit.rung} limits it" if limit.rung else limit.remark
+    if limit.rung and limit.remark:
+        verdict += f" ({limit.remark})"
+    return f"{row.backend} {row.workload}: {cipher}, {layer}, {device}: {verdict}"
+
+
+def ladder_lines(rows: Iterable[Mapping[str, object]]) -> list[str]:
+    """The ladder section: title, one line per backend x workload (as stored), legend, and each
+    cipher's measurement once."""
+    parsed = [LadderRow.from_dict(dict(row)) for row in rows]
+    if not parsed:
+        return []
+    ciphers = {
+        rung.note: None for row in parsed for rung in (row.cipher, row.counterpart) if ": " in rung.note
+    }
+    return [
+        LADDER_TITLE,
+        *(ladder_line(row) for row in parsed),
+        LADDER_LEGEND,
+        *(f"ladder cipher: {note}" for note in ciphers),
+    ]
 
 
 # ---------------------------------------------------------------- sweeps

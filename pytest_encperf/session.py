@@ -24,10 +24,23 @@ from typing import Any
 
 import pytest
 
-from . import backends, host, inplace, journal, kdf, machine, realwork, resources, storage, sweep
+from . import (
+    backends,
+    host,
+    inplace,
+    journal,
+    kdf,
+    ladder,
+    layer,
+    machine,
+    realwork,
+    resources,
+    storage,
+    sweep,
+)
 from . import html as html_report
 from .backends import BASELINE, BackendSpec, make_backend, placement_problems
-from .ceiling import Ceiling, kernel_xts_driver, measure_ciphers
+from .ceiling import Ceiling, counterpart, kernel_xts_driver, measure_ciphers
 from .compare import EXIT_REGRESSION, Gate, Verdict, expected_family_size, judge_machines
 from .engines import Engine, select_engine
 from .inplace import InplaceTiming
@@ -40,6 +53,7 @@ from .report import (
     detail_table,
     inplace_table,
     kdf_table,
+    ladder_lines,
     lifecycle_table,
     machines_table,
     markdown_report,
@@ -117,6 +131,10 @@ class EncperfSession:
         self._progress: ProgressLine | bool | None = None  # False: no terminal to show it on
         self._reference_data: realwork.Reference | None = None  # the real-work tasks' tree
         self._reference_error = ""  # why it could not be made (said again to every later task)
+        # --encperf-ladder: the layer rungs (RAM-backed, kept apart from the results) and the
+        # ciphers' counterparts (ladder.py)
+        self._layers: ladder.LayerRungs = {}
+        self._counterparts: dict[str, ladder.Rung] = {}
 
     # ------------------------------------------------------------- selection
 
@@ -542,12 +560,18 @@ class EncperfSession:
         # A teardown failure is reported in the summary and fails the run; raising here would
         # replace pytest's report with an internal-error traceback.
         try:
-            self.close_all()
+            try:
+                if self.settings.ladder and self.results:
+                    self.measure_ladder()  # in the run directory, before close_all removes it
+            except Exception as exc:  # the ladder's own failures are its rungs' reasons: not this
+                self.teardown_errors.append(f"--encperf-ladder: {type(exc).__name__}: {exc}")
+            finally:
+                self.close_all()
         except Exception as exc:
             self.teardown_errors.append(str(exc))
-            if session.exitstatus == pytest.ExitCode.OK:
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
         finally:
+            if self.teardown_errors and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
             if self.results:  # a measurement (CPU only): never beside another one on this machine
                 with host.measurement_lock(None):
                     self.ceilings()
@@ -555,6 +579,39 @@ class EncperfSession:
                 self.config.workeroutput["encperf_machine"] = self.machine_run().to_dict()
             else:
                 self.finish(session)
+
+    def measure_ladder(self) -> None:
+        """--encperf-ladder: the layer rung of every backend x workload measured (on a RAM-backed
+        container) and the counterparts of their ciphers; a teardown failure fails the run."""
+        s = self.settings
+        cases: dict[str, list[Workload]] = {}
+        for result in self.results:
+            cases.setdefault(result.backend, []).append(result.workload)
+        settings = layer.LayerSettings(
+            self.engine, s.size, s.runtime, s.rounds, s.warmup,
+            lock=lambda: host.measurement_lock(None),  # memory and CPU: the whole machine
+            quiet=lambda: host.measurement_lock(None, shared=True),
+        )  # fmt: skip
+        with self.beside_no_measurement():
+            base = self.run_dir()
+        self._layers, errors = layer.measure_layers(cases.items(), base, settings)
+        self.teardown_errors += errors
+        with host.measurement_lock(None):
+            for cipher in self.ceilings():
+                other, why = counterpart(cipher)
+                if other is None:
+                    self._counterparts[cipher] = ladder.Rung(None, why)
+                else:
+                    found = measure_ciphers([other])[other]
+                    self._counterparts[cipher] = ladder.Rung(found.mb_per_s, found.describe())
+
+    def ladder_rows(self) -> list[dict[str, Any]]:
+        """The ladder of this process's results (empty without --encperf-ladder)."""
+        if not self.settings.ladder:
+            return []
+        ciphers = {name: ladder.Rung(c.mb_per_s, c.describe()) for name, c in self.ceilings().items()}
+        rows = ladder.rows(self.results, self._layers, ciphers, self._counterparts)
+        return [row.to_dict() for row in rows]
 
     def missing_workers(self) -> list[str]:
         """Workers whose results never came, when this run measures (another worker sent results
@@ -596,6 +653,7 @@ class EncperfSession:
             lifecycle={spec: dict(steps) for spec, steps in self.lifecycle.items()},
             kdf=dict(self.kdf),
             inplace=dict(self.inplace),
+            ladder=self.ladder_rows(),
             notes=[f"released leftover of a dead run: {line}" for line in self.cleaned]
             + [f"cleanup of dead runs: {line}" for line in self.cleanup_problems],
         )
@@ -756,6 +814,8 @@ class EncperfSession:
             if part.inplace:
                 doc["encperf"]["inplace"] = part.inplace
                 doc["encperf"]["project_size"] = s.project_size
+            if part.ladder:  # its own key: the RAM-backed layer rung is never a result to compare with
+                doc["encperf"]["ladder"] = part.ladder
             rankings = self.sweep_rankings(part)
             if rankings:
                 doc["encperf"]["sweeps"] = [ranking.to_dict() for ranking in rankings]
@@ -1005,6 +1065,12 @@ class EncperfSession:
                 "derivation, not the backend's default):"
             )
             tr.write_line(table)
+        lines = ladder_lines(part.ladder)
+        if lines:
+            tr.write_line("")
+            tr.write_line(lines[0], bold=True)
+            for line in lines[1:]:
+                tr.write_line(line)
         for ranking in self.sweep_rankings(part):
             tr.write_line("")
             title, *rest = sweep_report(ranking)

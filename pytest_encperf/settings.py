@@ -342,6 +342,10 @@ OPTIONS: tuple[Option, ...] = (
            "let rounds on different physical disks run at the same time (xdist workers, other sessions); "
            "rounds on one disk never overlap; without it one measurement at a time per machine "
            "(bare flag = yes)", parse_bool, "no", form="flag", const="1"),
+    Option("ladder", "BOOL",
+           "where the overhead comes from: also measure each backend's cipher alone and each backend and "
+           "workload on a RAM-backed container (tmpfs + loop, never a baseline), and name the rung that "
+           "limits it (bare flag = yes)", parse_bool, "no", form="flag", const="1"),
 )  # fmt: skip
 
 
@@ -382,6 +386,7 @@ class Settings:
     parallel_devices: bool = False
     inplace: bool = False
     project_size: int = 1000**4
+    ladder: bool = False
     sources: dict[str, str] = field(default_factory=dict)  # option -> where its value came from
 
 

@@ -41,6 +41,8 @@ class Target:
     size: int  # bytes of the container (file system included)
     device: Path | None = None  # the block device of a partition target
     force: bool = False  # partition: overwrite even if it carries a signature
+    # a container on a tmpfs the run mounted itself (the ladder's layer rung): memory on purpose
+    ram: bool = False
 
     def problems(self) -> list[str]:
         """Why volumes cannot be made on this target; empty when they can."""
@@ -61,7 +63,7 @@ class Target:
                 f"{self.directory} is on {fstype}, not a disk: pass --encperf-dir on the disk to measure"
             )
             return found
-        if fstype in MEMORY_FILESYSTEMS:
+        if fstype in MEMORY_FILESYSTEMS and not self.ram:
             found.append(
                 f"{self.directory} is on {fstype} (memory, not a disk): "
                 "pass --encperf-dir on the disk to measure"
