@@ -92,3 +92,38 @@ def test_kernel_cipher_speed_through_af_alg() -> None:
     assert found.mb_per_s is not None and found.mb_per_s > 0
     assert found.how == f"kernel driver {ceiling.kernel_driver('xts(aes)')} via AF_ALG"
     assert measure("kernel:nosuch(aes):512", seconds=0.05).mb_per_s is None
+
+
+@pytest.mark.parametrize(
+    ("cipher", "other"),
+    [
+        ("kernel:xts(aes):512", "user:AES-256-XTS"),
+        ("kernel:xts(aes):256", "user:AES-128-XTS"),
+        ("kernel:cbc(aes):128", "user:AES-128-CBC"),
+        ("gocryptfs:AES-GCM-256", "kernel-aead:gcm(aes):256"),
+    ],
+)
+def test_the_ladder_measures_each_cipher_in_the_other_place_too(cipher: str, other: str) -> None:
+    assert ceiling.counterpart(cipher) == (other, "")
+
+
+def test_a_cipher_without_a_counterpart_says_why() -> None:
+    assert ceiling.counterpart("gocryptfs:AES-SIV-512") == (
+        None,
+        "the kernel has no AES-SIV-512 (gocryptfs's own user-space implementation only)",
+    )
+    assert ceiling.counterpart("kernel:adiantum(xchacha12,aes):256")[0] is None
+
+
+def test_the_user_space_counterpart_is_measured_here() -> None:
+    found = measure("user:AES-256-XTS", seconds=0.05)
+    assert found.mb_per_s and found.mb_per_s > 0 and "via cryptography" in found.how
+
+
+def test_the_kernel_aead_counterpart_says_why_when_af_alg_is_missing() -> None:
+    found = measure("kernel-aead:gcm(aes):256", seconds=0.05)
+    if found.mb_per_s is None:
+        assert found.how.startswith("not measured: ")
+        assert "AF_ALG" in found.how or hasattr(socket, "AF_ALG")
+    else:
+        assert found.how.endswith("via AF_ALG")

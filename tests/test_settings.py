@@ -167,3 +167,14 @@ def test_tree_options_resolve_with_precedence_and_defaults() -> None:
     assert defaults.tree_size == 2 * MiB and defaults.tree_seed == 1
     with pytest.raises(ValueError, match=r"--encperf-tree-seed: bad seed 'x'"):
         resolve({"tree-seed": "x"}, {}, {})
+
+
+def test_ladder_is_off_by_default_and_resolves_cli_then_env_then_ini() -> None:
+    assert resolve({}, {}, environ={}).ladder is False
+    assert resolve({}, {"ladder": "yes"}, environ={}).sources["ladder"] == "encperf_ladder"
+    from_env = resolve({}, {"ladder": "yes"}, environ={"ENCPERF_LADDER": "no"})
+    assert from_env.ladder is False and from_env.sources["ladder"] == "ENCPERF_LADDER"
+    typed = resolve({"ladder": "1"}, {"ladder": "no"}, environ={"ENCPERF_LADDER": "no"})
+    assert typed.ladder is True and typed.sources["ladder"] == "--encperf-ladder"
+    with pytest.raises(ValueError, match=r"--encperf-ladder \(from ENCPERF_LADDER\)"):
+        resolve({}, {}, environ={"ENCPERF_LADDER": "perhaps"})

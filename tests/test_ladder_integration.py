@@ -1,0 +1,67 @@
+"""--encperf-ladder end to end: plain, fscrypt and gocryptfs on this machine, the RAM-backed layer
+rung torn down after it and kept apart from the saved results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_encperf import storage
+from pytest_encperf.layer import RAM_SOURCE
+from tests.support import problems_here, scratch_dir, tiny_session
+
+pytestmark = pytest.mark.integration
+
+BACKENDS = ("plain", "fscrypt", "gocryptfs")
+WORKLOADS = ("SEQ1M-Q1T1-read", "SEQ1M-Q1T1-write")
+
+
+def ram_mounts() -> list[str]:
+    """Mounts of the ladder's tmpfs (by its source name) anywhere on this machine."""
+    lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    return [line for line in lines if line.split(" - ")[-1].split()[1:2] == [RAM_SOURCE]]
+
+
+def test_the_ladder_names_a_limiting_rung_for_each_workload_and_leaves_nothing(
+    pytester: pytest.Pytester,
+) -> None:
+    with scratch_dir("encperf-ladder-") as base:  # asserts no mount or loop device is left under it
+        missing = {name: problems_here(name, base) for name in BACKENDS}
+        missing = {name: reasons for name, reasons in missing.items() if reasons}
+        if missing:
+            pytest.skip("; ".join(f"{name}: {'; '.join(why)}" for name, why in missing.items()))
+        before = ram_mounts()
+        saved = base / "saved"
+        result = tiny_session(
+            pytester, base, f"--encperf-backends={','.join(BACKENDS)}", "--encperf-ladder",
+            "--encperf-save=ladder", f"--encperf-storage={saved}",
+        )  # fmt: skip
+        result.assert_outcomes(passed=len(BACKENDS) * len(WORKLOADS))
+        result.stdout.fnmatch_lines(["where the overhead comes from (--encperf-ladder): *"])
+        for backend in BACKENDS:
+            for workload in WORKLOADS:
+                result.stdout.fnmatch_lines(
+                    [f"{backend} {workload}: cipher *, layer * on RAM (plain *), device *: the * limits it*"]
+                )
+        assert ram_mounts() == before, "the ladder's tmpfs is still mounted"
+        assert list(base.glob("encperf-*/ladder-ram")) == []
+        (path,) = saved.glob("*/*.json")
+        doc = json.loads(path.read_text())
+        rows = doc["encperf"]["ladder"]
+        assert {(row["backend"], row["workload"]) for row in rows} == {
+            (backend, workload) for backend in BACKENDS for workload in WORKLOADS
+        }
+        for row in rows:
+            assert row["ram_backed_layer"] is True and row["limit"]["rung"] in ("cipher", "layer", "device")
+            assert row["layer"]["note"].startswith("RAM-backed")
+        # what the gate compares with is the device rung alone: the saved results are those rounds
+        _, results = storage.load(path)
+        assert len(results) == len(rows) == len(doc["benchmarks"])
+        device = {(row["backend"], row["workload"]): row["device"]["mb_per_s"] for row in rows}
+        for saved_result in results:
+            key = (saved_result.backend, saved_result.workload.name)
+            assert saved_result.median("mb_per_s") == pytest.approx(device[key])
+        assert "RAM-backed" not in json.dumps(doc["benchmarks"])
+        assert "ladder-ram" not in json.dumps(doc["benchmarks"])
