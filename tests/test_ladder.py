@@ -118,3 +118,18 @@ def test_plain_has_no_cipher_rung_and_an_unmeasured_layer_says_why() -> None:
 )
 def test_format_speed(value: float | None, text: str) -> None:
     assert format_speed(value) == text
+
+
+def test_the_ram_container_is_refused_when_it_would_take_more_than_half_the_free_memory() -> None:
+    from pytest_encperf import host
+    from pytest_encperf.layer import ram_bytes, ram_problem
+
+    if not host.is_root():
+        assert "needs root" in ram_problem(MiB, available=10**12)
+        return
+    need = ram_bytes(256 * MiB)
+    assert ram_problem(256 * MiB, available=2 * need) == ""
+    assert ram_problem(256 * MiB, available=2 * need - MiB) == (
+        f"the RAM-backed container needs {need // MiB} MiB of memory, more than half of the "
+        f"{(2 * need - MiB) // MiB} MiB available: pass a smaller --encperf-size"
+    )

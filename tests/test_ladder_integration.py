@@ -4,12 +4,18 @@ rung torn down after it and kept apart from the saved results."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import stat
 from pathlib import Path
 
 import pytest
 
-from pytest_encperf import storage
-from pytest_encperf.layer import RAM_SOURCE
+from pytest_encperf import host, resources, storage
+from pytest_encperf.engines import select_engine
+from pytest_encperf.ladder import Rung
+from pytest_encperf.layer import RAM_MOUNT, RAM_SOURCE, LayerSettings, measure_layers, mount_ram, ram_bytes
+from pytest_encperf.workloads import MiB, Workload
 from tests.support import problems_here, scratch_dir, tiny_session
 
 pytestmark = pytest.mark.integration
@@ -65,3 +71,35 @@ def test_the_ladder_names_a_limiting_rung_for_each_workload_and_leaves_nothing(
             assert saved_result.median("mb_per_s") == pytest.approx(device[key])
         assert "RAM-backed" not in json.dumps(doc["benchmarks"])
         assert "ladder-ram" not in json.dumps(doc["benchmarks"])
+
+
+def test_a_backend_that_cannot_run_says_why_on_its_layer_rung_and_the_ram_is_released() -> None:
+    workloads = [Workload("SEQ1M Q1T1", "write", MiB)]
+    settings = LayerSettings(select_engine("auto"), 2 * MiB, 0.05, 1, 0)
+    with scratch_dir("encperf-layer-") as base:
+        before = ram_mounts()
+        found, errors = measure_layers([("plain", workloads), ("luks2", workloads)], base, settings)
+        assert errors == []
+        layer, plain = found[("plain", "SEQ1M-Q1T1-write")]
+        assert layer.mb_per_s and plain.mb_per_s and layer.note.startswith("RAM-backed")
+        luks2, _ = found[("luks2", "SEQ1M-Q1T1-write")]
+        reasons = problems_here("luks2", base)  # no device-mapper here: the rung gives that reason
+        if reasons:
+            assert luks2 == Rung(None, f"not measured: {'; '.join(reasons)}")
+        else:
+            assert luks2.mb_per_s and luks2.note.startswith("RAM-backed")
+        assert ram_mounts() == before and not (base / RAM_MOUNT).exists()
+
+
+def test_the_ram_tmpfs_is_private_sized_for_two_containers_and_released() -> None:
+    with scratch_dir("encperf-layer-") as base:
+        cleanup = resources.Cleanup()
+        try:
+            point = mount_ram(base, 2 * MiB, cleanup)
+            assert host.mount_type(point) == "tmpfs"
+            assert stat.S_IMODE(os.stat(point).st_mode) == 0o700  # the tmpfs's root
+            assert shutil.disk_usage(point).total == ram_bytes(2 * MiB)
+            assert len(ram_mounts()) >= 1
+        finally:
+            cleanup.release()
+        assert not point.exists()
