@@ -26,6 +26,7 @@ RUNGS = ("cipher", "layer", "device")
 # several percent); the device rung below every ceiling by more than this gets a remark.
 TOLERANCE = 0.10
 BASELINE = "plain"  # the unencrypted backend (backends.BASELINE; this module imports no backend)
+NO_ENCRYPTION = "no encryption"  # the cipher rung of plain
 LayerRungs = dict[tuple[str, str], tuple["Rung", "Rung"]]  # (spec, workload name) -> (layer, its plain)
 
 
@@ -86,19 +87,17 @@ class LadderRow:
     ram_backed_layer: bool = True  # the layer rung measured memory: never a disk figure
 
     @property
-    def cipher_ceiling(self) -> Rung:
-        """The cipher speed the rule uses: the backend's own implementation's, else (not
-        measurable here) its counterpart's as the nearest estimate."""
-        return self.cipher if self.cipher.mb_per_s else self.counterpart
-
-    @property
     def limit(self) -> Limit:
-        return limiting_rung(
-            self.cipher_ceiling.mb_per_s,
-            self.layer.mb_per_s,
-            self.device_plain.mb_per_s,
-            self.device.mb_per_s,
-        )
+        """The rule on this row. Only the implementation the backend uses counts as its cipher
+        rung: the counterpart runs elsewhere (a kernel without AES instructions can be many times
+        slower than OpenSSL on the same CPU), so it never stands in for it. When that cipher
+        cannot be measured here and the layer limits, the remark says the layer rung includes it."""
+        cipher, layer = self.cipher.mb_per_s, self.layer.mb_per_s
+        found = limiting_rung(cipher, layer, self.device_plain.mb_per_s, self.device.mb_per_s)
+        if found.rung == "layer" and not cipher and self.cipher.note != NO_ENCRYPTION:
+            unmeasured = "the cipher could not be measured alone here, so the layer rung includes it"
+            return Limit("layer", f"{unmeasured}; {found.remark}" if found.remark else unmeasured)
+        return found
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -139,7 +138,7 @@ def rows(
     for result in results:
         cipher = result.cipher_ceiling
         if result.backend == BASELINE:
-            own = other = Rung(None, "no encryption")
+            own = other = Rung(None, NO_ENCRYPTION)
         elif cipher is None:
             own = other = Rung(None, "the backend names no cipher that can be measured")
         else:

@@ -740,10 +740,10 @@ def cpu_line(info: Mapping[str, object]) -> str:
 
 LADDER_TITLE = "where the overhead comes from (--encperf-ladder): cipher, layer, device"
 LADDER_LEGEND = (
-    "cipher: the speed of the backend's own cipher implementation on one core (encryption, MB/s); "
-    "in () that cipher, then its counterpart in the other place (the kernel's through AF_ALG, or "
-    "user space), which stands in when the backend's own cannot be measured here (why: the ladder "
-    "cipher lines). layer: the same backend and workload "
+    "cipher: the speed of the implementation of its cipher that the backend uses, on one core "
+    "(encryption, MB/s); in () that cipher, then for reference the same cipher in the other place "
+    "(the kernel's through AF_ALG, or user space), which never stands in for it (why one is not "
+    "measured: the ladder cipher lines). layer: the same backend and workload "
     "on a RAM-backed container (a loop device over a file on a tmpfs this run mounted), with plain "
     "on the same RAM in (); it measures memory, never a disk, and is never a baseline nor gated. "
     "device: the normal run, with its plain rounds in (). Medians of the rounds. The limiting rung "
@@ -781,7 +781,7 @@ def ladder_line(row: LadderRow) -> str:
     if row.cipher.note == "no encryption":
         cipher = "cipher none (no encryption)"
     else:
-        speed = format_speed(row.cipher_ceiling.mb_per_s) if row.cipher_ceiling.mb_per_s else "not measured"
+        speed = format_speed(row.cipher.mb_per_s) if row.cipher.mb_per_s else "not measured"
         cipher = f"cipher {speed} ({_cipher_text(row.cipher)}; {_cipher_text(row.counterpart)})"
     layer = f"layer {_rung_text(row.layer)}"
     if row.layer.mb_per_s:

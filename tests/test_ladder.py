@@ -92,15 +92,20 @@ def test_rows_take_the_device_rung_from_the_run_and_the_layer_from_the_ram_rungs
     )
 
 
-def test_a_cipher_not_measurable_here_is_stood_in_for_by_its_counterpart() -> None:
+def test_a_counterpart_never_stands_in_for_the_backends_own_cipher() -> None:
     ciphers = {"kernel:xts(aes):512": Rung(None, "kernel:xts(aes):512: not measured: no AF_ALG")}
-    others = {"kernel:xts(aes):512": Rung(900.0, "user:AES-256-XTS: 900 MB/s (OpenSSL)")}
+    others = {"kernel:xts(aes):512": Rung(50.0, "user:AES-256-XTS: 50 MB/s (OpenSSL)")}
     layers = {("fscrypt", "SEQ1M-Q1T1-write"): (Rung(880.0, "RAM"), Rung(3000.0, "RAM"))}
     (row,) = rows([result("fscrypt", "kernel:xts(aes):512", [850], [2000])], layers, ciphers, others)
-    assert row.cipher_ceiling.mb_per_s == 900 and row.limit.rung == "cipher"
+    assert row.limit == Limit(
+        "layer", "the cipher could not be measured alone here, so the layer rung includes it"
+    )
     lines = ladder_lines([row.to_dict()])
-    assert "kernel:xts(aes):512 not measured; user:AES-256-XTS 900 MB/s" in lines[1]
+    assert "cipher not measured (kernel:xts(aes):512 not measured; user:AES-256-XTS 50 MB/s)" in lines[1]
     assert "ladder cipher: kernel:xts(aes):512: not measured: no AF_ALG" in lines
+    assert lines[1].endswith(
+        "the layer limits it (the cipher could not be measured alone here, so the layer rung includes it)"
+    )
 
 
 def test_plain_has_no_cipher_rung_and_an_unmeasured_layer_says_why() -> None:
