@@ -933,6 +933,7 @@ def markdown_report(
     profiles: Iterable[str] | None = None,
     limit: int = MARKDOWN_LIMIT,
     sweeps: Iterable[FamilyRanking] = (),
+    ladder: Iterable[Mapping[str, object]] = (),
 ) -> str:
     """A GitHub-flavoured Markdown report (for PR comments and $GITHUB_STEP_SUMMARY): the verdict's
     one-line header (✅/❌ with its counts), what failed, the compact CrystalDiskMark table(s) of
@@ -960,6 +961,11 @@ def markdown_report(
     for ranking in sweeps:
         tables += [f"**{sweep_title(ranking)}**", "", sweep_table(ranking, tablefmt="github"), ""]
         tables += [*sweep_notes(ranking), "", "```", *sweep_recommendation(ranking), "```", ""]
+    ladder_section = ladder_lines(ladder)
+    if ladder_section:
+        title, *lines = ladder_section
+        tables += [f"**{title}**", "", *(f"- {line}" for line in lines if line != LADDER_LEGEND)]
+        tables += ["", LADDER_LEGEND, ""]
 
     def details(checks: list[Check] | None, note: str = "") -> list[str]:
         body = [results_markdown(results), ""] if checks is None else []

@@ -864,6 +864,7 @@ class EncperfSession:
                         self.backend_specs,
                         s.profile,
                         sweeps=self.sweep_rankings(part),
+                        ladder=part.ladder,
                     )
                     for part, verdict in zip(parts, verdicts, strict=True)
                 )
@@ -876,6 +877,7 @@ class EncperfSession:
                     backends=self.backend_specs,
                     profiles=s.profile,
                     sweeps=self.sweep_rankings(parts[0]),
+                    ladder=parts[0].ladder,
                 )
             s.markdown.parent.mkdir(parents=True, exist_ok=True)
             s.markdown.write_text(text, encoding="utf-8")

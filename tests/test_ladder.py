@@ -6,7 +6,7 @@ import pytest
 
 from pytest_encperf.ladder import TOLERANCE, LadderRow, Limit, Rung, limiting_rung, rows
 from pytest_encperf.model import Measurement, Result
-from pytest_encperf.report import format_speed, ladder_line, ladder_lines
+from pytest_encperf.report import format_speed, ladder_line, ladder_lines, markdown_report
 from pytest_encperf.workloads import MiB, Workload
 
 
@@ -84,6 +84,8 @@ def test_rows_take_the_device_rung_from_the_run_and_the_layer_from_the_ram_rungs
     assert row.limit.rung == "layer"
     assert LadderRow.from_dict(row.to_dict()) == row
     assert row.to_dict()["ram_backed_layer"] is True
+    markdown = markdown_report([], None, ladder=[row.to_dict()])
+    assert f"- {ladder_line(row)}" in markdown and "**where the overhead comes from" in markdown
     line = ladder_line(row)
     assert line == (
         "gocryptfs SEQ1M-Q1T1-write: cipher 2.1 GB/s (gocryptfs:AES-GCM-256 2.1 GB/s; "

@@ -42,7 +42,7 @@ def test_the_ladder_names_a_limiting_rung_for_each_workload_and_leaves_nothing(
         saved = base / "saved"
         result = tiny_session(
             pytester, base, f"--encperf-backends={','.join(BACKENDS)}", "--encperf-ladder",
-            "--encperf-save=ladder", f"--encperf-storage={saved}",
+            "--encperf-save=ladder", f"--encperf-storage={saved}", f"--encperf-markdown={base / 'report.md'}",
         )  # fmt: skip
         result.assert_outcomes(passed=len(BACKENDS) * len(WORKLOADS))
         result.stdout.fnmatch_lines(["where the overhead comes from (--encperf-ladder): *"])
@@ -51,6 +51,9 @@ def test_the_ladder_names_a_limiting_rung_for_each_workload_and_leaves_nothing(
                 result.stdout.fnmatch_lines(
                     [f"{backend} {workload}: cipher *, layer * on RAM (plain *), device *: the * limits it*"]
                 )
+        markdown = (base / "report.md").read_text()
+        assert "**where the overhead comes from (--encperf-ladder): cipher, layer, device**" in markdown
+        assert markdown.count(" limits it") == len(BACKENDS) * len(WORKLOADS)
         assert ram_mounts() == before, "the ladder's tmpfs is still mounted"
         assert list(base.glob("encperf-*/ladder-ram")) == []
         (path,) = saved.glob("*/*.json")
