@@ -586,7 +586,8 @@ class EncperfSession:
         s = self.settings
         cases: dict[str, list[Workload]] = {}
         for result in self.results:
-            cases.setdefault(result.backend, []).append(result.workload)
+            if result.workload.kind != "task":  # a real-work task has no ladder (ladder.rows)
+                cases.setdefault(result.backend, []).append(result.workload)
         settings = layer.LayerSettings(
             self.engine, s.size, s.runtime, s.rounds, s.warmup,
             lock=lambda: host.measurement_lock(None),  # memory and CPU: the whole machine

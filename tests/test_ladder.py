@@ -7,7 +7,7 @@ import pytest
 from pytest_encperf.ladder import TOLERANCE, LadderRow, Limit, Rung, limiting_rung, rows
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.report import format_speed, ladder_line, ladder_lines, markdown_report
-from pytest_encperf.workloads import MiB, Workload
+from pytest_encperf.workloads import TASK_MODE, MiB, Workload
 
 
 def test_the_issue_example_is_limited_by_the_layer() -> None:
@@ -92,6 +92,13 @@ def test_rows_take_the_device_rung_from_the_run_and_the_layer_from_the_ram_rungs
         "kernel-aead:gcm(aes):256 not measured), layer 430 MB/s on RAM (plain 1.9 GB/s), "
         "device 410 MB/s (plain 1.8 GB/s): the layer limits it"
     )
+
+
+def test_a_real_work_task_has_no_ladder_row() -> None:
+    task = result("fscrypt", None, [2.0, 2.1, 2.2], [1.0, 1.0, 1.0])
+    task.workload = Workload("archive tar.gz", TASK_MODE, 1, task="archive")
+    block = result("fscrypt", None, [40.0, 41.0, 42.0], [90.0, 90.0, 90.0])
+    assert [row.workload for row in rows([task, block], {}, {}, {})] == ["SEQ1M-Q1T1-write"]
 
 
 def test_a_counterpart_never_stands_in_for_the_backends_own_cipher() -> None:
