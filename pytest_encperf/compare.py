@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 
 from . import stats
-from .model import Measurement, Result, RunData, io_mode_problem, round_ratios
+from .model import LIFECYCLE_STEPS, Measurement, Result, RunData, io_mode_problem, round_ratios
 from .workloads import TASK_NAMES, MiB, Workload
 
 EXIT_REGRESSION = 7  # pytest exit status (and `encperf compare`'s) when the gate fails; see README
@@ -88,6 +88,8 @@ METRICS: dict[str, Metric] = {
         # own seconds), ``abs-seconds`` an encrypted backend's own seconds
         Metric("seconds", "seconds", False, "s", paired=True),
         Metric("abs-seconds", "seconds", False, "s"),
+        # a step of the volume's life cycle (not a workload's metric: see lifecycle_checks)
+        Metric("lifecycle", None, False, "s"),
     )
 }
 # What a throughput metric means for a task, which is timed: its seconds, lower is better.
@@ -102,12 +104,23 @@ _WORKLOAD_NAME = re.compile(r"^(seq|rnd)\d+[km]-q\d+t\d+-(read|write)$")
 _THRESHOLD = re.compile(r"^(\d+(?:\.\d+)?)%$")
 _BACKEND = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
+LIFECYCLE_METRIC = "lifecycle"
+
+
+def lifecycle_selector(step: str) -> str:
+    """The rule grammar's WORKLOAD name of a life-cycle step: "first write" -> lifecycle-first-write."""
+    return "lifecycle-" + step.replace(" ", "-")
+
+
+LIFECYCLE_SELECTORS = {lifecycle_selector(step): step for step in LIFECYCLE_STEPS}
+
 GRAMMAR = (
     "expected a comma list of [BACKEND:][WORKLOAD:][METRIC:]PERCENT%, e.g. 10%, seq-read:5%, "
     "rnd4k-q1t1-write:15%, latency-p99:20%, cpu-per-gib:25%, fscrypt:seq-write:8%; "
     f"WORKLOAD is {' | '.join(WORKLOAD_CLASSES)} or a workload name such as seq1m-q8t1-read or archive; "
     f"METRIC is {' | '.join(METRICS)} (default throughput: an encrypted backend's ratio to plain, "
-    "plain's own MB/s or IOPS); BACKEND is a backend name"
+    "plain's own MB/s or IOPS); BACKEND is a backend name; life-cycle timings: lifecycle:50% (every "
+    f"step) or a step, {' | '.join(LIFECYCLE_SELECTORS)}, e.g. gocryptfs:lifecycle-mount:40%"
 )
 
 
@@ -170,7 +183,12 @@ def _parse_rule(expression: str, names: set[str] | None) -> Rule:
     for token in prefix:
         if token in METRICS:
             kind = "metric"
-        elif token in WORKLOAD_CLASSES or _WORKLOAD_NAME.match(token) or token in TASK_NAMES:
+        elif (
+            token in WORKLOAD_CLASSES
+            or _WORKLOAD_NAME.match(token)
+            or token in TASK_NAMES
+            or token in LIFECYCLE_SELECTORS
+        ):
             kind = "workload"
         elif _BACKEND.match(token) and (names is None or token in names):
             kind = "backend"
@@ -182,7 +200,7 @@ def _parse_rule(expression: str, names: set[str] | None) -> Rule:
             )
         found[kind] = token
     threshold = float(match.group(1))
-    metric = found.get("metric", DEFAULT_METRIC)
+    metric = _lifecycle_metric(expression, found) or found.get("metric", DEFAULT_METRIC)
     if METRICS[metric].higher_is_better and threshold >= 100:
         raise ValueError(
             f"bad expression {expression!r}: {metric} cannot drop by {threshold:g}% or more; "
@@ -205,6 +223,25 @@ def metric_for(name: str, workload: Workload) -> Metric | None:
         name = TASK_METRICS.get(name, name)
         return METRICS[name] if name in FOR_TASKS else None
     return None if name in TASK_ONLY else METRICS[name]
+
+
+def _lifecycle_metric(expression: str, found: dict[str, str]) -> str | None:
+    """LIFECYCLE_METRIC for a rule about life-cycle steps (a step selector implies it); a
+    ValueError for one mixing them with workloads or workload metrics."""
+    step = found.get("workload") in LIFECYCLE_SELECTORS
+    named = found.get("metric") == LIFECYCLE_METRIC
+    if not (step or named):
+        return None
+    if step and found.get("metric", LIFECYCLE_METRIC) != LIFECYCLE_METRIC:
+        raise ValueError(
+            f"bad expression {expression!r}: a life-cycle step is timed in seconds only; {GRAMMAR}"
+        )
+    if named and found.get("workload", next(iter(LIFECYCLE_SELECTORS))) not in LIFECYCLE_SELECTORS:
+        raise ValueError(
+            f"bad expression {expression!r}: the lifecycle metric takes a step "
+            f"({' | '.join(LIFECYCLE_SELECTORS)}), not a workload; {GRAMMAR}"
+        )
+    return LIFECYCLE_METRIC
 
 
 def select_rule(rules: Sequence[Rule], backend: str, workload: Workload, metric: str) -> Rule | None:
@@ -635,7 +672,9 @@ def decide_family(checks: Sequence[Check], alpha: float = ALPHA) -> list[Check]:
 
 
 def _metric_names(rules: Sequence[Rule]) -> list[str]:
-    return list(dict.fromkeys([DEFAULT_METRIC, *(rule.metric for rule in rules)]))
+    """The metrics the cells of a run are checked on (life-cycle rules have their own checks)."""
+    named = (rule.metric for rule in rules if rule.metric != LIFECYCLE_METRIC)
+    return list(dict.fromkeys([DEFAULT_METRIC, *named]))
 
 
 def baseline_checks(
@@ -709,7 +748,7 @@ def overhead_checks(results: Sequence[Result], rules: Sequence[Rule]) -> list[Ch
     for cell in cells_of(results).values():
         if cell.plain or not cell.baseline_rounds:
             continue
-        for name in dict.fromkeys(rule.metric for rule in rules):
+        for name in dict.fromkeys(rule.metric for rule in rules if rule.metric != LIFECYCLE_METRIC):
             rule = select_rule(rules, cell.backend, cell.workload, name)
             if rule is not None and metric_for(name, cell.workload) is not None:
                 checks.append(overhead_check(cell, name, rule))
@@ -734,6 +773,97 @@ def overhead_check(cell: Cell, name: str, rule: Rule | None) -> Check:
         differences=[mismatch] if mismatch else [],
     )  # fmt: skip
     return replace(check, metric=name)  # named as the rule names it
+
+
+# ----------------------------------------------------------------------------- life cycles
+
+LIFECYCLE_EVIDENCE = "cycles of both runs"
+# A life-cycle step is timed once per cycle, on a volume of its own: its samples are independent
+# draws of the same step, so two runs are compared by the same exact one-sided Mann-Whitney test
+# as rounds are. Below this many cycles on either side that test cannot reach p <= ALPHA even
+# alone (stats.min_p_value: 1/20 = 0.05 for 3 against 3), so fewer are reported, not gated.
+MIN_LIFECYCLE_CYCLES = next(n for n in range(1, 100) if stats.min_p_value(n, n) <= ALPHA)
+# run settings that change what a cycle times (a bigger volume takes longer to create, another
+# target kind is another device); the key derivation is part of the backend spec
+LIFECYCLE_SETTINGS = ("size", "target")
+
+
+def lifecycle_workload(step: str) -> Workload:
+    """A stand-in workload named for a life-cycle step, so a step's check reads like a cell's."""
+    return Workload(lifecycle_selector(step), "write", 1)
+
+
+def select_lifecycle_rule(rules: Sequence[Rule], backend: str, step: str) -> Rule | None:
+    """The most specific life-cycle rule for ``backend`` and ``step`` (as select_rule chooses)."""
+    best: Rule | None = None
+    for rule in rules:
+        if rule.metric != LIFECYCLE_METRIC or rule.backend not in (None, backend, backend.split(":", 1)[0]):
+            continue
+        if rule.workload not in (None, lifecycle_selector(step)):
+            continue
+        if best is None or rule.specificity >= best.specificity:
+            best = rule
+    return best
+
+
+def lifecycle_differences(before: dict[str, str], now: dict[str, str]) -> list[str]:
+    """The LIFECYCLE_SETTINGS both runs recorded differently (``size 256 MiB -> 64 MiB``)."""
+    found = []
+    for key in LIFECYCLE_SETTINGS:
+        old, new = before.get(key), now.get(key)
+        if old is not None and new is not None and str(old) != str(new):
+            found.append(f"{key} {_setting_display(key, old)} -> {_setting_display(key, new)}")
+    return found
+
+
+def lifecycle_checks(
+    reference: RunData, current: RunData, rules: Sequence[Rule]
+) -> tuple[list[Check], list[str]]:
+    """One check per backend x life-cycle step that both runs timed and a life-cycle rule
+    selects, lower is better, and the notes the gate shows: why a backend's life cycle is not
+    gated (too few cycles), and that there was nothing to check. No life-cycle rule: no checks."""
+    if not any(rule.metric == LIFECYCLE_METRIC for rule in rules):
+        return [], []
+    metric = METRICS[LIFECYCLE_METRIC]
+    differences = lifecycle_differences(reference.settings, current.settings)
+    checks: list[Check] = []
+    notes: list[str] = []
+    for backend, steps in current.lifecycle.items():
+        old_steps = reference.lifecycle.get(backend, {})
+        ruled = [
+            step for step in LIFECYCLE_STEPS
+            if steps.get(step) and old_steps.get(step) and select_lifecycle_rule(rules, backend, step)
+        ]  # fmt: skip
+        if not ruled:
+            continue
+        cycles = min(len(steps[step]) for step in ruled), min(len(old_steps[step]) for step in ruled)
+        too_few = min(cycles) < MIN_LIFECYCLE_CYCLES
+        why = (
+            f"life cycle not gated: {min(cycles)} cycles (this run {cycles[0]}, {reference.label} "
+            f"{cycles[1]}; needs {MIN_LIFECYCLE_CYCLES}; --encperf-lifecycle-cycles)"
+        )
+        if too_few and not differences:
+            notes.append(f"{backend}: {why}")
+        for step in ruled:
+            rule = select_lifecycle_rule(rules, backend, step)
+            cell = Cell(backend, lifecycle_workload(step), ())
+            now, old = steps[step], old_steps[step]
+            check = assess("baseline", cell, metric, now, old, rule, differences=differences)
+            named = lifecycle_selector(step)  # the stand-in workload's name has a direction
+            check = replace(check, workload=named, reason=check.reason.replace(cell.workload.name, named))
+            if check.evidence == ROUNDS:  # evaluated (not "not comparable" or "invalid")
+                check = replace(check, evidence=LIFECYCLE_EVIDENCE)
+                if too_few:
+                    check = replace(check, status=NOT_GATED, reason=why)
+                else:
+                    check = replace(check, status="", reason="", gated=True)
+            checks.append(check)
+    if not checks:
+        notes.append(
+            f"life cycle: nothing to check: no backend has life-cycle timings in both this run and "
+            f"{reference.label} that a lifecycle rule selects"
+        )
+    return checks, notes
 
 
 # ----------------------------------------------------------------------------- the verdict
@@ -826,6 +956,9 @@ def judge_machines(
                 reference, current, rules, history
             )
             verdict.history = [run.label for run in history]
+            cycle_checks, cycle_notes = lifecycle_checks(reference, current, rules)
+            checks += cycle_checks
+            verdict.notes += cycle_notes
             if not checks:
                 verdict.unchecked.append(
                     f"{reference.label} has no backend x workload in common with this run"

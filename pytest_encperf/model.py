@@ -330,6 +330,7 @@ class RunData:
     results: tuple[Result, ...]
     settings: dict[str, str] = field(default_factory=dict)  # as saved: size, runtime, target, ...
     machine_info: dict[str, Any] = field(default_factory=dict)
+    lifecycle: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # spec -> step -> s
 
 
 def io_mode_problem(rounds: Sequence[Measurement], baseline_rounds: Sequence[Measurement]) -> str | None:
@@ -374,6 +375,29 @@ def _divide(value: float, plain: float) -> float:
 LIFECYCLE_STEPS = ("create", "mount", "first write", "unmount", "destroy")
 
 
+def lifecycle_samples(data: Any) -> dict[str, dict[str, list[float]]]:
+    """A saved ``encperf.lifecycle`` as spec -> step -> seconds per cycle: runs saved before
+    --encperf-lifecycle-cycles kept one float per step (one cycle); anything else is left out."""
+    found: dict[str, dict[str, list[float]]] = {}
+    for spec, steps in (data or {}).items() if isinstance(data, dict) else ():
+        if not isinstance(steps, dict):
+            continue
+        for step, value in steps.items():
+            values = value if isinstance(value, list) else [value]
+            numbers = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+            if numbers:
+                found.setdefault(str(spec), {})[str(step)] = numbers
+    return found
+
+
+def lifecycle_medians(data: Any) -> dict[str, dict[str, float]]:
+    """spec -> step -> the median of its cycles (what the life-cycle table shows)."""
+    return {
+        spec: {step: statistics.median(values) for step, values in steps.items()}
+        for spec, steps in lifecycle_samples(data).items()
+    }
+
+
 @dataclass
 class MachineRun:
     """What one machine measured in a session, as an xdist worker sends it to the controller
@@ -390,7 +414,8 @@ class MachineRun:
     xts_driver: str = ""
     problems: list[str] = field(default_factory=list)  # teardown failures (fail the run)
     notes: list[str] = field(default_factory=list)  # start-up cleanup lines, merge notes
-    lifecycle: dict[str, dict[str, float]] = field(default_factory=dict)  # spec -> LIFECYCLE_STEPS -> s
+    # spec -> LIFECYCLE_STEPS -> seconds, one per cycle (lifecycle_samples reads older runs' floats)
+    lifecycle: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     kdf: dict[str, dict[str, Any]] = field(default_factory=dict)  # spec -> the kdf profile's row
     inplace: dict[str, dict[str, Any]] = field(default_factory=dict)  # spec -> in-place figure
     ladder: list[dict[str, Any]] = field(default_factory=list)  # --encperf-ladder rows (ladder.LadderRow)

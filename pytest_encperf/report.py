@@ -25,7 +25,16 @@ from .compare import (
 )
 from .ladder import TOLERANCE as LADDER_TOLERANCE
 from .ladder import LadderRow, Rung
-from .model import CAVEATS, LIFECYCLE_STEPS, Measurement, Result, device_traffic, speed_change
+from .model import (
+    CAVEATS,
+    LIFECYCLE_STEPS,
+    Measurement,
+    Result,
+    device_traffic,
+    lifecycle_medians,
+    lifecycle_samples,
+    speed_change,
+)
 from .sweep import ALPHA as SWEEP_ALPHA
 from .sweep import FamilyRanking, Ranked, parameters
 from .workloads import PROFILES, GiB, KiB, Profile, Workload, same_definition
@@ -614,20 +623,25 @@ def compact_table(results: list[Result], backends: list[str], workloads: list[Wo
 
 
 def lifecycle_table(
-    lifecycle: Mapping[str, Mapping[str, float]], backends: Iterable[str] = (), tablefmt: str = "simple"
+    lifecycle: Mapping[str, Mapping[str, Any]], backends: Iterable[str] = (), tablefmt: str = "simple"
 ) -> str:
-    """Seconds of each step of each volume's life (plain first, then the backends in order)."""
-    order = [BASELINE_SPEC, *backends, *lifecycle]
+    """Seconds of each step of each volume's life, the median of its cycles, and how many cycles
+    (plain first, then the backends in order). A step's value is a list of seconds per cycle, or
+    one float (a run saved before --encperf-lifecycle-cycles)."""
+    samples = lifecycle_samples(lifecycle)
+    medians = lifecycle_medians(lifecycle)
+    order = [BASELINE_SPEC, *backends, *samples]
     rows = [
-        [spec, *(_format_seconds(lifecycle[spec].get(step)) for step in LIFECYCLE_STEPS)]
+        [
+            spec,
+            *(_format_seconds(medians[spec].get(step)) for step in LIFECYCLE_STEPS),
+            str(max(len(values) for values in samples[spec].values())),
+        ]
         for spec in dict.fromkeys(order)
-        if spec in lifecycle
+        if spec in samples
     ]
-    return (
-        tabulate(rows, headers=["backend", *LIFECYCLE_STEPS], tablefmt=tablefmt, disable_numparse=True)
-        if rows
-        else ""
-    )
+    headers = ["backend", *LIFECYCLE_STEPS, "cycles"]
+    return tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True) if rows else ""
 
 
 KDF_HEADERS = (

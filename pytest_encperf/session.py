@@ -95,7 +95,7 @@ class EncperfSession:
         )
         self.results: list[Result] = []
         self.skipped: dict[str, str] = {}  # backend spec -> reason
-        self.lifecycle: dict[str, dict[str, float]] = {}  # backend spec -> step -> seconds
+        self.lifecycle: dict[str, dict[str, list[float]]] = {}  # backend spec -> step -> s per cycle
         self.kdf: dict[str, dict[str, Any]] = {}  # backend spec -> the kdf profile's row (KdfTiming)
         self.inplace: dict[str, dict[str, Any]] = {}  # backend spec -> in-place figure (InplaceTiming)
         self._rankings: dict[str, list[sweep.FamilyRanking]] = {}  # machine id -> sweep rankings
@@ -289,17 +289,38 @@ class EncperfSession:
     def close(self, mounted: MountedVolume) -> None:
         # the lock first, for as long as another worker's rounds take (a signal while waiting
         # leaves the volume to close_all); then the teardown itself, signals deferred
-        with self.beside_no_measurement(), host.signals_deferred():
-            if mounted in self._open:
-                self._open.remove(mounted)
-            close_volume(mounted)
-            self.lifecycle[mounted.spec] = dict(mounted.lifecycle)
-            self._take_device_back()
+        with self.beside_no_measurement():
+            with host.signals_deferred():
+                if mounted in self._open:
+                    self._open.remove(mounted)
+                close_volume(mounted)
+                self.lifecycle[mounted.spec] = {step: [s] for step, s in mounted.lifecycle.items()}
+            try:
+                self.time_more_cycles(mounted.spec)
+            finally:
+                with host.signals_deferred():
+                    self._take_device_back()
         if self.sequential and mounted.spec != BASELINE:
             after = self.measure_baseline()  # the partition again, now that the volume is gone
             for result in self.results:
                 if result.backend == mounted.spec:
                     result.baseline_rounds.extend(after.get(result.workload.name, []))
+
+    def time_more_cycles(self, spec_text: str) -> None:
+        """--encperf-lifecycle-cycles N: after the benchmark volume, N-1 more life cycles of a
+        fresh volume of the same backend on the same target (so each cycle times the same
+        thing), each step's seconds added to the backend's samples. Interrupted, close_all
+        releases the volume open at that moment."""
+        backend = make_backend(BackendSpec.parse(spec_text))
+        for _ in range(self.settings.lifecycle_cycles - 1):
+            workdir = self.run_dir() / f"{next(self._counter):02d}-cycle-{slug(spec_text)}"
+            cycle = open_volume(backend, self.target, workdir)
+            self._open.append(cycle)
+            with host.signals_deferred():
+                self._open.remove(cycle)
+                close_volume(cycle)
+            for step, seconds in cycle.lifecycle.items():
+                self.lifecycle[spec_text].setdefault(step, []).append(seconds)
 
     def measure_kdf(self, spec_text: str) -> KdfTiming:
         """The kdf profile's row of one backend (pytest_encperf.kdf); pytest.skip with the
@@ -651,7 +672,9 @@ class EncperfSession:
             ceilings={cipher: (c.mb_per_s, c.how) for cipher, c in self.ceilings().items()},
             xts_driver=kernel_xts_driver(),
             problems=list(self.teardown_errors),
-            lifecycle={spec: dict(steps) for spec, steps in self.lifecycle.items()},
+            lifecycle={
+                spec: {k: list(v) for k, v in cycles.items()} for spec, cycles in self.lifecycle.items()
+            },
             kdf=dict(self.kdf),
             inplace=dict(self.inplace),
             ladder=self.ladder_rows(),
@@ -833,7 +856,7 @@ class EncperfSession:
                 storage.write_json(path, doc)
         machines = [
             (
-                RunData("this run", tuple(part.results), part.settings, part.machine_info),
+                RunData("this run", tuple(part.results), part.settings, part.machine_info, part.lifecycle),
                 references[part.machine_id].run,
                 references[part.machine_id].history,
             )
@@ -1064,7 +1087,7 @@ class EncperfSession:
         if table:
             tr.write_line("")
             tr.write_line(
-                "volume life cycle, seconds (one volume each; benchmark volumes use a fast key "
+                "volume life cycle, seconds (median of the cycles; benchmark volumes use a fast key "
                 "derivation, not the backend's default):"
             )
             tr.write_line(table)
@@ -1102,7 +1125,10 @@ class Reference:
     errors: list[str] = field(default_factory=list)
 
 
-_SAVED_SETTINGS = ("backends", "target", "dir", "size", "runtime", "rounds", "warmup", "engine", "profile")
+_SAVED_SETTINGS = (
+    "backends", "target", "dir", "size", "runtime", "rounds", "warmup", "engine", "profile",
+    "lifecycle_cycles",
+)  # fmt: skip
 
 
 def _setting_text(value: object) -> str:

@@ -28,7 +28,7 @@ from typing import Any
 
 from . import storage
 from .backends import PLANNED, BackendSpec, known_names, parse_backend_list
-from .compare import MIN_HISTORY, Rule, parse_rules
+from .compare import MIN_HISTORY, MIN_LIFECYCLE_CYCLES, Rule, parse_rules
 from .engines import ENGINES
 from .html import matplotlib_problem
 from .parsing import parse_bool, parse_choice, parse_path
@@ -106,6 +106,17 @@ def parse_count(what: str) -> Callable[[str], int]:
 
 
 parse_warmup = parse_count("warm-up rounds")
+
+
+def parse_cycles(text: str) -> int:
+    """A whole number of life cycles, at least 1 (the benchmark volume's own)."""
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"bad cycles {text!r}: expected a whole number >= 1")
+    return value
 
 
 def parse_budget(text: str) -> float:
@@ -336,6 +347,11 @@ OPTIONS: tuple[Option, ...] = (
            "in-place encryption throughput: LUKS2 by cryptsetup reencrypt --encrypt of a filled plain "
            "volume, the others by filling a volume through the encryption layer (bare flag = yes)",
            parse_bool, "no", form="flag", const="1"),
+    Option("lifecycle-cycles", "N",
+           "life cycles (create, mount, first write, unmount, destroy) timed per backend: the benchmark "
+           "volume's, then N-1 more of a fresh volume of the same size after it; the table shows the "
+           f"median, the gate (a lifecycle rule in --encperf-fail) needs {MIN_LIFECYCLE_CYCLES} or more",
+           parse_cycles, "1"),
     Option("project-size", "SIZE", "size the in-place throughput is projected to (e.g. 1TB, 500GB, 2TiB)",
            parse_project_size, "1TB"),
     Option("parallel-devices", "BOOL",
@@ -387,6 +403,7 @@ class Settings:
     inplace: bool = False
     project_size: int = 1000**4
     ladder: bool = False
+    lifecycle_cycles: int = 1
     sources: dict[str, str] = field(default_factory=dict)  # option -> where its value came from
 
 

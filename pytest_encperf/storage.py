@@ -28,7 +28,7 @@ from pytest_benchmark.stats import Stats  # the same statistics pytest-benchmark
 from pytest_benchmark.utils import get_commit_info
 
 from . import __version__, machine
-from .model import LATENCY_MEANING, Result, RunData
+from .model import LATENCY_MEANING, Result, RunData, lifecycle_samples
 
 FORMAT = 1  # extra_info["encperf"]["format"]
 _FILE = re.compile(r"^(\d{4})_(.+)\.json$")
@@ -372,8 +372,10 @@ def history(storage: Path, reference: SavedRun, ref: str, count: int) -> list[Sa
 def load_run(run: SavedRun) -> RunData:
     """A saved run as the gate compares it (its results, settings and machine)."""
     doc, results = load(run.path)
-    settings = doc.get("encperf", {}).get("settings", {}) if isinstance(doc, dict) else {}
-    return RunData(run.label, tuple(results), dict(settings or {}), dict(doc.get("machine_info") or {}))
+    own = doc.get("encperf", {}) if isinstance(doc, dict) else {}
+    settings, lifecycle = own.get("settings", {}), lifecycle_samples(own.get("lifecycle"))
+    machine_info = dict(doc.get("machine_info") or {})
+    return RunData(run.label, tuple(results), dict(settings or {}), machine_info, lifecycle)
 
 
 def _other_machine(run: SavedRun, machine_id: str | None, machine_info: dict[str, Any] | None) -> str | None:

@@ -16,8 +16,10 @@ from pytest_encperf.compare import (
     IN_RUN,
     INFO,
     INVALID,
+    LIFECYCLE_EVIDENCE,
     METRICS,
     MIN_HISTORY,
+    MIN_LIFECYCLE_CYCLES,
     NOT_COMPARABLE,
     NOT_GATED,
     NOT_SIGNIFICANT,
@@ -31,12 +33,13 @@ from pytest_encperf.compare import (
     history_for,
     judge,
     judge_machines,
+    lifecycle_checks,
     overhead_checks,
     parse_rules,
     select_rule,
     workload_matches,
 )
-from pytest_encperf.model import Measurement, Result, RunData
+from pytest_encperf.model import LIFECYCLE_STEPS, Measurement, Result, RunData
 from pytest_encperf.workloads import CDM, ROUND_DEFINITION, MiB
 
 SEQ_READ, SEQ_WRITE, _, _, _, _, RND4K_Q1T1_READ, RND4K_Q1T1_WRITE = CDM
@@ -560,3 +563,138 @@ def test_a_task_is_checked_on_seconds_lower_is_better_and_only_on_what_applies()
     assert list(chosen) == ["seconds"] and chosen["seconds"][1] == rules[1]
     assert list(_cell_metrics(parse_rules("10%"), Cell("fscrypt", archive, ()))) == ["seconds"]
     assert not workload_matches("seq", archive) and workload_matches("archive", archive)  # by name only
+
+
+# ----------------------------------------------------------------------------- life cycles
+
+
+def cycles_run(label: str, seconds: dict[str, list[float]], **settings: str) -> RunData:
+    """A run with life-cycle timings only: backend -> its mount seconds per cycle, the other
+    steps at 1 s per cycle with the same number of cycles."""
+    lifecycle = {
+        backend: {step: list(mount) if step == "mount" else [1.0] * len(mount) for step in LIFECYCLE_STEPS}
+        for backend, mount in seconds.items()
+    }
+    return RunData(label, (), {"size": "1048576", "target": "container", **settings}, {}, lifecycle)
+
+
+SPREAD = [1.0, 1.1, 0.9, 1.05, 0.95]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("lifecycle:50%", Rule(50.0, "lifecycle", text="lifecycle:50%")),
+        ("lifecycle-mount:30%", Rule(30.0, "lifecycle", None, "lifecycle-mount", "lifecycle-mount:30%")),
+        (
+            "gocryptfs:lifecycle-first-write:lifecycle:200%",
+            Rule(200.0, "lifecycle", "gocryptfs", "lifecycle-first-write",
+                 "gocryptfs:lifecycle-first-write:lifecycle:200%"),
+        ),
+    ],
+)  # fmt: skip
+def test_lifecycle_rules_name_every_step_or_one_and_may_exceed_100_percent(text: str, expected: Rule) -> None:
+    assert parse_rules(text) == [expected]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("lifecycle-mount:latency-p99:20%", "a life-cycle step is timed in seconds only"),
+        ("seq-read:lifecycle:20%", "the lifecycle metric takes a step"),
+        ("lifecycle-format:20%", "unknown part 'lifecycle-format'"),
+    ],
+)
+def test_lifecycle_rules_refuse_mixing_with_workloads(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as info:
+        parse_rules(text, backend_names=["plain", "gocryptfs"])
+    assert "lifecycle-first-write" in str(info.value)  # the grammar lists the steps
+
+
+def test_a_lifecycle_rule_gates_nothing_else_and_other_rules_no_lifecycle() -> None:
+    lifecycle = cycles_run("x", {"fscrypt": SPREAD}).lifecycle
+    current = dataclasses.replace(run("now", result("fscrypt", CDM[0], [90.0] * 3)), lifecycle=lifecycle)
+    reference = dataclasses.replace(run("ref", result("fscrypt", CDM[0], [100.0] * 3)), lifecycle=lifecycle)
+    only_lifecycle = judge(current, reference, parse_rules("lifecycle:50%"))
+    assert {c.metric for c in only_lifecycle.checks} == {"throughput", "lifecycle"}
+    assert {c.status for c in only_lifecycle.checks if c.metric == "throughput"} == {INFO}
+    without = judge(current, reference, parse_rules("10%"))
+    assert {c.metric for c in without.checks} == {"throughput"}  # a bare threshold: workloads only
+
+
+def test_lifecycle_steps_are_checked_lower_is_better_against_the_reference_cycles() -> None:
+    assert MIN_LIFECYCLE_CYCLES == 3  # 3 against 3 cycles: the exact test's smallest p is 0.05
+    reference = cycles_run("ref", {"plain": SPREAD, "gocryptfs": SPREAD})
+    faster = cycles_run("now", {"plain": SPREAD, "gocryptfs": [v / 2 for v in SPREAD]})
+    verdict = judge(faster, reference, parse_rules("lifecycle:50%"))
+    assert len(verdict.checks) == 2 * len(LIFECYCLE_STEPS)
+    assert {c.status for c in verdict.checks} == {PASS}
+    assert {(c.evidence, c.unit, c.rounds) for c in verdict.checks} == {(LIFECYCLE_EVIDENCE, "s", (5, 5))}
+    mount = next(c for c in verdict.checks if c.backend == "gocryptfs" and c.workload == "lifecycle-mount")
+    assert mount.worse_percent == pytest.approx(-50) and mount.gated
+    assert not verdict.failed
+
+
+def test_a_slower_mount_fails_the_gate_and_names_the_step() -> None:
+    reference = cycles_run("ref", {"plain": SPREAD, "gocryptfs": SPREAD})
+    slower = cycles_run("now", {"plain": SPREAD, "gocryptfs": [v * 2 for v in SPREAD]})
+    verdict = judge(slower, reference, parse_rules("gocryptfs:lifecycle-mount:40%"))
+    (check,) = verdict.checks
+    assert (check.backend, check.workload, check.metric, check.status) == (
+        "gocryptfs",
+        "lifecycle-mount",
+        "lifecycle",
+        FAIL,
+    )
+    assert check.worse_percent == pytest.approx(100)
+    assert verdict.failed
+    # within a looser threshold: a pass
+    assert judge(slower, reference, parse_rules("gocryptfs:lifecycle-mount:150%")).checks[0].status == PASS
+
+
+def test_too_few_cycles_are_reported_not_gated_and_the_gate_says_why_per_backend() -> None:
+    reference = cycles_run("ref", {"plain": SPREAD, "fscrypt": SPREAD})
+    one_cycle = cycles_run("now", {"plain": [5.0], "fscrypt": [5.0]})
+    verdict = judge(one_cycle, reference, parse_rules("lifecycle:10%"))
+    assert {c.status for c in verdict.checks} == {NOT_GATED} and not verdict.failed
+    assert not any(c.gated for c in verdict.checks)
+    why = "life cycle not gated: 1 cycles (this run 1, ref 5; needs 3; --encperf-lifecycle-cycles)"
+    assert [note for note in verdict.notes if "life cycle" in note] == [f"plain: {why}", f"fscrypt: {why}"]
+    assert verdict.checks[0].reason == why
+
+
+def test_lifecycles_of_another_size_or_target_are_not_comparable() -> None:
+    reference = cycles_run("ref", {"fscrypt": SPREAD})
+    for changed, shown in (
+        (dict(size="268435456"), "size 1 MiB -> 256 MiB"),
+        (dict(target="directory"), "target container -> directory"),
+    ):
+        verdict = judge(
+            cycles_run("now", {"fscrypt": SPREAD}, **changed), reference, parse_rules("lifecycle:50%")
+        )
+        assert {c.status for c in verdict.checks} == {NOT_COMPARABLE}
+        assert {c.reason for c in verdict.checks} == {shown}
+        assert verdict.incomplete  # so --encperf-strict fails on it
+    # the number of cycles is not a setting that differs: 3 against 5 are compared
+    three = judge(cycles_run("now", {"fscrypt": SPREAD[:3]}), reference, parse_rules("lifecycle:50%"))
+    assert {c.status for c in three.checks} == {PASS}
+
+
+def test_a_lifecycle_rule_with_nothing_to_check_says_so() -> None:
+    reference = cycles_run("ref", {"fscrypt": SPREAD})
+    verdict = judge(cycles_run("now", {"gocryptfs": SPREAD}), reference, parse_rules("lifecycle:50%"))
+    assert verdict.checks == []
+    assert any(note.startswith("life cycle: nothing to check") for note in verdict.notes)
+    old = RunData("old", (), {}, {}, {})  # a run saved before life cycles were kept
+    verdict = judge(cycles_run("now", {"fscrypt": SPREAD}), old, parse_rules("fscrypt:lifecycle:50%"))
+    assert any(note.startswith("life cycle: nothing to check") for note in verdict.notes)
+
+
+def test_lifecycle_checks_join_the_family_of_the_run() -> None:
+    reference = cycles_run("ref", {"gocryptfs": SPREAD})
+    slower = cycles_run("now", {"gocryptfs": [v * 2 for v in SPREAD]})
+    alone, _ = lifecycle_checks(reference, slower, parse_rules("lifecycle-mount:40%"))
+    verdict = judge(slower, reference, parse_rules("lifecycle:40%"))
+    mount = next(c for c in verdict.checks if c.workload == "lifecycle-mount")
+    # five gated steps: Holm multiplies the smallest p-value by five
+    assert mount.p_adjusted == pytest.approx(alone[0].p_value * 5)

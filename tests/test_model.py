@@ -62,3 +62,16 @@ def test_a_task_is_compared_by_speed_and_keeps_its_steps_in_json() -> None:
     back = Result.from_dict(json.loads(json.dumps(task.to_dict())))
     assert back.rounds[0].steps == (("create tar.gz", 5.0), ("extract tar.gz", 15.0))
     assert back.workload == archive
+
+
+def test_lifecycle_samples_read_one_float_per_step_as_one_cycle_and_lists_as_cycles() -> None:
+    from pytest_encperf.model import lifecycle_medians, lifecycle_samples
+
+    old = {"plain": {"create": 0.5, "mount": 1}}  # saved before --encperf-lifecycle-cycles
+    assert lifecycle_samples(old) == {"plain": {"create": [0.5], "mount": [1.0]}}
+    now = {"fscrypt": {"create": [0.3, 0.1, 0.2], "mount": [0.02]}}
+    assert lifecycle_samples(now) == now
+    assert lifecycle_medians(now) == {"fscrypt": {"create": 0.2, "mount": 0.02}}
+    junk = {"a": "x", "b": {"mount": "slow", "create": [None, True]}, "c": {"mount": [1.0, "x"]}}
+    assert lifecycle_samples(junk) == {"c": {"mount": [1.0]}}
+    assert lifecycle_samples(None) == {} and lifecycle_samples([1.0]) == {}

@@ -85,10 +85,18 @@ def test_lifecycle_table_puts_plain_first_and_marks_missing_steps() -> None:
     steps = {"create": 1.234, "mount": 0.5, "first write": 0.00076, "unmount": 0.01, "destroy": 0.02}
     table = lifecycle_table({"gocryptfs": {"create": 2.0, "mount": 0.1}, "plain": steps}, ["gocryptfs"])
     header, _, plain, gocryptfs = table.splitlines()
-    assert header.split() == ["backend", "create", "mount", "first", "write", "unmount", "destroy"]
-    assert plain.split() == ["plain", "1.23", "0.5", "0.00076", "0.01", "0.02"]
-    assert gocryptfs.split() == ["gocryptfs", "2", "0.1", "-", "-", "-"]
+    assert header.split() == ["backend", "create", "mount", "first", "write", "unmount", "destroy", "cycles"]
+    # one float per step: a run saved before --encperf-lifecycle-cycles, one cycle
+    assert plain.split() == ["plain", "1.23", "0.5", "0.00076", "0.01", "0.02", "1"]
+    assert gocryptfs.split() == ["gocryptfs", "2", "0.1", "-", "-", "-", "1"]
     assert lifecycle_table({}) == ""
+
+
+def test_lifecycle_table_shows_the_median_of_the_cycles_and_their_number() -> None:
+    cycles = {"create": [3.0, 1.0, 2.0], "mount": [0.4, 0.2, 0.3], "first write": [0.01, 0.03, 0.02]}
+    cycles |= {"unmount": [0.1, 0.1, 0.9], "destroy": [0.05, 0.06, 0.07]}
+    _, _, row = lifecycle_table({"fscrypt": cycles}).splitlines()
+    assert row.split() == ["fscrypt", "2", "0.3", "0.02", "0.1", "0.06", "3"]
 
 
 def test_kdf_table_shows_both_settings_the_ratio_and_backends_without_one() -> None:

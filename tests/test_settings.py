@@ -178,3 +178,29 @@ def test_ladder_is_off_by_default_and_resolves_cli_then_env_then_ini() -> None:
     assert typed.ladder is True and typed.sources["ladder"] == "--encperf-ladder"
     with pytest.raises(ValueError, match=r"--encperf-ladder \(from ENCPERF_LADDER\)"):
         resolve({}, {}, environ={"ENCPERF_LADDER": "perhaps"})
+
+
+def test_lifecycle_cycles_default_to_one_and_follow_the_precedence() -> None:
+    assert resolve({}, {}, environ={}).lifecycle_cycles == 1  # the benchmark volume's cycle alone
+    ini = {"lifecycle-cycles": "5"}
+    from_env = resolve({}, ini, {"ENCPERF_LIFECYCLE_CYCLES": "4"})
+    assert (from_env.lifecycle_cycles, from_env.sources["lifecycle-cycles"]) == (
+        4,
+        "ENCPERF_LIFECYCLE_CYCLES",
+    )
+    from_cli = resolve({"lifecycle-cycles": "3"}, ini, {"ENCPERF_LIFECYCLE_CYCLES": "4"})
+    assert (from_cli.lifecycle_cycles, from_cli.sources["lifecycle-cycles"]) == (
+        3,
+        "--encperf-lifecycle-cycles",
+    )
+    from_ini = resolve({}, ini, {})
+    assert (from_ini.lifecycle_cycles, from_ini.sources["lifecycle-cycles"]) == (
+        5,
+        "encperf_lifecycle_cycles",
+    )
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two", "1.5"])
+def test_lifecycle_cycles_refuse_anything_but_a_whole_number_from_one(value: str) -> None:
+    with pytest.raises(ValueError, match=r"--encperf-lifecycle-cycles.*expected a whole number >= 1"):
+        resolve({"lifecycle-cycles": value}, {}, environ={})

@@ -235,3 +235,23 @@ def test_an_identical_server_is_another_machine_found_last_and_never_in_the_hist
         "m2/0001_main.json",
         "m1/0001_main.json",
     ]
+
+
+@pytest.mark.parametrize(
+    ("saved", "loaded"),
+    [
+        ({"plain": {"create": 0.25, "mount": 0.5}}, {"plain": {"create": [0.25], "mount": [0.5]}}),
+        ({"plain": {"mount": [0.5, 0.75, 0.25]}}, {"plain": {"mount": [0.5, 0.75, 0.25]}}),
+        (None, {}),
+    ],
+    ids=["one float per step (older runs)", "seconds per cycle", "no life cycle"],
+)
+def test_load_run_reads_the_life_cycle_of_older_and_newer_runs(
+    tmp_path: Path, saved: dict | None, loaded: dict
+) -> None:
+    document = doc()
+    if saved is not None:
+        document["encperf"]["lifecycle"] = saved
+    storage.save(tmp_path, "m1", "main", document)
+    run = storage.load_run(storage.resolve(tmp_path, "main", "m1")[0])
+    assert run.lifecycle == loaded
