@@ -396,6 +396,8 @@ def _format_metric(value: float, unit: str) -> str:
         return "-"
     if unit == "x plain":  # a ratio of about 0.05 .. 1.5: three decimals say more than two
         return f"{value:.3f} {unit}"
+    if unit == "s":  # a life-cycle step: from microseconds (plain's unmount) to minutes
+        return f"{_format_seconds(value)} {unit}"
     return f"{_format_value(value)} {unit}"
 
 

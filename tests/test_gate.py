@@ -70,12 +70,17 @@ def test_workload(encperf, encperf_workload):
 
 CONFTEST = """
 import os
+import time
 from pytest_encperf.backends.plain import PlainBackend
 
 
 class FakeCrypt(PlainBackend):
     def describe(self, volume):
         return {**super().describe(volume), "encryption": "fake"}
+
+    def open(self, volume):
+        time.sleep(float(os.environ.get("SCRIPTED_MOUNT_DELAY", "0")))  # a slower unlock
+        return super().open(volume)
 
 
 def pytest_encperf_register_backends(config):
@@ -660,3 +665,35 @@ def test_a_task_shows_in_the_markdown_report(gate: pytest.Pytester) -> None:
     text = markdown.read_text()
     # seconds, plain's beside them, and twice plain's time as half its speed
     assert "archive tar.gz" in text and "20.0<br>plain 10.0<br>-49.9%" in text
+
+
+def test_lifecycle_cycles_are_saved_and_a_slower_mount_fails_the_gate(gate: pytest.Pytester) -> None:
+    baseline(gate, "--encperf-lifecycle-cycles=5")
+    doc = json.loads(saved(gate)[0].path.read_text())
+    assert doc["encperf"]["settings"]["lifecycle_cycles"] == "5"
+    for steps in doc["encperf"]["lifecycle"].values():
+        assert [len(cycles) for cycles in steps.values()] == [5] * 5
+    rule = "--encperf-fail=10%,fakecrypt:lifecycle-mount:50%"
+    same = run(gate, "--encperf-compare=main", rule, "--encperf-lifecycle-cycles=5")
+    assert same.ret == pytest.ExitCode.OK
+    same.stdout.fnmatch_lines(["*fakecrypt*lifecycle-mount*lifecycle*5/5*cycles of both runs*50%*pass*"])
+    slower = run(
+        gate, "--encperf-compare=main", rule, "--encperf-lifecycle-cycles=5", SCRIPTED_MOUNT_DELAY="0.05"
+    )
+    assert slower.ret == EXIT_REGRESSION
+    slower.stdout.fnmatch_lines(
+        [
+            "encperf: 1 regression*",
+            "*FAIL: fakecrypt lifecycle-mount lifecycle: baseline * s -> now 0.05* s *",
+        ]
+    )
+
+
+def test_lifecycle_rules_with_one_cycle_say_the_life_cycle_is_not_gated(gate: pytest.Pytester) -> None:
+    baseline(gate)
+    result = run(gate, "--encperf-compare=main", "--encperf-fail=lifecycle:50%")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        ["*fakecrypt: life cycle not gated: 1 cycles (this run 1, *0001_main.json 1; needs 3; "
+         "--encperf-lifecycle-cycles)*"]
+    )  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -140,3 +141,37 @@ def test_every_life_cycle_step_is_timed(name: str, target: Target, workdir: Path
         close_volume(mounted)
     assert list(mounted.lifecycle) == list(LIFECYCLE_STEPS)
     assert all(seconds > 0 for seconds in mounted.lifecycle.values())
+
+
+def test_lifecycle_cycles_are_timed_saved_and_gated_against_the_saved_run(
+    pytester: pytest.Pytester, target: Target
+) -> None:
+    """Plain and fscrypt with --encperf-lifecycle-cycles=3: every step has 3 positive samples,
+    saved; a second run gated against the first reports the life-cycle checks, all passing."""
+    storage_dir, out = pytester.path / ".encperf", pytester.path / "first.json"
+    common = (
+        "--encperf-backends=fscrypt",
+        "--encperf-lifecycle-cycles=3",
+        f"--encperf-storage={storage_dir}",
+    )
+    first = tiny_session(pytester, target.directory, *common, "--encperf-save=main", f"--encperf-json={out}")
+    first.assert_outcomes(passed=2)
+    first.stdout.fnmatch_lines(
+        ["volume life cycle, seconds (median of the cycles*", "plain * 3", "fscrypt * 3"]
+    )
+    lifecycle = json.loads(out.read_text())["encperf"]["lifecycle"]
+    assert set(lifecycle) == {"plain", "fscrypt"}
+    for steps in lifecycle.values():
+        assert list(steps) == list(LIFECYCLE_STEPS)
+        assert all(len(cycles) == 3 and min(cycles) > 0 for cycles in steps.values())
+    assert len(list(storage_dir.rglob("0001_main.json"))) == 1
+    # a 10x slower step is not noise; 3 against 3 cycles can pass or fail, never "not gated"
+    second = tiny_session(
+        pytester, target.directory, *common, "--encperf-compare=main", "--encperf-fail=lifecycle:900%"
+    )
+    assert second.ret == pytest.ExitCode.OK
+    rows = [line for line in second.stdout.lines if "cycles of both runs" in line]
+    assert len(rows) == 2 * len(LIFECYCLE_STEPS)
+    assert all(row.split()[-1] == "pass" and "3/3" in row for row in rows), "\n".join(rows)
+    assert {row.split()[1] for row in rows} == {f"lifecycle-{s.replace(' ', '-')}" for s in LIFECYCLE_STEPS}
+    assert list(target.directory.glob(f"encperf-{os.getpid()}-*")) == [], "run directory left behind"
