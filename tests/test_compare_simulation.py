@@ -92,7 +92,7 @@ def lifecycle_failure_rate(seed: int, runs: int, cycles: int, rules: str, slowed
 def test_unchanged_life_cycles_fail_at_most_alpha_of_the_time(cycles: int) -> None:
     rate = lifecycle_failure_rate(seed=4, runs=1000, cycles=cycles, rules=LIFECYCLE_RULES)
     print(f"A/A life cycles, {cycles} cycles: {rate:.2%} of 1000 runs failed")
-    assert rate <= ALPHA
+    assert rate <= min(ALPHA, 0.01)
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_encperf.model import LIFECYCLE_STEPS
+
 # plugin behaviour, not engines: the in-process engine, no warm-up (fio's start-up per round
 # would make these runs ten times longer; tests/test_profiles_integration.py runs fio)
 QUICK = [
@@ -162,6 +164,23 @@ def test_volume_life_cycle_is_timed_printed_and_saved(bench: pytest.Pytester) ->
         # seconds per cycle; one cycle by default (--encperf-lifecycle-cycles)
         assert all(len(cycles) == 1 and cycles[0] > 0 for cycles in steps.values())
     assert not (bench.path / ".encperf-first-write").exists()
+
+
+def test_more_lifecycle_cycles_follow_the_benchmark_volume_on_the_same_target(bench: pytest.Pytester) -> None:
+    sized = 'log(f"create {self.spec} {target.kind} {target.size}")'
+    bench.makeconftest(RECORDING_CONFTEST.replace('log(f"create {self.spec}")', sized))
+    out = bench.path / "run.json"
+    options = ("--encperf-backends=recording", "--encperf-lifecycle-cycles=3", f"--encperf-json={out}")
+    result = run_directory(bench, *options, "-k", "SEQ1M-Q1T1")
+    result.assert_outcomes(passed=2)
+    lines = (bench.path / "lifecycle.log").read_text().splitlines()
+    cycle = [f"create recording directory {1024 * 1024}", "mount recording", "unmount recording"]
+    cycle.append("destroy recording")
+    assert lines == cycle * 3  # the benchmark volume, then two fresh volumes, each gone before the next
+    document = json.loads(out.read_text())["encperf"]
+    assert [len(document["lifecycle"]["recording"][step]) for step in LIFECYCLE_STEPS] == [3] * 5
+    assert [len(document["lifecycle"]["plain"][step]) for step in LIFECYCLE_STEPS] == [3] * 5
+    assert document["settings"]["lifecycle_cycles"] == "3"
 
 
 def test_volume_lifecycle_order(bench: pytest.Pytester) -> None:
