@@ -294,9 +294,14 @@ class EncperfSession:
                 if mounted in self._open:
                     self._open.remove(mounted)
                 close_volume(mounted)
-                self.lifecycle[mounted.spec] = {step: [s] for step, s in mounted.lifecycle.items()}
+                # one set of cycles per backend: on the partition target plain's volume comes
+                # back before and after each backend, its first life cycles stand for it
+                first = mounted.spec not in self.lifecycle
+                if first:
+                    self.lifecycle[mounted.spec] = {step: [s] for step, s in mounted.lifecycle.items()}
             try:
-                self.time_more_cycles(mounted.spec)
+                if first:
+                    self.time_more_cycles(mounted.spec)
             finally:
                 with host.signals_deferred():
                     self._take_device_back()

@@ -408,7 +408,9 @@ def pytest_unconfigure(config):
 """
 
 
-def run_sequential(pytester: pytest.Pytester, partition: Path, backends: str) -> pytest.RunResult:
+def run_sequential(
+    pytester: pytest.Pytester, partition: Path, backends: str, *extra: str
+) -> pytest.RunResult:
     pytester.makeconftest(SEQUENTIAL_CONFTEST)
     pytester.makepyfile(
         test_bench="def test_w(encperf, encperf_workload):\n    encperf.run(encperf_workload)"
@@ -428,7 +430,29 @@ def run_sequential(pytester: pytest.Pytester, partition: Path, backends: str) ->
         "-rs",
         "-p",
         "no:cacheprovider",
+        *extra,
     )
+
+
+def test_partition_session_times_each_backends_life_cycles_once(
+    pytester: pytest.Pytester, partition: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plain's volume comes back before and after each backend: its cycles are timed once."""
+    monkeypatch.setenv("ENCPERF_TEST_PARTITION", str(partition))
+    out = pytester.path / "run.json"
+    result = run_sequential(
+        pytester, partition, "recording", "--encperf-lifecycle-cycles=2", f"--encperf-json={out}"
+    )
+    result.assert_outcomes(passed=1)
+    creates = [
+        line for line in (pytester.path / "lifecycle.log").read_text().splitlines() if "create" in line
+    ]
+    assert len(creates) == 2  # the benchmark volume and one more cycle
+    lifecycle = json.loads(out.read_text())["encperf"]["lifecycle"]
+    assert {spec: {len(cycles) for cycles in steps.values()} for spec, steps in lifecycle.items()} == {
+        "plain": {2},
+        "recording": {2},
+    }
 
 
 def test_partition_session_measures_baseline_before_and_after_and_holds_the_device(
