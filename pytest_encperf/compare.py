@@ -640,10 +640,15 @@ def decide(check: Check, p_adjusted: float, factor: int = 1, alpha: float = ALPH
         floor = stats.min_p_value(*check.rounds) if check.evidence != HISTORY else 0.0
         unreachable = floor * factor > alpha
         if unreachable:
+            # a life-cycle check's samples are its cycles: more rounds would not add any
+            samples, more = (
+                ("cycles", "--encperf-lifecycle-cycles")
+                if check.evidence == LIFECYCLE_EVIDENCE
+                else ("rounds", "--encperf-rounds, --encperf-confirm-budget")
+            )
             reason += (
-                f"; {check.rounds[0]} vs {check.rounds[1]} rounds cannot give p below {floor:.3g}, "
-                f"and {factor} checks share alpha {alpha:g} here: more rounds are needed "
-                "(--encperf-rounds, --encperf-confirm-budget)"
+                f"; {check.rounds[0]} vs {check.rounds[1]} {samples} cannot give p below {floor:.3g}, "
+                f"and {factor} checks share alpha {alpha:g} here: more {samples} are needed ({more})"
             )
         return replace(check, status=status, reason=reason, p_adjusted=p_adjusted, unreachable=unreachable)
     elif check.history_p is not None and check.history_p > alpha:

@@ -698,3 +698,17 @@ def test_lifecycle_checks_join_the_family_of_the_run() -> None:
     mount = next(c for c in verdict.checks if c.workload == "lifecycle-mount")
     # five gated steps: Holm multiplies the smallest p-value by five
     assert mount.p_adjusted == pytest.approx(alone[0].p_value * 5)
+
+
+def test_a_lifecycle_check_that_cannot_reach_significance_asks_for_more_cycles() -> None:
+    reference = cycles_run("ref", {"gocryptfs": SPREAD[:3]})
+    slower = cycles_run("now", {"gocryptfs": [v * 2 for v in SPREAD[:3]]})
+    verdict = judge(
+        slower, reference, parse_rules("gocryptfs:lifecycle-mount:40%,gocryptfs:lifecycle-create:40%")
+    )
+    mount = next(c for c in verdict.checks if c.workload == "lifecycle-mount")
+    # 3 against 3 cycles give p >= 0.05 at best, and two checks share alpha: not significant
+    assert mount.status == NOT_SIGNIFICANT and mount.unreachable
+    assert "3 vs 3 cycles cannot give p below 0.05" in mount.reason
+    assert "more cycles are needed (--encperf-lifecycle-cycles)" in mount.reason
+    assert "--encperf-rounds" not in mount.reason
