@@ -1052,8 +1052,10 @@ def expected_family_size(
     overhead_rules: Sequence[Rule],
     reference: RunData | None,
     history_runs: int = 0,
+    lifecycle_cycles: int = 1,
 ) -> int:
-    """How many gated checks the run will have (the level confirmation decides at)."""
+    """How many gated checks the run will have (the level confirmation decides at), life-cycle
+    checks included (``lifecycle_cycles``: the cycles this run times, --encperf-lifecycle-cycles)."""
     ref_cells = cells_of(reference.results) if reference else {}
     size = 0
     for backend in backends:
@@ -1069,4 +1071,12 @@ def expected_family_size(
                 size += not plain and rule is not None and metric_for(name, workload) is not None
     if rules and history_runs >= MIN_HISTORY:  # plain's absolute checks join the family
         size += sum(select_rule(rules, BASELINE, w, DEFAULT_METRIC) is not None for w in workloads)
+    if reference is not None and lifecycle_cycles >= MIN_LIFECYCLE_CYCLES:  # as lifecycle_checks gates
+        for backend in dict.fromkeys([BASELINE, *backends]):
+            old = reference.lifecycle.get(backend, {})
+            size += sum(
+                len(old.get(step) or ()) >= MIN_LIFECYCLE_CYCLES
+                and select_lifecycle_rule(rules, backend, step) is not None
+                for step in LIFECYCLE_STEPS
+            )
     return max(1, size)

@@ -800,6 +800,7 @@ class EncperfSession:
                 s.max_overhead,
                 reference.run,
                 len(reference.history),
+                s.lifecycle_cycles,
             )
             size *= self.machines()  # the checks of every machine form one family (judge_machines)
             self._gate = Gate(reference.run, tuple(rules), tuple(s.max_overhead), self.saved_settings(), size)

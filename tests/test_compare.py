@@ -712,3 +712,15 @@ def test_a_lifecycle_check_that_cannot_reach_significance_asks_for_more_cycles()
     assert "3 vs 3 cycles cannot give p below 0.05" in mount.reason
     assert "more cycles are needed (--encperf-lifecycle-cycles)" in mount.reason
     assert "--encperf-rounds" not in mount.reason
+
+
+def test_the_expected_family_counts_the_lifecycle_checks_that_will_be_gated() -> None:
+    reference = cycles_run("ref", {"plain": SPREAD, "gocryptfs": SPREAD, "fscrypt": SPREAD[:2]})
+    rules = parse_rules("lifecycle:50%")
+    # plain and gocryptfs: five steps each; fscrypt's two reference cycles cannot be gated
+    assert expected_family_size(["gocryptfs", "fscrypt"], CDM, rules, [], reference, 0, 3) == 10
+    assert (
+        expected_family_size(["gocryptfs"], CDM, parse_rules("lifecycle-mount:50%"), [], reference, 0, 3) == 2
+    )
+    # one cycle this run (the default): nothing of the life cycle is gated
+    assert expected_family_size(["gocryptfs", "fscrypt"], CDM, rules, [], reference, 0, 1) == 1
