@@ -640,15 +640,10 @@ def decide(check: Check, p_adjusted: float, factor: int = 1, alpha: float = ALPH
         floor = stats.min_p_value(*check.rounds) if check.evidence != HISTORY else 0.0
         unreachable = floor * factor > alpha
         if unreachable:
-            # a life-cycle check's samples are its cycles: more rounds would not add any
-            samples, more = (
-                ("cycles", "--encperf-lifecycle-cycles")
-                if check.evidence == LIFECYCLE_EVIDENCE
-                else ("rounds", "--encperf-rounds, --encperf-confirm-budget")
-            )
             reason += (
-                f"; {check.rounds[0]} vs {check.rounds[1]} {samples} cannot give p below {floor:.3g}, "
-                f"and {factor} checks share alpha {alpha:g} here: more {samples} are needed ({more})"
+                f"; {check.rounds[0]} vs {check.rounds[1]} rounds cannot give p below {floor:.3g}, "
+                f"and {factor} checks share alpha {alpha:g} here: more rounds are needed "
+                "(--encperf-rounds, --encperf-confirm-budget)"
             )
         return replace(check, status=status, reason=reason, p_adjusted=p_adjusted, unreachable=unreachable)
     elif check.history_p is not None and check.history_p > alpha:
@@ -783,14 +778,18 @@ def overhead_check(cell: Cell, name: str, rule: Rule | None) -> Check:
 # ----------------------------------------------------------------------------- life cycles
 
 LIFECYCLE_EVIDENCE = "cycles of both runs"
-# A life-cycle step is timed once per cycle, on a volume of its own: its samples are independent
-# draws of the same step, so two runs are compared by the same exact one-sided Mann-Whitney test
-# as rounds are. Below this many cycles on either side that test cannot reach p <= ALPHA even
-# alone (stats.min_p_value: 1/20 = 0.05 for 3 against 3), so fewer are reported, not gated.
+# A life-cycle step's seconds are an absolute number with no plain side to pair with: the cycles
+# of one run share its conditions (load, CPU frequency, the disk's state), so a whole run moves
+# them together and two runs' cycles are not two samples of one distribution. As every absolute
+# number, a step is therefore gated only against the run-to-run spread of at least MIN_HISTORY
+# comparable saved runs (evidence "history"); with fewer it is reported, not gated. Below this
+# many cycles on either side it is not gated either (the median of one or two cycles is one
+# outlier away from anything; 3 is also where 3 against 3 cycles can reach p = 0.05).
 MIN_LIFECYCLE_CYCLES = next(n for n in range(1, 100) if stats.min_p_value(n, n) <= ALPHA)
-# run settings that change what a cycle times (a bigger volume takes longer to create, another
-# target kind is another device); the key derivation is part of the backend spec
-LIFECYCLE_SETTINGS = ("size", "target")
+# run settings that change what a cycle times: the volume's size (the test file's, and the room
+# realwork's tree adds to the container: profile, tree_size), the target kind; the key
+# derivation is part of the backend spec
+LIFECYCLE_SETTINGS = ("size", "target", "profile", "tree_size")
 
 
 def lifecycle_workload(step: str) -> Workload:
@@ -821,12 +820,33 @@ def lifecycle_differences(before: dict[str, str], now: dict[str, str]) -> list[s
     return found
 
 
+def lifecycle_history(backend: str, step: str, current: RunData, runs: Sequence[RunData]) -> History:
+    """The run-to-run spread of ``backend``'s life-cycle ``step`` over the saved ``runs`` whose
+    LIFECYCLE_SETTINGS match this run's (keyed by the step's stand-in name). Not pooled over the
+    steps, as history_for pools workloads: a mkfs of seconds and an unmount of microseconds
+    spread nothing alike."""
+    name = lifecycle_workload(step).name
+    values: list[float] = []
+    rounds: list[int] = []
+    for run in runs:
+        samples = run.lifecycle.get(backend, {}).get(step)
+        if lifecycle_differences(run.settings, current.settings) or not samples:
+            continue
+        if not stats.invalid_values(samples):
+            values.append(_log_median(samples))
+            rounds.append(len(samples))
+    usable = len(values) >= MIN_HISTORY
+    spread = statistics.stdev(values) if usable else math.nan
+    return History({name: values}, {name: rounds}, spread, len(values) - 1 if usable else 0)
+
+
 def lifecycle_checks(
-    reference: RunData, current: RunData, rules: Sequence[Rule]
+    reference: RunData, current: RunData, rules: Sequence[Rule], history: Sequence[RunData] = ()
 ) -> tuple[list[Check], list[str]]:
     """One check per backend x life-cycle step that both runs timed and a life-cycle rule
     selects, lower is better, and the notes the gate shows: why a backend's life cycle is not
-    gated (too few cycles), and that there was nothing to check. No life-cycle rule: no checks."""
+    gated (too few cycles), and that there was nothing to check. No life-cycle rule: no checks.
+    ``history``: the saved runs (the reference among them) whose spread gates a step."""
     if not any(rule.metric == LIFECYCLE_METRIC for rule in rules):
         return [], []
     metric = METRICS[LIFECYCLE_METRIC]
@@ -853,15 +873,14 @@ def lifecycle_checks(
             rule = select_lifecycle_rule(rules, backend, step)
             cell = Cell(backend, lifecycle_workload(step), ())
             now, old = steps[step], old_steps[step]
-            check = assess("baseline", cell, metric, now, old, rule, differences=differences)
+            spread = lifecycle_history(backend, step, current, history)
+            check = assess("baseline", cell, metric, now, old, rule, history=spread, differences=differences)
             named = lifecycle_selector(step)  # the stand-in workload's name has a direction
             check = replace(check, workload=named, reason=check.reason.replace(cell.workload.name, named))
-            if check.evidence == ROUNDS:  # evaluated (not "not comparable" or "invalid")
+            if check.evidence == ROUNDS:  # evaluated, but without MIN_HISTORY saved runs: not gated
                 check = replace(check, evidence=LIFECYCLE_EVIDENCE)
-                if too_few:
-                    check = replace(check, status=NOT_GATED, reason=why)
-                else:
-                    check = replace(check, status="", reason="", gated=True)
+            if too_few and check.evidence in (ROUNDS, LIFECYCLE_EVIDENCE, HISTORY):
+                check = replace(check, status=NOT_GATED, reason=why, gated=False)
             checks.append(check)
     if not checks:
         notes.append(
@@ -961,7 +980,7 @@ def judge_machines(
                 reference, current, rules, history
             )
             verdict.history = [run.label for run in history]
-            cycle_checks, cycle_notes = lifecycle_checks(reference, current, rules)
+            cycle_checks, cycle_notes = lifecycle_checks(reference, current, rules, history)
             checks += cycle_checks
             verdict.notes += cycle_notes
             if not checks:
@@ -1071,7 +1090,8 @@ def expected_family_size(
                 size += not plain and rule is not None and metric_for(name, workload) is not None
     if rules and history_runs >= MIN_HISTORY:  # plain's absolute checks join the family
         size += sum(select_rule(rules, BASELINE, w, DEFAULT_METRIC) is not None for w in workloads)
-    if reference is not None and lifecycle_cycles >= MIN_LIFECYCLE_CYCLES:  # as lifecycle_checks gates
+    gates_cycles = lifecycle_cycles >= MIN_LIFECYCLE_CYCLES and history_runs >= MIN_HISTORY
+    if reference is not None and gates_cycles:  # as lifecycle_checks gates
         for backend in dict.fromkeys([BASELINE, *backends]):
             old = reference.lifecycle.get(backend, {})
             size += sum(

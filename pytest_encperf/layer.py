@@ -58,8 +58,8 @@ def mount_ram(base: Path, size: int, cleanup: resources.Cleanup) -> Path:
     point.mkdir(mode=0o700)
     cleanup.path(point)
     options = f"size={ram_bytes(size)},mode=0700,nosuid,nodev,noexec"
+    cleanup.mount(point)  # before it exists: a kill right after the mount must not leave it
     host.run(["mount", "-t", "tmpfs", "-o", options, RAM_SOURCE, str(point)])
-    cleanup.mount(point)
     return point
 
 

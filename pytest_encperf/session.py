@@ -327,20 +327,27 @@ class EncperfSession:
             for step, seconds in cycle.lifecycle.items():
                 self.lifecycle[spec_text].setdefault(step, []).append(seconds)
 
+    def _extra_volumes_allowed(self, spec_text: str, what: str) -> None:
+        """pytest.fail/skip unless ``what`` may make volumes of its own for ``spec_text``: never on
+        the partition target, whose device the benchmark volumes hold (DeviceClaim) and which the
+        user named for them alone."""
+        if self._no_room:
+            pytest.fail(self._no_room, pytrace=False)
+        if self.target.kind == "partition":
+            pytest.skip(f"{spec_text}: {what} runs on the container target only, not on a partition")
+        if spec_text in self.skipped:
+            pytest.skip(f"{spec_text}: {self.skipped[spec_text]}")
+
     def measure_kdf(self, spec_text: str) -> KdfTiming:
         """The kdf profile's row of one backend (pytest_encperf.kdf); pytest.skip with the
         reason when the backend cannot run here."""
-        if self._no_room:
-            pytest.fail(self._no_room, pytrace=False)
-        if spec_text in self.skipped:
-            pytest.skip(f"{spec_text}: {self.skipped[spec_text]}")
+        self._extra_volumes_allowed(spec_text, "the kdf profile")
         workdir = self.run_dir() / f"{next(self._counter):02d}-kdf-{slug(spec_text)}"
         try:
             # not beside another worker's measurement: a key derivation is CPU and memory bound
             with self.beside_no_measurement():
                 timing = kdf.measure(spec_text, self.target, workdir)
-        except kdf.KdfUnavailable as exc:
-            self.skipped[spec_text] = str(exc)
+        except kdf.KdfUnavailable as exc:  # its own skip: the backend's benchmark may still run
             pytest.skip(f"{spec_text}: {exc}")
         self.kdf[spec_text] = timing.to_dict()
         return timing
@@ -348,16 +355,12 @@ class EncperfSession:
     def measure_inplace(self, spec_text: str) -> InplaceTiming:
         """The in-place encryption figure of one backend (pytest_encperf.inplace) with a file of
         ``--encperf-size``; pytest.skip with the reason when the backend cannot run here."""
-        if self._no_room:
-            pytest.fail(self._no_room, pytrace=False)
-        if spec_text in self.skipped:
-            pytest.skip(f"{spec_text}: {self.skipped[spec_text]}")
+        self._extra_volumes_allowed(spec_text, "in-place encryption")
         workdir = self.run_dir() / f"{next(self._counter):02d}-inplace-{slug(spec_text)}"
         try:
             with self.beside_no_measurement():
                 timing = inplace.measure(spec_text, self.target, workdir, self.settings.size)
-        except inplace.InplaceUnavailable as exc:
-            self.skipped[spec_text] = str(exc)
+        except inplace.InplaceUnavailable as exc:  # its own skip, as the kdf profile's
             pytest.skip(f"{spec_text}: {exc}")
         self.inplace[spec_text] = timing.to_dict()
         return timing
@@ -587,7 +590,9 @@ class EncperfSession:
         # replace pytest's report with an internal-error traceback.
         try:
             try:
-                if self.settings.ladder and self.results:
+                # not after Ctrl-C, -x or --maxfail: the user asked the run to stop
+                stopping = bool(session.shouldstop or session.shouldfail)
+                if self.settings.ladder and self.results and not stopping:
                     self.measure_ladder()  # in the run directory, before close_all removes it
             except Exception as exc:  # the ladder's own failures are its rungs' reasons: not this
                 self.teardown_errors.append(f"--encperf-ladder: {type(exc).__name__}: {exc}")
@@ -1133,7 +1138,7 @@ class Reference:
 
 _SAVED_SETTINGS = (
     "backends", "target", "dir", "size", "runtime", "rounds", "warmup", "engine", "profile",
-    "lifecycle_cycles",
+    "lifecycle_cycles", "tree_size",
 )  # fmt: skip
 
 

@@ -106,3 +106,22 @@ def test_the_ram_tmpfs_is_private_sized_for_two_containers_and_released() -> Non
         finally:
             cleanup.release()
         assert not point.exists()
+
+
+def test_a_run_asked_to_stop_measures_no_ladder(pytester: pytest.Pytester) -> None:
+    """After Ctrl-C, -x or --maxfail the session stops: no RAM rung (it would take minutes)."""
+    with scratch_dir("encperf-ladder-stop-") as base:
+        if problems_here("plain", base):
+            pytest.skip("; ".join(problems_here("plain", base)))
+        pytester.makeconftest(
+            "def pytest_runtest_teardown(item, nextitem):\n"
+            "    if nextitem is None:\n"
+            "        item.session.shouldstop = 'stopped by the test'\n"
+        )
+        before = ram_mounts()
+        result = tiny_session(pytester, base, "--encperf-backends=plain", "--encperf-ladder")
+        result.assert_outcomes(passed=len(WORKLOADS))
+        lines = [line for line in result.stdout.lines if line.startswith("plain SEQ1M-Q1T1-")]
+        assert len(lines) == len(WORKLOADS) and all("layer not measured" in line for line in lines)
+        assert " on RAM" not in result.stdout.str()
+        assert ram_mounts() == before

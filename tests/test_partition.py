@@ -538,3 +538,27 @@ def test_consent_is_taken_from_the_command_line_only(
     result = pytester.runpytest("--encperf-target=partition", "--encperf-device=/dev/sdz1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--encperf-allow-destroy: consent to erase a device" in result.stderr.str()
+
+
+def test_kdf_and_in_place_volumes_are_refused_on_the_partition(
+    pytester: pytest.Pytester, partition: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """They would make volumes of their own on the device the benchmark volumes hold: skipped,
+    saying so, while the benchmark itself runs."""
+    monkeypatch.setenv("ENCPERF_TEST_PARTITION", str(partition))
+    pytester.makepyfile(test_extra="def test_k(encperf_kdf): pass\n\ndef test_i(encperf_inplace): pass\n")
+    result = run_sequential(
+        pytester, partition, "recording", "--encperf-profile=cdm,kdf", "--encperf-inplace",
+        "-k", "SEQ1M-Q1T1-read or test_k or test_i",
+    )  # fmt: skip
+    result.assert_outcomes(passed=1, skipped=4)  # plain and recording, each in both
+    result.stdout.fnmatch_lines_random(
+        [
+            "*recording: the kdf profile runs on the container target only, not on a partition*",
+            "*recording: in-place encryption runs on the container target only, not on a partition*",
+        ]
+    )
+    creates = [
+        line for line in (pytester.path / "lifecycle.log").read_text().splitlines() if "create" in line
+    ]
+    assert len(creates) == 1  # the benchmark volume alone

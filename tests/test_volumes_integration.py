@@ -147,7 +147,8 @@ def test_lifecycle_cycles_are_timed_saved_and_gated_against_the_saved_run(
     pytester: pytest.Pytester, target: Target
 ) -> None:
     """Plain and fscrypt with --encperf-lifecycle-cycles=3: every step has 3 positive samples,
-    saved; a second run gated against the first reports the life-cycle checks, all passing."""
+    saved; a second run compared with the first reports the life-cycle checks, not gated (one
+    saved run is no run-to-run spread)."""
     storage_dir, out = pytester.path / ".encperf", pytester.path / "first.json"
     common = (
         "--encperf-backends=fscrypt",
@@ -165,13 +166,12 @@ def test_lifecycle_cycles_are_timed_saved_and_gated_against_the_saved_run(
         assert list(steps) == list(LIFECYCLE_STEPS)
         assert all(len(cycles) == 3 and min(cycles) > 0 for cycles in steps.values())
     assert len(list(storage_dir.rglob("0001_main.json"))) == 1
-    # a 10x slower step is not noise; 3 against 3 cycles can pass or fail, never "not gated"
     second = tiny_session(
-        pytester, target.directory, *common, "--encperf-compare=main", "--encperf-fail=lifecycle:900%"
+        pytester, target.directory, *common, "--encperf-compare=main", "--encperf-fail=lifecycle:10%"
     )
     assert second.ret == pytest.ExitCode.OK
     rows = [line for line in second.stdout.lines if "cycles of both runs" in line]
     assert len(rows) == 2 * len(LIFECYCLE_STEPS)
-    assert all(row.split()[-1] == "pass" and "3/3" in row for row in rows), "\n".join(rows)
+    assert all(row.endswith("not gated") and "3/3" in row for row in rows), "\n".join(rows)
     assert {row.split()[1] for row in rows} == {f"lifecycle-{s.replace(' ', '-')}" for s in LIFECYCLE_STEPS}
     assert list(target.directory.glob(f"encperf-{os.getpid()}-*")) == [], "run directory left behind"
