@@ -27,6 +27,7 @@ from pytest_encperf.compare import (
     PAIRED_HISTORY,
     PASS,
     ROUNDS,
+    Check,
     Gate,
     Rule,
     expected_family_size,
@@ -744,3 +745,23 @@ def test_the_expected_family_counts_the_lifecycle_checks_that_will_be_gated() ->
     # one cycle this run (the default), or too few saved runs: nothing of the life cycle is gated
     assert expected_family_size(["gocryptfs", "fscrypt"], CDM, rules, [], reference, 3, 1) == 1
     assert expected_family_size(["gocryptfs", "fscrypt"], CDM, rules, [], reference, 2, 3) == 1
+
+
+def test_a_tasks_max_overhead_is_a_share_of_plains_time() -> None:
+    """--encperf-max-overhead=50% lets a task take up to 1.5x plain's time (-33% in speed)."""
+    from pytest_encperf.workloads import PROFILES
+
+    archive = PROFILES["realwork"].workloads[0]
+
+    def timed(seconds: list[float]) -> list[Measurement]:
+        return [Measurement("tools", "1", 10**8, s, 100, 0.0, 0.0, 0.0, 0.1, "buffered") for s in seconds]
+
+    def overhead(times: list[float]) -> Check:
+        task = Result("fscrypt", archive, timed(times), timed(spread(10.0, 8)))
+        (check,) = judge(run("now", task), None, [], parse_rules("50%")).checks
+        return check
+
+    within = overhead(spread(14.0, 8))  # 1.4x plain's time: -29% in speed
+    assert within.status == PASS and within.worse_percent == pytest.approx(40, abs=1)
+    beyond = overhead(spread(16.0, 8))  # 1.6x: -37.5% in speed
+    assert beyond.status == FAIL and beyond.worse_percent == pytest.approx(60, abs=1)
