@@ -14,10 +14,10 @@ from . import backends, hookspec
 from .backends import BASELINE
 from .inplace import InplaceTiming
 from .kdf import KdfTiming
-from .runner import MountedVolume, Runner
+from .runner import TASK_NEEDS_PLAIN, MountedVolume, Runner
 from .session import EncperfSession, XdistResults
 from .settings import OPTIONS, resolve
-from .workloads import KDF_PROFILE
+from .workloads import KDF_PROFILE, Workload
 
 session_key = pytest.StashKey[EncperfSession]()
 registered_key = pytest.StashKey[list[str]]()
@@ -102,7 +102,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "encperf_workload" in metafunc.fixturenames:
         workloads = session.workloads
         if workloads:
-            metafunc.parametrize("encperf_workload", workloads, ids=[w.name for w in workloads])
+            params = [pytest.param(w, id=w.name, marks=_workload_marks(session, w)) for w in workloads]
+            metafunc.parametrize("encperf_workload", params)
         else:  # --encperf-profile=kdf alone
             why = pytest.mark.skip(reason="the selected profiles run no I/O workload")
             metafunc.parametrize("encperf_workload", [pytest.param(None, id="no-workload", marks=why)])
@@ -123,6 +124,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             why = pytest.mark.skip(reason="in-place encryption is not asked for (--encperf-inplace)")
             unasked = pytest.param(None, id="inplace", marks=why)
             metafunc.parametrize("encperf_inplace", [unasked], indirect=True)
+
+
+def _workload_marks(session: EncperfSession, workload: Workload) -> list[pytest.MarkDecorator]:
+    """A real-work task is skipped on the partition target, saying why (runner._run_task)."""
+    if workload.kind == "task" and session.sequential:
+        return [pytest.mark.skip(reason=f"{workload.name}: {TASK_NEEDS_PLAIN}")]
+    return []
 
 
 @pytest.fixture(scope="session")

@@ -30,6 +30,12 @@ class Unavailable(Exception):
     """The backend cannot run here; the message is the skip reason."""
 
 
+TASK_NEEDS_PLAIN = (
+    "real-work tasks need the plain volume beside the volume, which the partition target does not "
+    "have; run them on the container or directory target"
+)
+
+
 class RunError(RuntimeError):
     """A workload could not run (disk full, I/O error); the message says where and what to do."""
 
@@ -453,10 +459,7 @@ class Runner:
         A B B A as every workload; each round runs the task once, whatever the round time."""
         baseline = self.baseline
         if baseline is None:
-            raise RunError(
-                f"{workload.name}: real-work tasks need the plain volume beside the volume, which the "
-                "partition target does not have; run them on the container or directory target"
-            )
+            raise RunError(f"{workload.name}: {TASK_NEEDS_PLAIN}")
         if self.reference is None:
             raise RunError(f"{workload.name}: no reference tree was given to the runner")
         with self.quiet() as waited_to_prepare:

@@ -562,3 +562,13 @@ def test_kdf_and_in_place_volumes_are_refused_on_the_partition(
         line for line in (pytester.path / "lifecycle.log").read_text().splitlines() if "create" in line
     ]
     assert len(creates) == 1  # the benchmark volume alone
+
+
+def test_real_work_tasks_are_skipped_on_the_partition_saying_why(
+    pytester: pytest.Pytester, partition: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENCPERF_TEST_PARTITION", str(partition))
+    result = run_sequential(pytester, partition, "recording", "--encperf-profile=realwork", "-k", "archive")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*archive: real-work tasks need the plain volume beside the volume*"])
+    assert not (pytester.path / "lifecycle.log").exists()  # no volume was made for them
