@@ -28,7 +28,7 @@ from typing import Any
 
 from . import storage
 from .backends import PLANNED, BackendSpec, known_names, parse_backend_list
-from .compare import MIN_HISTORY, MIN_LIFECYCLE_CYCLES, Rule, parse_rules
+from .compare import LIFECYCLE_METRIC, MIN_HISTORY, MIN_LIFECYCLE_CYCLES, Rule, parse_rules
 from .engines import ENGINES
 from .html import matplotlib_problem
 from .parsing import parse_bool, parse_choice, parse_path
@@ -211,6 +211,19 @@ def parse_fail_rules(text: str) -> list[Rule]:
     return parse_rules(text, rule_backend_names())
 
 
+def parse_overhead_rules(text: str) -> list[Rule]:
+    """--encperf-max-overhead: as --encperf-fail, but a life cycle has no plain side in the run
+    to be compared with (its checks are against saved runs)."""
+    rules = parse_fail_rules(text)
+    for rule in rules:
+        if rule.metric == LIFECYCLE_METRIC:
+            raise ValueError(
+                f"{rule.text}: a life-cycle rule compares with saved runs, not with plain in this run: "
+                "give it to --encperf-fail"
+            )
+    return rules
+
+
 def parse_device(text: str) -> Path | None:
     """A block device path such as /dev/sdb1 (checked by the partition target's rules)."""
     value = str(text).strip()
@@ -334,7 +347,7 @@ OPTIONS: tuple[Option, ...] = (
            parse_bool, "no", form="flag", const="1"),
     Option("max-overhead", "EXPR", "fail when a backend is slower than plain in this run by more than "
            "EXPR and significant, e.g. fscrypt:seq-read:15% (same grammar as --encperf-fail)",
-           parse_fail_rules, ""),
+           parse_overhead_rules, ""),
     Option("json", "PATH", "write the full results (the saved-run format) to PATH", optional(parse_path), ""),
     Option("markdown", "PATH", "write a GitHub-flavoured Markdown report to PATH (and append it to "
            "$GITHUB_STEP_SUMMARY when set)", optional(parse_path), ""),

@@ -204,3 +204,11 @@ def test_lifecycle_cycles_default_to_one_and_follow_the_precedence() -> None:
 def test_lifecycle_cycles_refuse_anything_but_a_whole_number_from_one(value: str) -> None:
     with pytest.raises(ValueError, match=r"--encperf-lifecycle-cycles.*expected a whole number >= 1"):
         resolve({"lifecycle-cycles": value}, {}, environ={})
+
+
+def test_max_overhead_refuses_a_lifecycle_rule_and_says_where_it_belongs() -> None:
+    with pytest.raises(
+        ValueError, match=r"lifecycle:50%: a life-cycle rule compares with saved runs.*--encperf-fail"
+    ):
+        resolve({"max-overhead": "lifecycle:50%"}, {}, {})
+    assert resolve({"fail": "lifecycle:50%"}, {}, {}).fail[0].metric == "lifecycle"
