@@ -24,11 +24,13 @@ speed of some other cipher or implementation.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -197,34 +199,37 @@ def _gocryptfs_mb_per_s(algorithm: str) -> tuple[float | None, str]:
     return candidates[chosen[0]][0], f"gocryptfs -speed, {chosen[0]}"
 
 
+def _kernel_ceiling(
+    cipher: str,
+    rest: str,
+    seconds: float,
+    speed: Callable[[str, int, float], tuple[float, str]],
+    interface: str,
+    config: str,
+) -> Ceiling:
+    """A kernel cipher (``name:bits``) through AF_ALG's ``interface`` (skcipher or aead), or why
+    not (the kernel option CONFIG_CRYPTO_USER_API_``config`` when the interface is missing)."""
+    name, _, bits = rest.rpartition(":")
+    if not hasattr(socket, "AF_ALG"):
+        return Ceiling(cipher, None, "not measured: no AF_ALG sockets on this platform")
+    try:
+        mb_per_s, how = speed(name, int(bits), seconds)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if exc.errno == errno.EAFNOSUPPORT:
+            reason = f"the kernel has no AF_ALG {interface} interface (CONFIG_CRYPTO_USER_API_{config})"
+        return Ceiling(cipher, None, f"not measured: {reason}")
+    return Ceiling(cipher, mb_per_s, how)
+
+
 def measure(cipher: str, seconds: float = 0.3) -> Ceiling:
     """The ceiling of one cipher as a backend names it (see the module docstring)."""
     kind, _, rest = cipher.partition(":")
     try:
         if kind == "kernel":
-            name, _, bits = rest.rpartition(":")
-            if not hasattr(socket, "AF_ALG"):
-                return Ceiling(cipher, None, "not measured: no AF_ALG sockets on this platform")
-            try:
-                mb_per_s, how = _af_alg_mb_per_s(name, int(bits), seconds)
-            except OSError as exc:
-                reason = exc.strerror or str(exc)
-                if exc.errno == 97:  # EAFNOSUPPORT
-                    reason = "the kernel has no AF_ALG skcipher interface (CONFIG_CRYPTO_USER_API_SKCIPHER)"
-                return Ceiling(cipher, None, f"not measured: {reason}")
-            return Ceiling(cipher, mb_per_s, how)
+            return _kernel_ceiling(cipher, rest, seconds, _af_alg_mb_per_s, "skcipher", "SKCIPHER")
         if kind == "kernel-aead":
-            name, _, bits = rest.rpartition(":")
-            if not hasattr(socket, "AF_ALG"):
-                return Ceiling(cipher, None, "not measured: no AF_ALG sockets on this platform")
-            try:
-                mb_per_s, how = _af_alg_aead_mb_per_s(name, int(bits), seconds)
-            except OSError as exc:
-                reason = exc.strerror or str(exc)
-                if exc.errno == 97:  # EAFNOSUPPORT
-                    reason = "the kernel has no AF_ALG aead interface (CONFIG_CRYPTO_USER_API_AEAD)"
-                return Ceiling(cipher, None, f"not measured: {reason}")
-            return Ceiling(cipher, mb_per_s, how)
+            return _kernel_ceiling(cipher, rest, seconds, _af_alg_aead_mb_per_s, "aead", "AEAD")
         if kind == "user":
             mb_per_s, how = _user_space_mb_per_s(rest, seconds)
             return Ceiling(cipher, mb_per_s, how)

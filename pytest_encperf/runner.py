@@ -425,20 +425,12 @@ class Runner:
 
             with self.lock() as waited:
                 result.lock_wait = waited_to_prepare + waited
-                measure_rounds(
+                self._measure_rounds(
                     result,
                     PairedRounds(
                         on(baseline, baseline_file, baseline_observe),
                         on(self.volume, volume_file, volume_observe),
                     ),
-                    runtime=self.runtime,
-                    rounds=self.rounds,
-                    warmup=self.warmup,
-                    warmup_runtime=self.warmup_runtime,
-                    steady_cv=self.steady_cv,
-                    steady_budget=self.steady_budget,
-                    gate=self.gate,
-                    budget=self.confirm_budget,
                 )
         except OSError as exc:
             problem = _STORAGE_ERRORS.get(exc.errno or 0)
@@ -453,6 +445,22 @@ class Runner:
                 verify_after_remount(self.volume, [volume_file.name])
         self.record(result)
         return result
+
+    def _measure_rounds(self, result: Result, pair: PairedRounds) -> None:
+        """The paired rounds of ``result`` with this runner's round settings (block, files and
+        task workloads alike)."""
+        measure_rounds(
+            result,
+            pair,
+            runtime=self.runtime,
+            rounds=self.rounds,
+            warmup=self.warmup,
+            warmup_runtime=self.warmup_runtime,
+            steady_cv=self.steady_cv,
+            steady_budget=self.steady_budget,
+            gate=self.gate,
+            budget=self.confirm_budget,
+        )
 
     def _run_task(self, workload: Workload) -> Result:
         """A real-work task (realwork.run_task) in paired rounds on the baseline and the volume,
@@ -497,18 +505,7 @@ class Runner:
         try:
             with self.lock() as waited:
                 result.lock_wait = waited_to_prepare + waited
-                measure_rounds(
-                    result,
-                    PairedRounds(on(baseline), on(self.volume)),
-                    runtime=self.runtime,
-                    rounds=self.rounds,
-                    warmup=self.warmup,
-                    warmup_runtime=self.warmup_runtime,
-                    steady_cv=self.steady_cv,
-                    steady_budget=self.steady_budget,
-                    gate=self.gate,
-                    budget=self.confirm_budget,
-                )
+                self._measure_rounds(result, PairedRounds(on(baseline), on(self.volume)))
         except (HostError, OSError) as exc:
             raise RunError(
                 f"{workload.name} on {side.spec} ({side.data_dir}): {exc}; a task needs room for about "
