@@ -1047,25 +1047,21 @@ class EncperfSession:
                 tr.write_line(table)
         if BASELINE in part.skipped:
             tr.write_line(f"baseline unavailable: {BASELINE}: {part.skipped[BASELINE]}", yellow=True)
-        table = kdf_table(part.kdf, shown)
-        if table:
-            tr.write_line("")
-            tr.write_line(
-                "key derivation [kdf]: seconds to create a volume and to open (unlock and mount) it "
-                "again, with the fast setting benchmark volumes use (benchmark only: not the real "
-                "cost) and with the backend's default (what a real volume costs)"
-            )
-            tr.write_line(table)
-        table = inplace_table(part.inplace, s.project_size, shown)
-        if table:
-            tr.write_line("")
-            tr.write_line(
-                "in-place encryption [--encperf-inplace]: MB/s of encrypting existing data (LUKS2: "
-                "cryptsetup reencrypt --encrypt of a filled plain volume, over its whole data area) or, "
-                "where a backend cannot, of filling a fresh volume through its encryption layer; and "
-                "the time the projected size would take at that rate"
-            )
-            tr.write_line(table)
+        _titled_table(
+            tr,
+            "key derivation [kdf]: seconds to create a volume and to open (unlock and mount) it "
+            "again, with the fast setting benchmark volumes use (benchmark only: not the real "
+            "cost) and with the backend's default (what a real volume costs)",
+            kdf_table(part.kdf, shown),
+        )
+        _titled_table(
+            tr,
+            "in-place encryption [--encperf-inplace]: MB/s of encrypting existing data (LUKS2: "
+            "cryptsetup reencrypt --encrypt of a filled plain volume, over its whole data area) or, "
+            "where a backend cannot, of filling a fresh volume through its encryption layer; and "
+            "the time the projected size would take at that rate",
+            inplace_table(part.inplace, s.project_size, shown),
+        )
         if not part.results:
             return
         ceilings = ceilings_of(part)
@@ -1094,14 +1090,12 @@ class EncperfSession:
                     "cipher ceiling: no backend here names a cipher this run can measure (eff. empty)"
                 )
             tr.write_line(f"kernel xts(aes) driver: {part.xts_driver}")
-        table = lifecycle_table(part.lifecycle, shown)
-        if table:
-            tr.write_line("")
-            tr.write_line(
-                "volume life cycle, seconds (median of the cycles; benchmark volumes use a fast key "
-                "derivation, not the backend's default):"
-            )
-            tr.write_line(table)
+        _titled_table(
+            tr,
+            "volume life cycle, seconds (median of the cycles; benchmark volumes use a fast key "
+            "derivation, not the backend's default):",
+            lifecycle_table(part.lifecycle, shown),
+        )
         lines = ladder_lines(part.ladder)
         if lines:
             tr.write_line("")
@@ -1140,6 +1134,14 @@ _SAVED_SETTINGS = (
     "backends", "target", "dir", "size", "runtime", "rounds", "warmup", "engine", "profile",
     "lifecycle_cycles", "tree_size",
 )  # fmt: skip
+
+
+def _titled_table(tr: pytest.TerminalReporter, title: str, table: str) -> None:
+    """A table of the summary after a blank line and its title; nothing when it is empty."""
+    if table:
+        tr.write_line("")
+        tr.write_line(title)
+        tr.write_line(table)
 
 
 def _setting_text(value: object) -> str:
