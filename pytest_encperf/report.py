@@ -798,7 +798,8 @@ def ladder_line(row: LadderRow) -> str:
         cipher = "cipher none (no encryption)"
     else:
         speed = format_speed(row.cipher.mb_per_s) if row.cipher.mb_per_s else "not measured"
-        cipher = f"cipher {speed} ({_cipher_text(row.cipher)}; {_cipher_text(row.counterpart)})"
+        texts = dict.fromkeys((_cipher_text(row.cipher), _cipher_text(row.counterpart)))  # a reason once
+        cipher = f"cipher {speed} ({'; '.join(texts)})"
     layer = f"layer {_rung_text(row.layer)}"
     if row.layer.mb_per_s:
         layer += f" on RAM (plain {_rung_text(row.layer_plain)})"

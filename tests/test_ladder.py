@@ -147,3 +147,11 @@ def test_the_ram_container_is_refused_when_it_would_take_more_than_half_the_free
         f"the RAM-backed container needs {need // MiB} MiB of memory, more than half of the "
         f"{(2 * need - MiB) // MiB} MiB available: pass a smaller --encperf-size"
     )
+
+
+def test_a_cipher_reason_both_rungs_share_is_said_once() -> None:
+    why = Rung(None, "the backend names no cipher that can be measured")
+    row = LadderRow(
+        "qemu-luks", "SEQ1M-Q1T1-write", why, why, Rung(400.0), Rung(5000.0), Rung(410.0), Rung(3000.0)
+    )
+    assert "cipher not measured (the backend names no cipher that can be measured), layer" in ladder_line(row)
