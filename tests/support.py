@@ -154,11 +154,16 @@ def mounts_and_loops_left(path: Path) -> list[str]:
 @contextlib.contextmanager
 def scratch_dir(prefix: str) -> Iterator[Path]:
     """A new directory under disk_dir(), checked for mounts and loop devices of ours and removed
-    when the test is done with it."""
+    when the test is done with it, also when it failed or skipped (but never with a mount or loop
+    device left under it: rmtree would descend into the mount)."""
     path = Path(tempfile.mkdtemp(prefix=prefix, dir=disk_dir()))
-    yield path
-    assert mounts_and_loops_left(path) == [], "mount or loop device left behind"
-    shutil.rmtree(path)
+    try:
+        yield path
+    finally:
+        left = mounts_and_loops_left(path)
+        if not left:
+            shutil.rmtree(path)
+    assert left == [], "mount or loop device left behind"
 
 
 def write_mbr(target: Path, start: int = 2048, sectors: int = 32 * MiB // 512) -> None:
