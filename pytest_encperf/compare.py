@@ -353,10 +353,13 @@ def cells_of(results: Iterable[Result]) -> dict[tuple[str, str], Cell]:
     return cells
 
 
-def setting_differences(before: dict[str, str], now: dict[str, str]) -> list[str]:
-    """``size 1073741824 -> 268435456`` for each compared setting both runs recorded differently."""
+def setting_differences(
+    before: dict[str, str], now: dict[str, str], keys: Sequence[str] = COMPARED_SETTINGS
+) -> list[str]:
+    """``size 1073741824 -> 268435456`` for each compared setting (``keys``) both runs recorded
+    differently."""
     found = []
-    for key in COMPARED_SETTINGS:
+    for key in keys:
         old, new = before.get(key), now.get(key)
         if old is not None and new is not None and str(old) != str(new):
             found.append(f"{key} {_setting_display(key, old)} -> {_setting_display(key, new)}")
@@ -812,12 +815,7 @@ def select_lifecycle_rule(rules: Sequence[Rule], backend: str, step: str) -> Rul
 
 def lifecycle_differences(before: dict[str, str], now: dict[str, str]) -> list[str]:
     """The LIFECYCLE_SETTINGS both runs recorded differently (``size 256 MiB -> 64 MiB``)."""
-    found = []
-    for key in LIFECYCLE_SETTINGS:
-        old, new = before.get(key), now.get(key)
-        if old is not None and new is not None and str(old) != str(new):
-            found.append(f"{key} {_setting_display(key, old)} -> {_setting_display(key, new)}")
-    return found
+    return setting_differences(before, now, LIFECYCLE_SETTINGS)
 
 
 def lifecycle_history(backend: str, step: str, current: RunData, runs: Sequence[RunData]) -> History:
