@@ -223,18 +223,18 @@ def tiny_session(
 ) -> pytest.RunResult:
     """A plugin session end to end at a tiny size, volumes under ``directory``: SEQ1M-Q1T1 read
     and write, 2 MiB, ``rounds`` rounds of 0.05 s; ``options`` name the backends and the rest."""
-    pytester.makepyfile(test_bench=TINY_BENCHMARK)
-    return pytester.runpytest(
-        f"--encperf-dir={directory}",
-        "--encperf-size=2MiB",
-        "--encperf-runtime=0.05",
-        f"--encperf-rounds={rounds}",
-        *options,
-        "-k",
-        "SEQ1M-Q1T1",
-        "-p",
-        "no:cacheprovider",
-    )
+    return _benchmark_session(
+        pytester, directory, "test_bench", TINY_BENCHMARK, "--encperf-size=2MiB", "--encperf-runtime=0.05",
+        f"--encperf-rounds={rounds}", *options, "-k", "SEQ1M-Q1T1",
+    )  # fmt: skip
+
+
+def _benchmark_session(
+    pytester: pytest.Pytester, directory: Path, module: str, source: str, *options: str
+) -> pytest.RunResult:
+    """``source`` as the test module ``module``, run in-process with volumes under ``directory``."""
+    pytester.makepyfile(**{module: source})
+    return pytester.runpytest(f"--encperf-dir={directory}", *options, "-p", "no:cacheprovider")
 
 
 KDF_BENCHMARK = "def test_key_derivation(encperf_kdf):\n    assert encperf_kdf.note or encperf_kdf.settings\n"
@@ -243,14 +243,14 @@ KDF_BENCHMARK = "def test_key_derivation(encperf_kdf):\n    assert encperf_kdf.n
 def kdf_session(pytester: pytest.Pytester, directory: Path, *options: str) -> pytest.RunResult:
     """A plugin session of the kdf profile alone (``--encperf-profile=kdf``), volumes of 2 MiB
     under ``directory``; ``options`` name the backends and the rest."""
-    pytester.makepyfile(test_kdf=KDF_BENCHMARK)
-    return pytester.runpytest(
-        f"--encperf-dir={directory}",
+    return _benchmark_session(
+        pytester,
+        directory,
+        "test_kdf",
+        KDF_BENCHMARK,
         "--encperf-size=2MiB",
         "--encperf-profile=kdf",
         *options,
-        "-p",
-        "no:cacheprovider",
     )
 
 
@@ -260,13 +260,13 @@ INPLACE_BENCHMARK = "def test_in_place(encperf_inplace):\n    assert encperf_inp
 def inplace_session(pytester: pytest.Pytester, directory: Path, *options: str) -> pytest.RunResult:
     """A plugin session of the in-place encryption benchmark alone (``--encperf-inplace``), a
     file of 4 MiB, volumes under ``directory``; ``options`` name the backends and the rest."""
-    pytester.makepyfile(test_inplace=INPLACE_BENCHMARK)
-    return pytester.runpytest(
-        f"--encperf-dir={directory}",
+    return _benchmark_session(
+        pytester,
+        directory,
+        "test_inplace",
+        INPLACE_BENCHMARK,
         "--encperf-size=4MiB",
         "--encperf-inplace",
         "-rs",
         *options,
-        "-p",
-        "no:cacheprovider",
     )

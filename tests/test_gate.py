@@ -602,30 +602,10 @@ def test_workload(encperf, encperf_workload):
 
 def run_task(pytester: pytest.Pytester, *args: str, **env: str) -> pytest.RunResult:
     """The scripted ``archive`` task on plain and fakecrypt: 10 s a round on plain, that times
-    SCRIPTED_VOLUME_TIME on fakecrypt."""
-    mp = pytest.MonkeyPatch()
-    try:
-        for key, value in env.items():
-            mp.setenv(key, value)
-        return pytester.runpytest(
-            "--encperf-target=directory",
-            "--encperf-backends=fakecrypt",
-            f"--encperf-dir={pytester.path}",
-            f"--encperf-storage={pytester.path / '.encperf'}",
-            "--encperf-profile=realwork",
-            "--encperf-tree-size=1MiB",
-            "--encperf-rounds=3",
-            "--encperf-warmup=0",
-            "-k",
-            "archive",
-            "-p",
-            "no:cacheprovider",
-            "-W",
-            "ignore::pytest.PytestAssertRewriteWarning",
-            *args,
-        )
-    finally:
-        mp.undo()
+    SCRIPTED_VOLUME_TIME on fakecrypt (run's session, its ``-k`` replaced by the later one)."""
+    return run(
+        pytester, "--encperf-profile=realwork", "--encperf-tree-size=1MiB", "-k", "archive", *args, **env
+    )
 
 
 def test_a_task_is_gated_on_its_seconds_lower_is_better(gate: pytest.Pytester) -> None:
