@@ -32,6 +32,7 @@ are released with it (a kill between "losetup/mount returned" and "registered" l
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import os
@@ -47,11 +48,13 @@ from typing import Any
 
 import psutil
 
-from . import host, resources
-from .resources import ProcessStart, Resource
+from . import host, journalschema, resources
+from .journalschema import Document, Entry, Malformed, start_json
+from .journalschema import start_of as start_of  # read by tests of a dead run's entries
+from .resources import Resource
 
 RUNS_DIR = ".encperf-runs"
-FORMAT_VERSION = 3  # 3: exact starts (resources.ProcessStart); 2: wall-clock "started", still read
+FORMAT_VERSION = journalschema.VERSIONS[-1]  # written; journalschema.VERSIONS are read
 LOCK_TIMEOUT = 30.0  # a cleanup of dead runs waits this long for another one to finish
 JOURNAL_NAME = re.compile(r"run-([0-9]+)-([0-9a-f]+)\.json")
 TEMP_NAME = re.compile(r"\.run-[0-9]+-[0-9a-f]+\.json\.([0-9]+)\.tmp")
@@ -257,24 +260,6 @@ def _write_atomically(runs_fd: int, name: str, data: dict[str, Any]) -> None:
         raise
 
 
-def start_json(started: ProcessStart | float | None) -> dict[str, Any]:
-    """A process start as journal fields: ``start`` (exact), or an older journal's ``started``."""
-    if isinstance(started, ProcessStart):
-        return {"start": started.as_json()}
-    return {"started": started}
-
-
-def start_of(document: dict[str, Any]) -> ProcessStart | float | None:
-    """The process start a journal (or one of its entries) records; ValueError if malformed.
-    Journals before format 3 recorded psutil's wall-clock start time (``started``)."""
-    if "start" in document:
-        return ProcessStart.from_json(document["start"])
-    started = document.get("started")
-    if started is not None and (not isinstance(started, int | float) or isinstance(started, bool)):
-        raise ValueError("started must be a number")
-    return None if started is None else float(started)
-
-
 def entry_of(resource: Resource, label: str, token: int) -> dict[str, Any]:
     entry: dict[str, Any] = {"id": token, "kind": resource.kind, "ident": resource.ident}
     entry.update(detail=resource.detail, label=label)
@@ -284,15 +269,8 @@ def entry_of(resource: Resource, label: str, token: int) -> dict[str, Any]:
 
 
 def resource_of(entry: dict[str, Any]) -> Resource:
-    """The Resource a journal entry describes; ValueError if the entry is malformed."""
-    kind, ident, detail = entry.get("kind"), entry.get("ident"), entry.get("detail", "")
-    wait = entry.get("wait", 0.0)
-    if not (isinstance(kind, str) and isinstance(ident, str) and isinstance(detail, str)):
-        raise ValueError("kind, ident and detail must be strings")
-    started = start_of(entry)
-    if not isinstance(wait, int | float) or not 0 <= wait <= 60:
-        raise ValueError("wait must be a number of seconds up to 60")
-    return Resource(kind, ident, detail, started, float(wait))
+    """The Resource a journal entry describes; ValueError (Malformed) if the entry is malformed."""
+    return journalschema.entry(entry).resource
 
 
 class Journal:
@@ -434,9 +412,9 @@ class DeadRun:
         ]
 
 
-def _read_journal(runs_fd: int, name: str) -> dict[str, Any]:
-    """A journal's document; Refused unless it is our regular 0600 file, read without
-    following a symbolic link."""
+def _read_journal(runs_fd: int, name: str) -> Document:
+    """A journal's document, checked whole (journalschema); Refused unless it is our regular
+    0600 file, read without following a symbolic link, and a journal in every field."""
     try:
         fd = host.open_own_file(Path(name), os.O_RDONLY, dir_fd=runs_fd)
     except OSError as exc:
@@ -444,30 +422,23 @@ def _read_journal(runs_fd: int, name: str) -> dict[str, Any]:
             raise Refused("it is a symbolic link") from None
         raise Refused(exc.strerror or str(exc)) from None
     with os.fdopen(fd, "rb") as handle:
-        text = handle.read(1 << 20)
+        if os.fstat(fd).st_size > journalschema.MAX_BYTES:  # refused before it is read
+            raise Refused(f"not a journal (larger than {journalschema.MAX_BYTES} bytes)")
+        text = handle.read(journalschema.MAX_BYTES + 1)
     try:
-        data = json.loads(text)
-    except ValueError:
-        raise Refused("not a journal (unreadable JSON)") from None
-    if not isinstance(data, dict) or not isinstance(data.get("resources"), list):
-        raise Refused("not a journal (no resource list)")
-    return data
+        return journalschema.read(text)
+    except Malformed as exc:
+        raise Refused(str(exc)) from None
 
 
-def _release_entries(dead: DeadRun, data: dict[str, Any], bases: list[Path], dry_run: bool) -> list[Any]:
+def _release_entries(dead: DeadRun, document: Document, bases: list[Path], dry_run: bool) -> list[Entry]:
     """Release a dead run's entries newest first; returns the entries to keep (failed ones and
     everything older than the first failure, which may depend on it)."""
-    assert dead.pid is not None
-    scope = resources.RunScope(dead.pid, tuple(bases))
-    entries = [e for e in data["resources"] if isinstance(e, dict)]
-    ordered = release_order(entries)
+    scope = resources.RunScope(document.pid, tuple(bases))
+    ordered = sorted(document.entries, key=lambda entry: -entry.id)  # as release_order
     for index, entry in enumerate(ordered):
-        what = f"{entry.get('kind')} {entry.get('ident')}"
-        try:
-            resource = resource_of(entry)
-        except ValueError as exc:
-            dead.refused.append(f"{what}: malformed entry ({exc})")
-            continue
+        what = f"{entry.kind} {entry.ident}"
+        resource = entry.resource
         kind = resources.KINDS.get(resource.kind)
         if kind is None:
             dead.failed.append(f"{what}: no way to release a {resource.kind!r} resource")
@@ -493,8 +464,12 @@ def _release_entries(dead: DeadRun, data: dict[str, Any], bases: list[Path], dry
 
 @contextlib.contextmanager
 def _cleanup_lock(runs_fd: int, runs: Path, timeout: float) -> Iterator[None]:
-    """Serialise cleanups (two sessions starting at once must not release the same run twice)."""
-    fd = host.open_own_file(Path(".lock"), os.O_RDWR | os.O_CREAT, dir_fd=runs_fd)
+    """Serialise cleanups (two sessions starting at once must not release the same run twice);
+    Refused when ``.lock`` is not our regular 0600 file."""
+    try:
+        fd = host.open_own_file(Path(".lock"), os.O_RDWR | os.O_CREAT, dir_fd=runs_fd)
+    except OSError as exc:  # a symbolic link, FIFO, directory, or a file not ours with 0600
+        raise Refused(f"{runs / '.lock'}: {exc.strerror or exc}") from None
     try:
         os.set_blocking(fd, True)
         host.wait_for_lock(fd, f"the cleanup lock {runs / '.lock'}", timeout)
@@ -540,6 +515,8 @@ def release_dead_runs(
                     _remove_dead_writers_temp(runs_fd, name)
     except host.LockTimeout as exc:
         found.append(DeadRun(runs, None, failed=[f"{exc}; dead runs there were not released"]))
+    except Refused as exc:
+        found.append(DeadRun(runs, None, refused=[f"not looking at any journal there: {exc}"]))
     finally:
         os.close(runs_fd)
     return found
@@ -550,36 +527,36 @@ def _release_journal(
 ) -> DeadRun | None:
     dead = DeadRun(path, pid)
     try:
-        data = _read_journal(runs_fd, path.name)
+        document = _read_journal(runs_fd, path.name)
     except Refused as exc:
         dead.refused.append(f"journal left alone: {exc}")
         return dead
     except FileNotFoundError:
         return None  # its run ended meanwhile
-    if data.get("pid") != pid:
-        dead.refused.append(f"journal left alone: it names pid {data.get('pid')!r}, its file name {pid}")
+    if document.pid != pid:
+        dead.refused.append(f"journal left alone: it names pid {document.pid}, its file name {pid}")
         return dead
-    if os.path.realpath(str(data.get("directory", ""))) != str(directory):
-        dead.refused.append(f"journal left alone: it belongs to directory {data.get('directory')!r}")
+    if os.path.realpath(document.directory) != str(directory):
+        dead.refused.append(f"journal left alone: it belongs to directory {document.directory!r}")
         return dead
-    try:
-        started = start_of(data)
-    except ValueError as exc:
-        dead.refused.append(f"journal left alone: malformed start ({exc})")
-        return dead
-    elsewhere = resources.another_namespace(started)
+    elsewhere = resources.another_namespace(document.started)
     if elsewhere:
         dead.refused.append(f"journal left alone: {elsewhere}")
         return dead
-    if resources.is_alive(pid, started):
+    if resources.is_alive(pid, document.started):
         return None  # a live run: never touched
-    keep = _release_entries(dead, data, bases, dry_run)
-    if not dry_run:
+    keep = _release_entries(dead, document, bases, dry_run)
+    if dry_run:
+        return dead
+    try:
         if keep:
-            _write_atomically(runs_fd, path.name, {**data, "resources": keep})
+            kept = dataclasses.replace(document, entries=tuple(keep))
+            _write_atomically(runs_fd, path.name, kept.as_json())
         else:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path.name, dir_fd=runs_fd)
+    except OSError as exc:  # the next journal is still looked at
+        dead.failed.append(f"could not update the journal: {exc.strerror or exc}")
     return dead
 
 

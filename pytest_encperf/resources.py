@@ -170,6 +170,7 @@ def release(resource: Resource) -> str:
 
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+BOOT_ID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # a UUID
 
 
 @dataclass(frozen=True)
@@ -199,6 +200,10 @@ class ProcessStart:
         valid = isinstance(ticks, int) and isinstance(boot, str) and isinstance(pidns, int)
         if not valid or isinstance(ticks, bool) or isinstance(pidns, bool):
             raise ValueError("start must have whole ticks and pidns and a boot id")
+        if set(value) != {"ticks", "boot", "pidns"}:
+            raise ValueError("start must have ticks, boot and pidns only")
+        if not (0 <= ticks < 1 << 64 and 0 < pidns < 1 << 64 and BOOT_ID_TEXT.fullmatch(boot)):
+            raise ValueError("start must have ticks and pidns of 64 bits and a boot id like the kernel's")
         return cls(ticks, boot, pidns)
 
 

@@ -479,12 +479,10 @@ def test_malformed_start_leaves_the_journal_alone(tmp_path: Path, released: list
     pid = dead_pid()
     run = run_dir(tmp_path, pid)
     path = write_journal(tmp_path, pid, None, [{"kind": "path", "ident": str(run)}])
-    document = json.loads(path.read_text())
+    document = {key: value for key, value in json.loads(path.read_text()).items() if key != "started"}
     path.write_text(json.dumps({**document, "start": {"ticks": "12", "boot": 1}}))
     (dead,) = journal.release_dead_runs(tmp_path)
-    assert dead.refused == [
-        "journal left alone: malformed start (start must have whole ticks and pidns and a boot id)"
-    ]
+    assert dead.refused == ["journal left alone: start must have whole ticks and pidns and a boot id"]
     assert released == [] and run.exists()
 
 
