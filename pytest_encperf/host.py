@@ -255,7 +255,14 @@ def wait_for_lock(fd: int, what: str, timeout: float, *, shared: bool = False) -
 def open_own_file(path: Path, flags: int, *, dir_fd: int | None = None, mode: int = 0o600) -> int:
     """Open (or create) a file of ours without following a symbolic link; OSError if it is a
     symbolic link, not a regular file, or not ours with ``mode``."""
-    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode, dir_fd=dir_fd)
+    flags |= os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    fd = None
+    if flags & os.O_CREAT:  # made here: its mode is set, whatever the umask (0277 made 0400)
+        with contextlib.suppress(FileExistsError):
+            fd = os.open(path, flags | os.O_EXCL, mode, dir_fd=dir_fd)
+            os.fchmod(fd, mode)
+    if fd is None:  # there already: checked as it is
+        fd = os.open(path, flags & ~os.O_CREAT, dir_fd=dir_fd)
     info = os.fstat(fd)
     problem = None
     if not stat.S_ISREG(info.st_mode):

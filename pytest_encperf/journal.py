@@ -20,10 +20,15 @@ with every local user, so, like OpenSSH's ``safe_path`` and systemd-tmpfiles:
   directory, or its secret directory on the RAM file system), each directory on the way ours
   and not writable by others; dm names ``encperf-<pid>-N``; and only processes it started,
   identified by pid, start (clock ticks after boot, boot id, pid namespace) and executable;
+* a journal is checked whole against one schema (journalschema: types, ranges, lengths, size,
+  nesting) before anything in it is used; a malformed one is refused whole, and the next one read;
 * a journal whose run counted its pid in another pid namespace is left alone;
 * anything else is refused and reported, never released; a journal that is not ours is left
   where it is;
-* waiting for the cleanup lock times out with a message naming its holder.
+* the cleanup lock ``.lock`` must be our regular 0600 file too; waiting for it times out with a
+  message naming its holder;
+* what is made here (the directory, journals, the lock) gets its mode set after it is made,
+  whatever the umask.
 
 One deliberate sweep: mounts and loop devices *inside* a run directory that the journal names
 are released with it (a kill between "losetup/mount returned" and "registered" leaves them).
@@ -104,7 +109,7 @@ def _make_private_dirs(path: Path) -> None:
         current = current.parent
     for directory in reversed(missing):
         with contextlib.suppress(FileExistsError):
-            os.mkdir(directory, 0o700)
+            resources.make_private_dir(directory)
     problem = resources.unsafe_ancestor(path)  # one made by someone else meanwhile, a link
     if problem:
         raise OSError(errno.EPERM, f"not using {path}: {problem}")
@@ -231,7 +236,7 @@ def open_runs_dir(directory: Path, *, create: bool = False) -> int:
     runs = directory / RUNS_DIR
     if create:
         with contextlib.suppress(FileExistsError):
-            os.mkdir(runs, 0o700)
+            resources.make_private_dir(runs)
     try:
         fd = os.open(runs, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
@@ -251,6 +256,7 @@ def _write_atomically(runs_fd: int, name: str, data: dict[str, Any]) -> None:
         os.unlink(tmp, dir_fd=runs_fd)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=runs_fd)
     try:
+        os.fchmod(fd, 0o600)  # whatever the umask (0277 made 0400: refused when read back)
         with os.fdopen(fd, "w") as handle:
             json.dump(data, handle, indent=1)
         os.replace(tmp, name, src_dir_fd=runs_fd, dst_dir_fd=runs_fd)
@@ -469,7 +475,8 @@ def _cleanup_lock(runs_fd: int, runs: Path, timeout: float) -> Iterator[None]:
     try:
         fd = host.open_own_file(Path(".lock"), os.O_RDWR | os.O_CREAT, dir_fd=runs_fd)
     except OSError as exc:  # a symbolic link, FIFO, directory, or a file not ours with 0600
-        raise Refused(f"{runs / '.lock'}: {exc.strerror or exc}") from None
+        why = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror or str(exc)
+        raise Refused(f"{runs / '.lock'}: {why.removeprefix('refusing .lock: ')}") from None
     try:
         os.set_blocking(fd, True)
         host.wait_for_lock(fd, f"the cleanup lock {runs / '.lock'}", timeout)

@@ -463,6 +463,34 @@ def unsafe_ancestor(path: Path) -> str | None:
     return None
 
 
+def make_private_dir(path: Path, mode: int = 0o700) -> Path:
+    """``mkdir`` with exactly ``mode``, whatever the umask; FileExistsError if ``path`` exists.
+
+    mkdir's mode goes through the umask: under ``umask 0277`` a 0700 directory comes out 0500
+    (and a later check of ours refuses it for ever), under ``umask 0`` a plain mkdir() makes
+    0777, writable by everybody. Our own new directory is set explicitly, on its descriptor.
+    """
+    os.mkdir(path, mode)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+    return path
+
+
+def make_private_temp_dir(prefix: str, parent: Path) -> Path:
+    """A new directory ``<parent>/<prefix><random>`` of mode 0700 whatever the umask (see
+    :func:`make_private_dir`): run directories and key-file directories."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+    return path
+
+
 def owned_problem(info: os.stat_result, path: object, *, mode: int | None = None) -> str | None:
     """Why a file we opened (``info`` from fstat/lstat) is not ours to act on, or None."""
     me = os.geteuid()
@@ -622,7 +650,7 @@ def _usable_base(base: Path) -> bool:
     try:
         if base == RUN_SECRETS and host.filesystem_type(base.parent) in MEMORY_FILESYSTEMS:
             with contextlib.suppress(FileExistsError):
-                base.mkdir(mode=0o700)
+                make_private_dir(base)
         info = os.lstat(base)
     except OSError:
         return False
@@ -657,7 +685,7 @@ class SecretDir:
 
     @classmethod
     def create(cls, cleanup: Cleanup) -> SecretDir:
-        path = Path(tempfile.mkdtemp(prefix=f"encperf-{os.getpid()}-", dir=secret_base()))  # 0700
+        path = make_private_temp_dir(f"encperf-{os.getpid()}-", secret_base())
         cleanup.path(path)
         return cls(path)
 
@@ -666,6 +694,7 @@ class SecretDir:
         target = self.path / name
         target.unlink(missing_ok=True)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        os.fchmod(fd, 0o600)  # whatever the umask
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
         return target

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import host, realwork
+from . import host, realwork, resources
 from .backends import BackendBase, BackendError, Volume, placement_problems
 from .engines import Engine
 from .engines.observe import Observe
@@ -117,7 +117,8 @@ def open_volume(backend: BackendBase, target: Target, workdir: Path) -> MountedV
     problems = backend.problems(target) + placement_problems(backend, target)
     if problems:
         raise Unavailable("; ".join(problems))
-    workdir.mkdir(parents=True, exist_ok=False)
+    workdir.parent.mkdir(parents=True, exist_ok=True)  # a session's run directory: there already
+    resources.make_private_dir(workdir)  # 0700 whatever the umask: dead-run cleanup checks it
     volume: Volume | None = None
     try:
         started = time.perf_counter()

@@ -13,7 +13,6 @@ import itertools
 import os
 import shutil
 import signal
-import tempfile
 import threading
 import warnings
 from contextlib import AbstractContextManager
@@ -179,7 +178,7 @@ class EncperfSession:
         if self._run_dir is None:
             # under the directory's real path, where the journal holds a dead run's paths to be
             base = self.journal.directory
-            self._run_dir = Path(tempfile.mkdtemp(prefix=f"encperf-{os.getpid()}-", dir=base))
+            self._run_dir = resources.make_private_temp_dir(f"encperf-{os.getpid()}-", base)  # 0700
             self._run_cleanup = resources.Cleanup(self.journal)
             self._run_cleanup.path(self._run_dir)  # journaled: a killed run's directory is found
         return self._run_dir

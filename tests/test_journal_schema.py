@@ -1,0 +1,492 @@
+"""A malformed journal, or a bad cleanup lock, is refused and reported, never a traceback; files
+and directories encperf makes have their mode whatever the umask.
+
+The journal reader (journalschema.read) gets arbitrary bytes, arbitrary JSON and mutations of
+valid journals (hypothesis): it returns a checked journal or refuses, and raises nothing else.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from pytest_encperf import cli, host, journal, journalschema, resources
+from pytest_encperf.journalschema import Document, Malformed
+from pytest_encperf.resources import Cleanup, SecretDir
+from tests.test_journal import NOBODY, dead_pid, needs_root, private_state, run_dir, write_journal  # noqa: F401
+
+DEEP = "[" * 200_000
+
+
+def literal(text: str) -> str:
+    """``text`` as an fnmatch pattern matching itself ("resources[0]" is a character class)."""
+    return re.sub(r"([\[*?])", r"[\1]", text)
+
+
+def _matches(line: str, pattern: str) -> bool:
+    """fnmatch with ``*`` as the only wildcard."""
+    return fnmatch.fnmatchcase(line, "*".join(literal(part) for part in pattern.split("*")))
+
+
+def plant(directory: Path, pid: int, text: str) -> Path:
+    """A journal file of ours (0600 in a 0700 .encperf-runs) holding ``text``."""
+    runs = directory / journal.RUNS_DIR
+    runs.mkdir(mode=0o700, exist_ok=True)
+    path = runs / f"run-{pid}-bad.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    return path
+
+
+def journal_text(directory: Path, pid: int, entry: object) -> str:
+    return json.dumps(
+        {"version": 3, "pid": pid, "started": 1.0, "directory": str(directory), "resources": [entry]}
+    )
+
+
+def bad_journals(directory: Path) -> tuple[int, int, int]:
+    """Three malformed journals beside each other: "id": "x", a null entry, 200,000 "["; their pids."""
+    string_id, null_entry, deep = dead_pid(), dead_pid(), dead_pid()
+    entry = {"id": "x", "kind": "path", "ident": str(directory / f"encperf-{string_id}-x1")}
+    plant(directory, string_id, journal_text(directory, string_id, entry))
+    plant(directory, null_entry, journal_text(directory, null_entry, None))
+    plant(directory, deep, DEEP)
+    return string_id, null_entry, deep
+
+
+# ------------------------------------------------------------------ malformed journals, end to end
+
+
+def test_malformed_journals_are_refused_and_the_good_one_beside_them_released(tmp_path: Path) -> None:
+    pid = dead_pid()
+    good = run_dir(tmp_path, pid)
+    write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(good)}])
+    string_id, null_entry, deep = bad_journals(tmp_path)
+    found = {run.pid: run for run in journal.release_dead_runs(tmp_path)}
+    assert found[pid].done == [f"removed {good}"] and not good.exists()
+    assert found[string_id].refused == [
+        "journal left alone: resources[0].id must be a whole number from 1 to 2147483647"
+    ]
+    assert found[null_entry].refused == ["journal left alone: resources[0] must be an object, not null"]
+    assert found[deep].refused == ["journal left alone: not a journal (nested too deeply)"]
+    # refused journals are left where they are, never rewritten
+    assert (tmp_path / journal.RUNS_DIR / f"run-{deep}-bad.json").read_text() == DEEP
+
+
+def test_encperf_cleanup_refuses_malformed_journals_releases_the_good_one_and_exits_1(tmp_path: Path) -> None:
+    pid = dead_pid()
+    good = run_dir(tmp_path, pid)
+    write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(good)}])
+    string_id, null_entry, deep = bad_journals(tmp_path)
+    script = Path(sys.executable).parent / "encperf"
+    argv = [str(script)] if script.exists() else [sys.executable, "-m", "pytest_encperf.cli"]
+    proc = subprocess.run([*argv, "cleanup", "--dir", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert f"run pid {pid} (run-{pid}-beef.json): removed {good}" in lines
+    for pid_, why in [
+        (string_id, "resources[0].id must be a whole number from 1 to 2147483647"),
+        (null_entry, "resources[0] must be an object, not null"),
+        (deep, "not a journal (nested too deeply)"),
+    ]:
+        assert f"run pid {pid_} (run-{pid_}-bad.json): REFUSED journal left alone: {why}" in lines
+    assert "refused 3 journal(s) or resource(s) (not released)" in proc.stderr
+    assert not good.exists()
+
+
+def test_a_session_beside_malformed_journals_prints_the_refusals_and_runs(pytester: pytest.Pytester) -> None:
+    """Used to end every later session in that directory in INTERNALERROR (exit 3)."""
+    string_id, null_entry, deep = bad_journals(pytester.path)
+    pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    result = pytester.runpytest(f"--encperf-dir={pytester.path}", "-p", "no:cacheprovider")
+    assert result.ret == 0
+    result.assert_outcomes(passed=1)
+    head = "encperf: cleanup of dead runs: run pid"
+    refused = "REFUSED journal left alone"
+    expected = [
+        f"{head} {string_id} (run-{string_id}-bad.json): {refused}: resources[0].id must be a whole number *",
+        f"{head} {null_entry} (run-{null_entry}-bad.json): {refused}: resources[0] must be an object, not *",
+        f"{head} {deep} (run-{deep}-bad.json): {refused}: not a journal (nested too deeply)",
+    ]
+    lines = result.stdout.lines
+    assert all(any(_matches(line, pattern) for line in lines) for pattern in expected), lines
+    assert "INTERNALERROR" not in result.stdout.str()
+
+
+def test_a_journal_larger_than_the_limit_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    pid = dead_pid()
+    path = plant(tmp_path, pid, "")
+    os.truncate(path, journalschema.MAX_BYTES + 1)  # sparse: nothing to read but its size
+    (dead,) = journal.release_dead_runs(tmp_path)
+    assert dead.refused == [
+        f"journal left alone: not a journal (larger than {journalschema.MAX_BYTES} bytes)"
+    ]
+
+
+# ------------------------------------------------------------------ a bad cleanup lock
+
+
+def _symlink(lock: Path) -> None:
+    lock.symlink_to("/etc/passwd")
+
+
+def _fifo(lock: Path) -> None:
+    os.mkfifo(lock, 0o600)
+
+
+def _loose_mode(lock: Path) -> None:
+    lock.touch(mode=0o644)
+    lock.chmod(0o644)
+
+
+def _directory(lock: Path) -> None:
+    lock.mkdir(mode=0o700)
+
+
+def _other_owner(lock: Path) -> None:
+    lock.touch(mode=0o600)
+    os.chown(lock, NOBODY, NOBODY)
+
+
+BAD_LOCKS = [
+    pytest.param(_symlink, "it is a symbolic link", id="symlink"),
+    pytest.param(_fifo, "not a regular file", id="fifo"),
+    pytest.param(_loose_mode, "mode 0644, not 0600", id="mode"),
+    pytest.param(_directory, "Is a directory", id="directory"),
+    pytest.param(_other_owner, "owned by uid 65534, not by this user (uid 0)", id="owner", marks=needs_root),
+]
+
+
+@pytest.fixture
+def bad_lock(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    runs = tmp_path / journal.RUNS_DIR
+    runs.mkdir(mode=0o700)
+    request.param(runs / ".lock")
+    yield runs / ".lock"
+
+
+def _lock_refusal(lock: Path, why: str) -> str:
+    return f"{lock.parent}: REFUSED not looking at any journal there: {lock}: {why}"
+
+
+@pytest.mark.parametrize(("bad_lock", "why"), BAD_LOCKS, indirect=["bad_lock"])
+def test_a_bad_cleanup_lock_is_refused_by_encperf_cleanup(
+    bad_lock: Path, why: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pid = dead_pid()
+    run = run_dir(tmp_path, pid)
+    write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(run)}])
+    assert cli.main(["cleanup", "--dir", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    (line,) = out.splitlines()
+    assert line == _lock_refusal(bad_lock, why)
+    assert "refused 1 journal(s)" in err
+    assert run.exists(), "nothing is released without the lock"
+
+
+@pytest.mark.parametrize(("bad_lock", "why"), BAD_LOCKS, indirect=["bad_lock"])
+def test_a_bad_cleanup_lock_is_refused_in_a_session_s_header(
+    bad_lock: Path, why: str, pytester: pytest.Pytester
+) -> None:
+    pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    result = pytester.runpytest(f"--encperf-dir={bad_lock.parent.parent}", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert f"encperf: cleanup of dead runs: {_lock_refusal(bad_lock, why)}" in result.stdout.lines
+
+
+# ------------------------------------------------------------------ modes, whatever the umask
+
+
+@pytest.fixture(params=[0o277, 0o000], ids=["umask-0277", "umask-0000"])
+def umask(request: pytest.FixtureRequest) -> Iterator[int]:
+    previous = os.umask(request.param)
+    try:
+        yield request.param
+    finally:
+        os.umask(previous)
+
+
+def mode_of(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_journal_lock_and_state_file_get_their_modes_whatever_the_umask(tmp_path: Path, umask: int) -> None:
+    """Under umask 0277 encperf made its own .lock and journals 0400, then refused them for ever."""
+    log = journal.Journal(tmp_path)
+    Cleanup(log).path(tmp_path / "x")
+    assert log.write_error is None
+    runs = tmp_path / journal.RUNS_DIR
+    assert mode_of(runs) == 0o700 and mode_of(log.path) == 0o600
+    state = journal.state_file()
+    assert (
+        mode_of(state) == 0o600 and mode_of(state.parent) == 0o700 and mode_of(state.parent.parent) == 0o700
+    )
+    assert journal.known_directories() == [tmp_path]
+    assert journal.release_dead_runs(tmp_path) == []  # its own live journal: read, not refused
+    assert mode_of(runs / ".lock") == 0o600
+
+
+def test_run_key_file_and_lock_directories_get_their_modes_whatever_the_umask(
+    tmp_path: Path, umask: int
+) -> None:
+    run = resources.make_private_temp_dir(f"encperf-{os.getpid()}-", tmp_path)
+    assert mode_of(run) == 0o700
+    assert mode_of(resources.make_private_dir(run / "01-plain")) == 0o700
+    cleanup = Cleanup(None)
+    secrets = SecretDir.create(cleanup)
+    try:
+        assert mode_of(secrets.path) == 0o700
+        assert mode_of(secrets.write("key", b"k")) == 0o600
+    finally:
+        cleanup.release()
+    with host.machine_lock(tmp_path / "locks" / "machine.lock", timeout=5):
+        assert mode_of(tmp_path / "locks" / "machine.lock") == 0o600
+
+
+KILLED_RUN = """
+import os, sys
+from pathlib import Path
+from pytest_encperf import journal, resources
+os.umask(int(sys.argv[2], 8))
+directory = Path(sys.argv[1])
+log = journal.Journal(directory)
+run = resources.make_private_temp_dir(f"encperf-{os.getpid()}-", directory)  # as a session does
+volume = resources.make_private_dir(run / "01-plain")
+resources.Cleanup(log).path(run)
+resources.Cleanup(log).path(volume / "container.img")
+print(run, flush=True)
+os._exit(0)  # like SIGKILL: no teardown, the journal stays
+"""
+
+
+@pytest.mark.parametrize("mask", ["0277", "0000"])
+def test_a_run_killed_under_any_umask_is_released_by_the_next_cleanup(tmp_path: Path, mask: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_RUN, str(tmp_path), mask], capture_output=True, text=True, check=True
+    )
+    run = Path(proc.stdout.strip())
+    (dead,) = journal.release_dead_runs(tmp_path)
+    assert (dead.refused, dead.failed) == ([], [])
+    assert dead.done == [f"{run / '01-plain' / 'container.img'}: already gone", f"removed {run}"]
+    assert not run.exists()
+
+
+# ------------------------------------------------------------------ the schema
+
+
+def v3_document(directory: str = "/var/tmp") -> dict[str, Any]:
+    start = {"ticks": 123, "boot": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "pidns": 4026531836}
+    return {
+        "version": 3,
+        "pid": 4242,
+        "start": start,
+        "directory": directory,
+        "resources": [
+            {"id": 1, "kind": "path", "ident": f"{directory}/encperf-4242-ab", "label": "remove"},
+            {"id": 2, "kind": "process", "ident": "4300", "detail": "/usr/bin/gocryptfs", "label": "stop",
+             "start": start, "wait": 5.0},
+            {"id": 3, "kind": "fscrypt-key", "ident": "0" * 32, "detail": f"{directory}/encperf-4242-ab/m"},
+        ],
+    }  # fmt: skip
+
+
+def read_json(value: object) -> Document:
+    return journalschema.read(json.dumps(value).encode())
+
+
+def test_a_version_3_journal_is_read_into_typed_entries() -> None:
+    document = read_json(v3_document())
+    assert (document.version, document.pid, document.directory) == (3, 4242, "/var/tmp")
+    assert isinstance(document.started, resources.ProcessStart) and document.started.ticks == 123
+    process = document.entries[1].resource
+    assert (process.kind, process.ident, process.started, process.wait) == (
+        "process",
+        "4300",
+        document.started,
+        5.0,
+    )
+    assert read_json(document.as_json()) == document
+
+
+def test_journals_of_older_versions_with_wall_clock_starts_are_still_read() -> None:
+    """README Safety: "Journals of older versions, which recorded a wall-clock start time, are
+    still read". Version 1 as its writer made them (no wait; a process start could be null)."""
+    version_1 = {
+        "version": 1, "pid": 77, "started": 1700000000.12, "directory": "/var/tmp",
+        "resources": [
+            {"kind": "path", "ident": "/var/tmp/encperf-77-x", "detail": "", "label": "remove", "id": 1},
+            {"kind": "process", "ident": "80", "detail": "/usr/bin/encfs", "label": "stop", "id": 2,
+             "started": None},
+        ],
+    }  # fmt: skip
+    document = read_json(version_1)
+    assert document.started == 1700000000.12 and document.entries[1].started is None
+    version_2 = {**version_1, "version": 2, "started": None}
+    version_2["resources"] = [{**version_1["resources"][1], "started": 1700000001.5, "wait": 5}]
+    document = read_json(version_2)
+    assert document.started is None and document.entries[0].resource.started == 1700000001.5
+    assert read_json(document.as_json()) == document
+
+
+def mutated(change: dict[str, Any], where: int | None = None) -> dict[str, Any]:
+    """v3_document with ``change`` applied to the top (``where`` None) or to entry ``where``;
+    a value of ... removes the field."""
+    document = v3_document()
+    target = document if where is None else document["resources"][where]
+    for key, value in change.items():
+        if value is ...:
+            del target[key]
+        else:
+            target[key] = value
+    return document
+
+
+@pytest.mark.parametrize(
+    ("document", "why"),
+    [
+        (mutated({"version": 4}), "version must be one of 1, 2, 3 (the formats this encperf reads)"),
+        (mutated({"version": True}), "version must be one of 1, 2, 3 (the formats this encperf reads)"),
+        (mutated({"pid": 0}), f"pid must be a whole number from 1 to {journalschema.PID_MAX}"),
+        (mutated({"pid": (1 << 22) + 1}), f"pid must be a whole number from 1 to {journalschema.PID_MAX}"),
+        (mutated({"pid": "4242"}), f"pid must be a whole number from 1 to {journalschema.PID_MAX}"),
+        (mutated({"resources": ...}), "the journal has no resources"),
+        (mutated({"resources": {}}), "resources must be a list"),
+        (mutated({"resources": [{}] * 10_001}), "resources must hold at most 10000 entries, not 10001"),
+        (mutated({"owner": "me"}), "the journal has fields no encperf writes: owner"),
+        (mutated({"directory": "var/tmp"}), "directory must be an absolute path"),
+        (mutated({"directory": "/var/tmp\0/x"}), "directory holds a NUL character"),
+        (mutated({"started": 1.0}), "start and started are both given"),
+        (mutated({"start": {"ticks": -1, "boot": "x", "pidns": 1}}), "start must have ticks and pidns *"),
+        (mutated({"id": 1}, 1), "two resources have the same id"),
+        (mutated({"id": 0}, 0), "resources[0].id must be a whole number from 1 to 2147483647"),
+        (mutated({"kind": "other"}, 0), "resources[0].kind 'other' is not a resource kind name"),
+        (mutated({"kind": "Path/.."}, 0), "resources[0].kind 'Path/..' is not a resource kind name"),
+        (mutated({"ident": ""}, 0), "resources[0].ident is empty"),
+        (mutated({"ident": "/a" * 2049}, 0), "resources[0].ident must be at most 4096 characters"),
+        (
+            mutated({"ident": "/var/tmp/\ud800"}, 0),
+            "resources[0].ident is not valid Unicode (a lone surrogate)",
+        ),
+        (mutated({"detail": 5}, 0), "resources[0].detail must be a string"),
+        (mutated({"wait": 1.0}, 0), "resources[0].wait is recorded for processes only, this is a 'path'"),
+        (mutated({"ident": "0"}, 1), f"resources[1].ident of a process must be a pid from 1 to {1 << 22}"),
+        (mutated({"ident": "٣"}, 1), f"resources[1].ident of a process must be a pid from 1 to {1 << 22}"),
+        (mutated({"wait": 61}, 1), "resources[1].wait must be a number from 0 to 60"),
+        (mutated({"wait": float("nan")}, 1), "resources[1].wait must be a number from 0 to 60"),
+        (mutated({"wait": 1e999}, 1), "resources[1].wait must be a number from 0 to 60"),
+        (
+            mutated({"start": ...}, 1),
+            None,
+        ),  # no start at all: read, refused later (cannot tell it is the run's)
+    ],
+)
+def test_each_field_is_checked(document: dict[str, Any], why: str | None) -> None:
+    if why is None:
+        assert read_json(document).entries[1].started is None
+        return
+    with pytest.raises(Malformed) as refused:
+        read_json(document)
+    assert _matches(str(refused.value), why), str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"\xff\xfe\x00", b"[]", b"null", b"1e999", DEEP.encode(), b'{"a":' * 100_000, b"9" * 5000],
+    ids=["empty", "not-utf8", "list", "null", "infinity", "deep-list", "deep-object", "huge-int"],
+)
+def test_what_is_no_journal_is_refused(data: bytes) -> None:
+    with pytest.raises(Malformed):
+        journalschema.read(data)
+
+
+# ------------------------------------------------------------------ properties
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+FIELDS = ["version", "pid", "start", "started", "directory", "resources", "extra"]
+ENTRY_FIELDS = ["id", "kind", "ident", "detail", "label", "start", "started", "wait", "extra"]
+
+
+def read_or_refuse(data: bytes) -> None:
+    """The property: a Document that reads back as itself, or Malformed; nothing else."""
+    try:
+        document = journalschema.read(data)
+    except Malformed:
+        return
+    assert isinstance(document, Document)
+    assert read_json(document.as_json()) == document
+
+
+@given(st.binary(max_size=2000))
+@example(DEEP.encode())
+@example(b'{"version": 3, "pid": 1, "started": NaN, "directory": "/", "resources": []}')
+def test_any_bytes_are_read_or_refused(data: bytes) -> None:
+    read_or_refuse(data)
+
+
+@given(JSON)
+def test_any_json_is_read_or_refused(value: object) -> None:
+    read_or_refuse(json.dumps(value).encode())
+
+
+@given(st.data())
+def test_any_mutation_of_a_valid_journal_is_read_or_refused(data: st.DataObject) -> None:
+    document = v3_document()
+    for _ in range(data.draw(st.integers(1, 3))):
+        entries = document.get("resources")
+        where = (
+            data.draw(st.sampled_from([None, *range(len(entries))])) if isinstance(entries, list) else None
+        )
+        target = document if where is None or not isinstance(entries[where], dict) else entries[where]
+        key = data.draw(st.sampled_from(FIELDS if target is document else ENTRY_FIELDS))
+        if data.draw(st.booleans()):
+            target.pop(key, None)  # a field missing
+        else:
+            target[key] = data.draw(JSON)  # a field of the wrong type, or one too many
+    read_or_refuse(json.dumps(document).encode())
+
+
+TEXT = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\0"), min_size=1, max_size=40)
+ENTRY = st.fixed_dictionaries(
+    {
+        "kind": st.sampled_from(["path", "mount", "loop", "dm", "process", "fscrypt-key", "ecryptfs-key",
+                                 "veracrypt-volume", "teleporter"]),
+        "ident": TEXT | st.integers(1, 1 << 22).map(str) | st.sampled_from(["/etc", "/dev/loop0", "/"]),
+        "detail": st.just("") | TEXT,
+    }
+)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(entries=st.lists(ENTRY, max_size=6))
+def test_cleanup_of_any_valid_journal_never_raises(tmp_path: Path, entries: list[dict[str, Any]]) -> None:
+    """Whatever a journal that passes the schema names, a dry run only reports."""
+    pid = 4_194_304  # above the default pid_max: never a live process
+    numbered = [{"id": i + 1, **entry} for i, entry in enumerate(entries)]
+    document = {"version": 2, "pid": pid, "started": 1.0, "directory": str(tmp_path), "resources": numbered}
+    text = json.dumps(document)
+    try:
+        journalschema.read(text.encode())
+    except Malformed:
+        return
+    path = plant(tmp_path, pid, text)
+    found = journal.release_dead_runs(tmp_path, dry_run=True)
+    assert [run.pid for run in found] == [pid] and path.read_text() == text
