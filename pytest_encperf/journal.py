@@ -54,8 +54,7 @@ from typing import Any
 import psutil
 
 from . import host, journalschema, resources
-from .journalschema import Document, Entry, Malformed, start_json
-from .journalschema import start_of as start_of  # read by tests of a dead run's entries
+from .journalschema import Document, Entry, Malformed, start_json, start_of
 from .resources import Resource
 
 RUNS_DIR = ".encperf-runs"
@@ -275,8 +274,10 @@ def entry_of(resource: Resource, label: str, token: int) -> dict[str, Any]:
 
 
 def resource_of(entry: dict[str, Any]) -> Resource:
-    """The Resource a journal entry describes; ValueError (Malformed) if the entry is malformed."""
-    return journalschema.entry(entry).resource
+    """The Resource one of this run's own entries (entry_of) describes. Entries read from a file
+    are checked by journalschema instead."""
+    started = start_of(entry)
+    return Resource(entry["kind"], entry["ident"], entry["detail"], started, entry.get("wait", 0.0))
 
 
 class Journal:
@@ -423,6 +424,8 @@ def _read_journal(runs_fd: int, name: str) -> Document:
     0600 file, read without following a symbolic link, and a journal in every field."""
     try:
         fd = host.open_own_file(Path(name), os.O_RDONLY, dir_fd=runs_fd)
+    except FileNotFoundError:
+        raise  # its run ended meanwhile
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise Refused("it is a symbolic link") from None
@@ -430,7 +433,10 @@ def _read_journal(runs_fd: int, name: str) -> Document:
     with os.fdopen(fd, "rb") as handle:
         if os.fstat(fd).st_size > journalschema.MAX_BYTES:  # refused before it is read
             raise Refused(f"not a journal (larger than {journalschema.MAX_BYTES} bytes)")
-        text = handle.read(journalschema.MAX_BYTES + 1)
+        try:
+            text = handle.read(journalschema.MAX_BYTES + 1)
+        except OSError as exc:
+            raise Refused(f"could not read it: {exc.strerror or exc}") from None
     try:
         return journalschema.read(text)
     except Malformed as exc:
@@ -508,6 +514,8 @@ def release_dead_runs(
         return []
     except Refused as exc:
         return [DeadRun(runs, None, refused=[f"not looking at any journal there: {exc}"])]
+    except OSError as exc:  # not a traceback in encperf cleanup, nor an INTERNALERROR in a session
+        return [DeadRun(runs, None, failed=[f"could not open it: {exc.strerror or exc}"])]
     bases = [directory, *(Path(os.path.realpath(b)) for b in resources.secret_bases())]
     found: list[DeadRun] = []
     try:
@@ -524,6 +532,8 @@ def release_dead_runs(
         found.append(DeadRun(runs, None, failed=[f"{exc}; dead runs there were not released"]))
     except Refused as exc:
         found.append(DeadRun(runs, None, refused=[f"not looking at any journal there: {exc}"]))
+    except OSError as exc:
+        found.append(DeadRun(runs, None, failed=[f"could not read it: {exc.strerror or exc}"]))
     finally:
         os.close(runs_fd)
     return found

@@ -10,7 +10,10 @@ with the reason, and the journal is refused as a whole, never half used.
 
 Formats read (``version``): 3 records exact process starts (``start``: clock ticks after boot,
 boot id, pid namespace: resources.ProcessStart); 1 and 2 recorded psutil's wall-clock start
-time (``started``), 2 added each process entry's ``wait``.
+time (``started``), 2 added each process entry's ``wait``. Fields of version 3 that other
+changes add are read when present and checked like the rest: the run ``token`` (16 hex digits,
+in its device-mapper names), the ``children`` mark its tools carry (``encperf-<pid>-<hex>``),
+and entries of kind ``daemon`` with a ``wait``.
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT
 ID_MAX = (1 << 31) - 1
 WALL_CLOCK_MAX = 1e11  # seconds since 1970: year 5138
 WAIT_MAX = 60.0
-KIND_NAME = re.compile(r"[a-z][a-z0-9-]{0,39}")  # "path", "fscrypt-key", "veracrypt-volume", ...
+KIND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")  # "path", "fscrypt-key", a plugin's
 PID_TEXT = re.compile(r"[1-9][0-9]{0,6}")
-PROCESS_FIELDS = ("start", "started", "wait")
+TOKEN = re.compile(r"[0-9a-f]{16}")
+START_FIELDS = ("start", "started")  # processes only
+WAITING_KINDS = ("process", "daemon")  # entries that may record a ``wait``
 
 
 class Malformed(ValueError):
@@ -64,7 +69,9 @@ class Entry:
         data: dict[str, Any] = {"id": self.id, "kind": self.kind, "ident": self.ident}
         data.update(detail=self.detail, label=self.label)
         if self.kind == "process":
-            data.update(start_json(self.started), wait=self.wait)
+            data.update(start_json(self.started))
+        if self.kind in WAITING_KINDS:
+            data.update(wait=self.wait)
         return data
 
 
@@ -77,16 +84,15 @@ class Document:
     started: Started
     directory: str
     entries: tuple[Entry, ...]
+    token: str | None = None
+    children: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The document as it is written again (with fewer entries, after a partial release)."""
-        return {
-            "version": self.version,
-            "pid": self.pid,
-            **start_json(self.started),
-            "directory": self.directory,
-            "resources": [entry.as_json() for entry in self.entries],
-        }
+        data: dict[str, Any] = {"version": self.version, "pid": self.pid, **start_json(self.started)}
+        data.update({name: value for name in ("token", "children") if (value := getattr(self, name))})
+        data.update(directory=self.directory, resources=[entry.as_json() for entry in self.entries])
+        return data
 
 
 def start_json(started: Started) -> dict[str, Any]:
@@ -125,13 +131,16 @@ def read(data: bytes) -> Document:
 
 def document(value: object) -> Document:
     """``value`` (parsed JSON) as a checked Document; Malformed otherwise."""
-    fields = _fields(value, "the journal", ("version", "pid", "directory", "resources"), ("start", "started"))
+    optional = (*START_FIELDS, "token", "children")
+    fields = _fields(value, "the journal", ("version", "pid", "directory", "resources"), optional)
     version = fields["version"]
     if not isinstance(version, int) or isinstance(version, bool) or version not in VERSIONS:
         readable = ", ".join(map(str, VERSIONS))
         raise Malformed(f"version must be one of {readable} (the formats this encperf reads)")
     pid = _whole(fields["pid"], "pid", 1, PID_MAX)
     started = start_of(fields)
+    token = _optional_text(fields, "token", TOKEN)
+    children = _optional_text(fields, "children", re.compile(rf"encperf-{pid}-[0-9a-f]{{1,64}}"))
     directory = _text(fields["directory"], "directory", MAX_TEXT)
     if not os.path.isabs(directory):
         raise Malformed("directory must be an absolute path")
@@ -144,15 +153,15 @@ def document(value: object) -> Document:
     ids = [e.id for e in entries]
     if len(set(ids)) != len(ids):
         raise Malformed("two resources have the same id")
-    return Document(version, pid, started, directory, entries)
+    return Document(version, pid, started, directory, entries, token, children)
 
 
 def entry(value: object, where: str = "") -> Entry:
     """One journal entry as a checked Entry; Malformed otherwise."""
-    optional = ("detail", "label", *PROCESS_FIELDS)
+    optional = ("detail", "label", *START_FIELDS, "wait")
     fields = _fields(value, where.rstrip(".") or "entry", ("id", "kind", "ident"), optional)
     number = _whole(fields["id"], f"{where}id", 1, ID_MAX)
-    kind = _text(fields["kind"], f"{where}kind", 40)
+    kind = _text(fields["kind"], f"{where}kind", 64)
     if not KIND_NAME.fullmatch(kind) or kind == "other":  # "other": in-memory actions, never journaled
         raise Malformed(f"{where}kind {kind!r} is not a resource kind name")
     ident = _text(fields["ident"], f"{where}ident", MAX_TEXT)
@@ -160,12 +169,10 @@ def entry(value: object, where: str = "") -> Entry:
         raise Malformed(f"{where}ident is empty")
     detail = _text(fields.get("detail", ""), f"{where}detail", MAX_TEXT)
     label = _text(fields.get("label", ""), f"{where}label", MAX_LABEL)
-    if kind != "process":
-        extra = [name for name in PROCESS_FIELDS if name in fields]
-        if extra:
-            raise Malformed(f"{where}{extra[0]} is recorded for processes only, this is a {kind!r}")
-        return Entry(number, kind, ident, detail, label)
-    if not PID_TEXT.fullmatch(ident) or int(ident) > PID_MAX:
+    for name, kinds in [*((name, ("process",)) for name in START_FIELDS), ("wait", WAITING_KINDS)]:
+        if name in fields and kind not in kinds:
+            raise Malformed(f"{where}{name} is recorded for {' and '.join(kinds)} entries only, not {kind!r}")
+    if kind == "process" and (not PID_TEXT.fullmatch(ident) or int(ident) > PID_MAX):
         raise Malformed(f"{where}ident of a process must be a pid from 1 to {PID_MAX}")
     started = start_of(fields, where)
     wait = _number(fields.get("wait", 0.0), f"{where}wait", 0.0, WAIT_MAX)
@@ -190,6 +197,15 @@ def _fields(value: object, what: str, required: tuple[str, ...], optional: tuple
 def _json_type(value: object) -> str:
     names = {type(None): "null", bool: "true/false", int: "a number", float: "a number", str: "a string"}
     return names.get(type(value), "an array")
+
+
+def _optional_text(fields: dict[str, Any], name: str, pattern: re.Pattern[str]) -> str | None:
+    if name not in fields:
+        return None
+    value = _text(fields[name], name, 100)
+    if not pattern.fullmatch(value):
+        raise Malformed(f"{name} must look like {pattern.pattern}")
+    return value
 
 
 def _whole(value: object, what: str, low: int, high: int) -> int:

@@ -342,6 +342,31 @@ def test_journals_of_older_versions_with_wall_clock_starts_are_still_read() -> N
     assert read_json(document.as_json()) == document
 
 
+def test_the_run_token_children_mark_and_daemon_entries_are_read_and_checked() -> None:
+    """Fields other changes add to version 3 (a run token, the mark its tools carry, daemons
+    registered before they start) are read when present, and checked like every other."""
+    daemon = {"id": 4, "kind": "daemon", "ident": "encperf-4242-ab/7", "detail": "/usr/bin/encfs", "wait": 5}
+    extended = {**v3_document(), "token": "0123456789abcdef", "children": "encperf-4242-5eed"}
+    extended["resources"] = [*extended["resources"], daemon]
+    document = read_json(extended)
+    assert (document.token, document.children, document.entries[3].wait) == (
+        "0123456789abcdef",
+        "encperf-4242-5eed",
+        5.0,
+    )
+    assert read_json(document.as_json()) == document
+    for change, why in [
+        ({"token": "0123"}, "token must look like [0-9a-f]{16}"),
+        ({"token": 7}, "token must be a string"),
+        ({"children": "encperf-1-5eed"}, "children must look like encperf-4242-[0-9a-f]{1,64}"),
+    ]:
+        with pytest.raises(Malformed, match=re.escape(why)):
+            read_json({**extended, **change})
+    extended["resources"][3] = {**daemon, "started": 1.0}
+    with pytest.raises(Malformed, match="started is recorded for process entries only, not 'daemon'"):
+        read_json(extended)
+
+
 def mutated(change: dict[str, Any], where: int | None = None) -> dict[str, Any]:
     """v3_document with ``change`` applied to the top (``where`` None) or to entry ``where``;
     a value of ... removes the field."""
@@ -382,7 +407,10 @@ def mutated(change: dict[str, Any], where: int | None = None) -> dict[str, Any]:
             "resources[0].ident is not valid Unicode (a lone surrogate)",
         ),
         (mutated({"detail": 5}, 0), "resources[0].detail must be a string"),
-        (mutated({"wait": 1.0}, 0), "resources[0].wait is recorded for processes only, this is a 'path'"),
+        (
+            mutated({"wait": 1.0}, 0),
+            "resources[0].wait is recorded for process and daemon entries only, not 'path'",
+        ),
         (mutated({"ident": "0"}, 1), f"resources[1].ident of a process must be a pid from 1 to {1 << 22}"),
         (mutated({"ident": "٣"}, 1), f"resources[1].ident of a process must be a pid from 1 to {1 << 22}"),
         (mutated({"wait": 61}, 1), "resources[1].wait must be a number from 0 to 60"),
@@ -421,7 +449,7 @@ JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=20,
 )
-FIELDS = ["version", "pid", "start", "started", "directory", "resources", "extra"]
+FIELDS = ["version", "pid", "start", "started", "token", "children", "directory", "resources", "extra"]
 ENTRY_FIELDS = ["id", "kind", "ident", "detail", "label", "start", "started", "wait", "extra"]
 
 
