@@ -367,6 +367,15 @@ def test_the_run_token_children_mark_and_daemon_entries_are_read_and_checked() -
         read_json(extended)
 
 
+def test_the_readme_states_the_limits_the_schema_checks() -> None:
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert journalschema.MAX_BYTES == 1 << 20
+    assert "at most 1 MiB (its size is checked before it is read)" in readme
+    assert f"pids up to the kernel's {journalschema.PID_MAX}" in readme
+    assert f"paths up to {journalschema.MAX_TEXT} characters without NUL" in readme
+    assert f"at most {journalschema.MAX_ENTRIES:,} entries" in readme
+
+
 def mutated(change: dict[str, Any], where: int | None = None) -> dict[str, Any]:
     """v3_document with ``change`` applied to the top (``where`` None) or to entry ``where``;
     a value of ... removes the field."""
@@ -492,23 +501,32 @@ def test_any_mutation_of_a_valid_journal_is_read_or_refused(data: st.DataObject)
     read_or_refuse(json.dumps(document).encode())
 
 
-TEXT = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\0"), min_size=1, max_size=40)
+# any character, with those that matter to a path (NUL, "/", ".") made common
+TEXT = st.text(st.sampled_from("\0/.a") | st.characters(), min_size=1, max_size=40)
+RUN = "{run}"  # replaced by the dead run's directory: names inside it get past the scope's text checks
+INSIDE = TEXT.map(lambda part: f"{RUN}/{part}") | TEXT.map(lambda part: f"{RUN}/{part}/x")
+NAME = TEXT | st.integers(1, 1 << 22).map(str) | st.sampled_from(["/etc", "/dev/loop0", "/", RUN]) | INSIDE
 ENTRY = st.fixed_dictionaries(
     {
         "kind": st.sampled_from(["path", "mount", "loop", "dm", "process", "fscrypt-key", "ecryptfs-key",
-                                 "veracrypt-volume", "teleporter"]),
-        "ident": TEXT | st.integers(1, 1 << 22).map(str) | st.sampled_from(["/etc", "/dev/loop0", "/"]),
-        "detail": st.just("") | TEXT,
+                                 "veracrypt-volume", "daemon", "teleporter"]),
+        "ident": NAME,
+        "detail": st.just("") | NAME,
     }
 )  # fmt: skip
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(entries=st.lists(ENTRY, max_size=6))
 def test_cleanup_of_any_valid_journal_never_raises(tmp_path: Path, entries: list[dict[str, Any]]) -> None:
     """Whatever a journal that passes the schema names, a dry run only reports."""
     pid = 4_194_304  # above the default pid_max: never a live process
-    numbered = [{"id": i + 1, **entry} for i, entry in enumerate(entries)]
+    run = tmp_path / f"encperf-{pid}-x1"
+    run.mkdir(mode=0o700, exist_ok=True)
+    numbered = [
+        {"id": i + 1, **{key: value.replace(RUN, str(run)) for key, value in entry.items()}}
+        for i, entry in enumerate(entries)
+    ]
     document = {"version": 2, "pid": pid, "started": 1.0, "directory": str(tmp_path), "resources": numbered}
     text = json.dumps(document)
     try:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
-from .. import host
+from .. import host, resources
 from ..ceiling import dm_crypt_cipher
 from ..parsing import parse_bool, parse_int, parse_int_choice, parse_path
 from ..targets import Target, wipe_own_signature
@@ -367,7 +367,7 @@ class LuksBackend(CryptsetupBackend):
     ) -> tuple[Volume, int, float]:
         if target.kind != "container":
             raise BackendError(f"{self.spec}: in-place encryption runs on the container target only")
-        workdir.mkdir()
+        resources.make_private_dir(workdir)  # 0700 whatever the umask: dead-run cleanup checks it
         volume = Volume(self, target, workdir)
         with self.undo_on_failure(volume, "in-place encryption", self.destroy):
             device = self.target_device(volume)
