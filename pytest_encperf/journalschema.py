@@ -27,7 +27,7 @@ from typing import Any
 from .resources import ProcessStart, Resource
 
 VERSIONS = (1, 2, 3)
-MAX_BYTES = 1 << 20  # a journal of 10,000 entries is about 2 MB less; ours hold tens
+MAX_BYTES = 1 << 20  # a run journals tens of resources: a few KB
 MAX_ENTRIES = 10_000
 MAX_TEXT = 4096  # PATH_MAX: paths, key ids, executables
 MAX_LABEL = 2 * MAX_TEXT  # "detach <device>" and the like: a verb and up to two paths
