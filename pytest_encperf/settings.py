@@ -292,7 +292,9 @@ OPTIONS: tuple[Option, ...] = (
            parse_device, ""),
     Option("allow-destroy", "DEV", "partition target: repeat --encperf-device exactly to allow erasing it",
            parse_text, "", command_line_only=True),
-    Option("force", "0|1", "partition target: overwrite a device that carries a signature (1)",
+    Option("force", "0|1",
+           "partition target: overwrite a device that carries a signature (1); overrides that rule "
+           "('no signature') only, never 'not mounted', 'no swap', 'not in use' or 'not the root disk'",
            parse_bool, "0", command_line_only=True),
     Option("dir", "DIR", "directory (on the disk to measure) for containers and volumes",
            parse_directory, default_directory),

@@ -4,10 +4,10 @@
 that I/O reaches the disk below instead of the host's page cache (checked in sysfs).
 ``partition``: a block device the user names twice on the command line (``--encperf-device=/dev/X
 --encperf-allow-destroy=/dev/X``); everything on it is overwritten, so it is refused when it
-is, sits under or holds a mounted file system, swap, an active device-mapper/LVM/MD device or
-the stack holding /, when another program holds it, and when it carries a file system or
-partition table signature unless ``--encperf-force``. A run holds it exclusively (O_EXCL)
-from before its first write (see DeviceClaim).
+is, sits under or holds a mounted file system, swap, an active device-mapper/LVM/MD device, a
+loop device or the stack holding /, when another program holds it, and when it carries a file
+system or partition table signature unless ``--encperf-force`` (which overrides nothing else).
+A run holds it exclusively (O_EXCL) from before its first write (see DeviceClaim).
 ``directory``: a directory on the host filesystem; needs no root, but only file-level
 backends (plain, fscrypt where the host filesystem supports it, FUSE) can use it.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from . import host, resources
+from . import host, loopbacking, resources
 from .workloads import MiB
 
 KINDS = ("container", "partition", "directory")
@@ -113,7 +113,8 @@ def create_container(target: Target, workdir: Path, cleanup: resources.Cleanup) 
 #
 # What is in use is read from the kernel, never guessed from names or device numbers: the
 # block-device stack in sysfs (each device's slaves, the devices it is built on, and its
-# holders, the devices built on it, followed recursively, plus a whole disk's partitions), the
+# holders, the devices built on it, followed recursively, plus a whole disk's partitions and the
+# loop devices backed by any of them, which sysfs does not count as holders: see loopbacking), the
 # mount table (/proc/self/mountinfo, what findmnt reads, matched by device number and by mount
 # source: a btrfs mount shows an anonymous 0:N number), the members of mounted btrfs file
 # systems (/sys/fs/btrfs), /proc/swaps and, last, an exclusive open (O_EXCL), which the kernel
@@ -138,6 +139,13 @@ class MountEntry(NamedTuple):
     names: list[str]  # kernel names of the devices it is on
 
 
+class Step(NamedTuple):
+    """How a device built on another was reached from it."""
+
+    parent: str
+    how: str  # "partition", "holder" (device-mapper, MD) or "loop" (a loop device backed by it)
+
+
 @dataclass(frozen=True)
 class BlockStack:
     """The host's block devices, mounts and swaps as the partition rules read them.
@@ -155,6 +163,7 @@ class BlockStack:
     swaps: Path = Path("/proc/swaps")
     btrfs: Path = Path("/sys/fs/btrfs")
     proc: Path = Path("/proc")
+    dev: Path = Path("/dev")  # the device nodes, for the loop devices' own record (LOOP_GET_STATUS64)
 
     def name_of(self, device: Path) -> str | None:
         """Kernel name of a block device node, by its device number (None when it is not one)."""
@@ -208,15 +217,40 @@ class BlockStack:
                 todo += step(current)
         return found
 
+    def reached_above(self, name: str) -> dict[str, Step | None]:
+        """The device, its partitions and everything built on them (holders, and loop devices
+        backed by them, which sysfs does not count as holders), recursively, breadth first;
+        each with the step it was reached by."""
+        loops = loopbacking.loops_on(self)
+        reached: dict[str, Step | None] = {name: None}
+        todo = [name]
+        while todo:
+            current = todo.pop(0)
+            steps = [
+                *((other, "partition") for other in self.partitions(current)),
+                *((other, "holder") for other in self.holders(current)),
+                *((other, "loop") for other in loops.get(current, [])),
+            ]
+            for other, how in steps:
+                if other not in reached:
+                    reached[other] = Step(current, how)
+                    todo.append(other)
+        return reached
+
     def above(self, name: str) -> list[str]:
-        """The device, its partitions and everything built on them (holders, recursively)."""
-        return self._closure(name, lambda current: [*self.partitions(current), *self.holders(current)])
+        """The device, its partitions and everything built on them (see reached_above)."""
+        return list(self.reached_above(name))
 
     def below(self, name: str) -> list[str]:
-        """The device, the disk it is a partition of and everything it is built on (slaves,
-        recursively). A loop device's backing file is not below it: writing the loop device
-        writes only that file."""
-        return self._closure(name, lambda current: [self.disk_of(current), *self.slaves(current)])
+        """The device, the disk it is a partition of and everything it is built on (slaves and a
+        loop device's backing device, recursively). A loop device's backing file is not below
+        it: writing the loop device writes only that file (and what holds the file is mounted)."""
+
+        def step(current: str) -> list[str]:
+            backing = loopbacking.backing_of(self, current)
+            return [self.disk_of(current), *self.slaves(current), *([backing] if backing else [])]
+
+        return self._closure(name, step)
 
     def by_number(self, numbers: str) -> str | None:
         for entry in self.sys_block.iterdir():
@@ -384,9 +418,20 @@ class DeviceClaim:
         if self._fd is not None:
             return
         try:
-            self._fd = os.open(self.device, os.O_RDONLY | os.O_EXCL | os.O_CLOEXEC)
+            fd = os.open(self.device, os.O_RDONLY | os.O_EXCL | os.O_CLOEXEC)
         except OSError as exc:
             raise host.HostError(_exclusive_refusal(self.device, exc)) from None
+        # a loop device takes no exclusive hold on its backing device: one set up on ours
+        # since the rules were read (during a volume's life, too) passes the open above
+        stack = BlockStack()
+        name = stack.name_of(self.device)
+        refusal = (
+            None if name is None else loopbacking.refusal(self.device, name, stack, stack.reached_above(name))
+        )
+        if refusal is not None:
+            os.close(fd)
+            raise host.HostError(refusal)
+        self._fd = fd
         DeviceClaim._held.add(os.path.realpath(self.device))
 
     def release(self) -> None:
@@ -412,9 +457,9 @@ def partition_problems(device: Path, *, force: bool = False, stack: BlockStack |
     """Why ``device`` must not be overwritten; each message names the rule that refuses it.
 
     Refused: anything that is, sits under, or holds a mounted file system, swap, an active
-    device-mapper, LVM or MD device, or the stack holding / (see stack_problems); a device
-    another program has open, exclusively or not (it or one of its partitions); and, unless
-    ``force``, one that carries a signature.
+    device-mapper, LVM or MD device, a loop device, or the stack holding / (see stack_problems);
+    a device another program has open, exclusively or not (it or one of its partitions); and,
+    unless ``force``, one that carries a signature. ``force`` overrides that rule only.
     """
     stack = stack or BlockStack()
     name = stack.name_of(device)
@@ -447,17 +492,37 @@ def partition_problems(device: Path, *, force: bool = False, stack: BlockStack |
 
 def stack_problems(device: Path, name: str, stack: BlockStack) -> list[str]:
     """The rules that read the block stack: ``device`` (kernel name ``name``) is refused when it,
-    one of its partitions or anything built on them is mounted or swap, when anything is built
-    on it, and when it shares a device with the stack holding /."""
+    one of its partitions or anything built on them (a loop device backed by them included) is
+    mounted or swap, when a loop device it is built on is backed by a mounted device, when
+    anything is built on it, and when it shares a device with the stack holding /."""
     found = []
     own_partitions = stack.partitions(name)
-    up = stack.above(name)
+    reached = stack.reached_above(name)
+    up = list(reached)
+    below = stack.below(name)
+
+    def path_to(other: str) -> list[tuple[str, Step]]:
+        """``other`` and the devices between it and ``name``, top down, each with its step."""
+        path = []
+        while (step := reached[other]) is not None:
+            path.append((other, step))
+            other = step.parent
+        return path
+
+    def described(other: str, step: Step) -> str:
+        if step.how != "loop":
+            return stack.label(other)
+        offset = loopbacking.offset_words(loopbacking.offset(stack, other))
+        return f"{stack.label(other)} (loop device{', ' + offset if offset else ''})"
 
     def relation(other: str) -> str:
         if other == name:
             return f"{device} is"
         if other in own_partitions:
             return f"{device} has a partition, /dev/{other}, that is"
+        path = path_to(other)
+        if any(step.how == "loop" for _, step in path):  # the chain: sysfs shows no loop device as holder
+            return f"{device} is under {' on '.join(described(*pair) for pair in path)}, which is"
         return f"{device} is under {stack.label(other)}, which is"
 
     mounts = stack.mounts()
@@ -465,6 +530,12 @@ def stack_problems(device: Path, name: str, stack: BlockStack) -> list[str]:
         if other in mounts:
             found.append(
                 f"partition rule 'not mounted': {relation(other)} mounted on {', '.join(mounts[other])}"
+            )
+    for other in below[1:]:  # a loop device's backing device, in use by its own mount
+        if other in mounts:
+            found.append(
+                f"partition rule 'not mounted': {device} is on {stack.label(other)}, which is mounted on "
+                f"{', '.join(mounts[other])}"
             )
     swaps = stack.swaps_on()
     for other in up:
@@ -476,6 +547,9 @@ def stack_problems(device: Path, name: str, stack: BlockStack) -> list[str]:
             f"partition rule 'not in use': {device} is held by {', '.join(map(stack.label, held))} "
             "(an active device-mapper, LVM, dm-crypt or MD device is built on it)"
         )
+    refusal = loopbacking.refusal(device, name, stack, reached)
+    if refusal is not None:
+        found.append(refusal)
     unnamed = stack.unnamed_root()
     if unnamed is not None:
         found.append(
@@ -485,7 +559,7 @@ def stack_problems(device: Path, name: str, stack: BlockStack) -> list[str]:
         return found
     root_stack = stack.root_stack()
     chain = " on ".join(["/", *map(stack.label, root_stack)])
-    below, above = stack.below(name), up[1:]
+    above = up[1:]
     if name in root_stack:
         found.append(f"partition rule 'not the root disk': {device} is in the stack holding / ({chain})")
     elif any(d in root_stack for d in below):

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf.targets import BlockStack, stack_problems
+from pytest_encperf.targets import BlockStack, partition_problems, stack_problems
+from pytest_encperf.workloads import MiB
 
 
 @dataclass
@@ -21,6 +22,16 @@ class Dev:
     partition_of: str | None = None
     slaves: list[str] = field(default_factory=list)
     dm_name: str | None = None
+    backing_file: str | None = None  # a loop device: its backing file as the kernel names it
+    offset: int = 0  # and where it starts in it
+
+
+@dataclass(frozen=True)
+class FakeStack(BlockStack):
+    """A device path's kernel name is its file name: /dev/loop1 is loop1 of the fake sysfs."""
+
+    def name_of(self, device: Path) -> str | None:
+        return device.name if (self.sys_block / device.name).exists() else None
 
 
 def layout(
@@ -30,8 +41,11 @@ def layout(
     *,
     swaps: list[str] = (),  # type: ignore[assignment]
     btrfs: dict[str, list[str]] | None = None,
-) -> BlockStack:
-    """A BlockStack over a fake sysfs. ``mounts``: (major:minor, mount point, type, source)."""
+) -> FakeStack:
+    """A BlockStack over a fake sysfs. ``mounts``: (major:minor, mount point, type, source).
+
+    Its /dev and /proc are empty directories: no loop device's record is read through the
+    host's nodes (LOOP_GET_STATUS64), no process has a device open."""
     root = tmp_path / "sys"
     block = root / "class" / "block"
     block.mkdir(parents=True)
@@ -48,6 +62,10 @@ def layout(
         if dev.dm_name:
             (folder / "dm").mkdir()
             (folder / "dm" / "name").write_text(dev.dm_name + "\n")
+        if dev.backing_file:
+            (folder / "loop").mkdir()
+            (folder / "loop" / "backing_file").write_text(dev.backing_file + "\n")
+            (folder / "loop" / "offset").write_text(f"{dev.offset}\n")
         (block / name).symlink_to(folder)
         folders[name] = folder
     for name, dev in devices.items():
@@ -70,12 +88,16 @@ def layout(
         (btrfs_dir / fsid / "devices").mkdir(parents=True)
         for member in members:
             (btrfs_dir / fsid / "devices" / member).symlink_to(folders[member])
-    return BlockStack(
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "proc").mkdir()
+    return FakeStack(
         sys_block=block,
         mountinfo=(mountinfo,),
         root_mountinfo=(mountinfo,),
         swaps=swaps_file,
         btrfs=btrfs_dir,
+        proc=tmp_path / "proc",
+        dev=tmp_path / "dev",
     )
 
 
@@ -260,3 +282,154 @@ def test_a_root_on_no_disk_is_no_reason_to_refuse(tmp_path: Path, root: tuple[st
     stack = layout(tmp_path, {"sdb": Dev("8:16")}, [root])
     assert stack.root_stack() == []
     assert check(stack, "sdb") == []
+
+
+# ---------------------------------------------------------------- loop devices
+#
+# The loop driver holds its backing device without O_EXCL, a holder in sysfs or a process's
+# descriptor: only the loop device's record (sysfs loop/backing_file here) says what it is built on.
+
+ROOT = {"vda": Dev("254:0"), "vda1": Dev("254:1", partition_of="vda")}
+ROOT_MOUNT = ("254:1", "/", "ext4", "/dev/vda1")
+
+
+def loops(*chain: tuple[str, str, int]) -> dict[str, Dev]:
+    """The root disk, the target loop1 (over a file) and loop devices (name, backing name, offset)."""
+    devices = {**ROOT, "loop1": Dev("7:1", backing_file="/var/tmp/g.img")}
+    for name, backing, offset in chain:
+        devices[name] = Dev(f"7:{name.removeprefix('loop')}", backing_file=f"/dev/{backing}", offset=offset)
+    return devices
+
+
+@pytest.mark.parametrize("backing_file", ["/dev/loop1", "/dev/loop1 (deleted)"])
+def test_an_unmounted_loop_device_on_the_device_is_in_use(tmp_path: Path, backing_file: str) -> None:
+    devices = {**loops(), "loop2": Dev("7:2", backing_file=backing_file)}
+    stack = layout(tmp_path, devices, [ROOT_MOUNT])
+    assert stack.above("loop1") == ["loop1", "loop2"]
+    assert check(stack, "loop1") == [
+        "partition rule 'not in use': /dev/loop1 is in use: /dev/loop2 is backed by it"
+    ]
+    assert check(stack, "loop2") == []  # the loop device itself: only its backing device is under it
+
+
+def test_a_mounted_loop_device_at_an_offset_names_the_chain(tmp_path: Path) -> None:
+    """The reproduction of issue 23: every rule passed, the run formatted /dev/loop1."""
+    stack = layout(
+        tmp_path, loops(("loop2", "loop1", MiB)), [ROOT_MOUNT, ("7:2", "/mnt/h", "ext4", "/dev/loop2")]
+    )
+    assert check(stack, "loop1") == [
+        "partition rule 'not mounted': /dev/loop1 is under loop2 (loop device, offset 1 MiB), which is "
+        "mounted on /mnt/h",
+        "partition rule 'not in use': /dev/loop1 is in use: /dev/loop2 (offset 1 MiB) is backed by it "
+        "and mounted on /mnt/h",
+    ]
+
+
+def test_a_loop_device_two_levels_up(tmp_path: Path) -> None:
+    devices = loops(("loop2", "loop1", 0), ("loop3", "loop2", MiB))
+    stack = layout(tmp_path, devices, [ROOT_MOUNT])
+    unmounted = (
+        "partition rule 'not in use': /dev/loop1 is in use: /dev/loop2 is backed by it; "
+        "/dev/loop3 (offset 1 MiB) is backed by /dev/loop2"
+    )
+    assert check(stack, "loop1") == [unmounted]
+    stack = layout(tmp_path / "mounted", devices, [ROOT_MOUNT, ("7:3", "/mnt/h", "ext4", "/dev/loop3")])
+    assert check(stack, "loop1") == [
+        "partition rule 'not mounted': /dev/loop1 is under loop3 (loop device, offset 1 MiB) on "
+        "loop2 (loop device), which is mounted on /mnt/h",
+        f"{unmounted} and mounted on /mnt/h",
+    ]
+
+
+def test_a_loop_device_on_a_partition_refuses_the_partition_and_the_whole_disk(tmp_path: Path) -> None:
+    devices = {
+        **ROOT,
+        "sdb": Dev("8:16"),
+        "sdb1": Dev("8:17", partition_of="sdb"),
+        "loop2": Dev("7:2", backing_file="/dev/sdb1", offset=4096),
+    }
+    stack = layout(tmp_path, devices, [ROOT_MOUNT], swaps=["/dev/loop2"])
+    assert check(stack, "sdb") == [
+        "partition rule 'no swap': /dev/sdb is under loop2 (loop device, offset 4096 bytes) on sdb1, "
+        "which is active swap (/dev/loop2)",
+        "partition rule 'not in use': /dev/sdb is in use: /dev/loop2 (offset 4096 bytes) is backed by "
+        "its partition /dev/sdb1 and active swap",
+    ]
+    assert rules(check(stack, "sdb1")) == ["no swap", "not in use"]
+
+
+def test_a_device_mapping_on_a_loop_device_on_the_device(tmp_path: Path) -> None:
+    devices = {**loops(("loop2", "loop1", 0)), "dm-0": Dev("253:0", slaves=["loop2"], dm_name="lin")}
+    stack = layout(tmp_path, devices, [ROOT_MOUNT])
+    assert check(stack, "loop1") == [
+        "partition rule 'not in use': /dev/loop1 is in use: /dev/loop2 is backed by it and held by dm-0 (lin)"
+    ]
+    stack = layout(tmp_path / "mounted", devices, [ROOT_MOUNT, ("253:0", "/srv", "ext4", "/dev/mapper/lin")])
+    assert check(stack, "loop1") == [
+        "partition rule 'not mounted': /dev/loop1 is under dm-0 (lin) on loop2 (loop device), which is "
+        "mounted on /srv",
+        "partition rule 'not in use': /dev/loop1 is in use: /dev/loop2 is backed by it and held by "
+        "dm-0 (lin)",
+    ]
+
+
+def test_a_loop_device_over_a_file_or_another_device_is_not_on_the_device(tmp_path: Path) -> None:
+    devices = {
+        **loops(),
+        "sdb": Dev("8:16"),
+        "loop2": Dev("7:2", backing_file="/var/tmp/other.img"),
+        "loop3": Dev("7:3", backing_file="/dev/sdb"),
+    }
+    stack = layout(tmp_path, devices, [ROOT_MOUNT])
+    assert check(stack, "loop1") == []
+    assert stack.above("sdb") == ["sdb", "loop3"]
+
+
+def test_a_loop_device_is_on_its_backing_device(tmp_path: Path) -> None:
+    """Writing a loop device over a block device writes that device: naming it is naming what
+    is under it (before, a loop device over the root file system's partition passed)."""
+    devices = {
+        **ROOT,
+        "sdb": Dev("8:16"),
+        "loop2": Dev("7:2", backing_file="/dev/vda1", offset=MiB),
+        "loop3": Dev("7:3", backing_file="/dev/sdb"),
+    }
+    stack = layout(tmp_path, devices, [ROOT_MOUNT, ("8:16", "/srv", "ext4", "/dev/sdb")])
+    assert stack.below("loop2") == ["loop2", "vda1", "vda"]
+    assert check(stack, "loop2") == [
+        "partition rule 'not mounted': /dev/loop2 is on vda1, which is mounted on /",
+        "partition rule 'not the root disk': /dev/loop2 is on vda1, in the stack holding / "
+        "(/ on vda1 on vda)",
+    ]
+    assert check(stack, "loop3") == [
+        "partition rule 'not mounted': /dev/loop3 is on sdb, which is mounted on /srv"
+    ]
+
+
+FORCED = [
+    pytest.param(loops(("loop2", "loop1", MiB)), [("7:2", "/mnt/h", "ext4", "/dev/loop2")], [], "loop1",
+                 ["not mounted", "not in use"], id="mounted-loop-on-it"),
+    pytest.param(loops(("loop2", "loop1", 0)), [], [], "loop1", ["not in use"], id="loop-on-it"),
+    pytest.param({**loops(), "dm-0": Dev("253:0", slaves=["loop1"], dm_name="lv")}, [], [], "loop1",
+                 ["not in use"], id="mapping-on-it"),
+    pytest.param(loops(), [("7:1", "/srv", "ext4", "/dev/loop1")], [], "loop1", ["not mounted"],
+                 id="mounted"),
+    pytest.param(loops(), [], ["/dev/loop1"], "loop1", ["no swap"], id="swap"),
+    pytest.param(loops(), [], [], "vda", ["not mounted", "not the root disk"], id="root-disk"),
+    pytest.param(loops(("loop2", "vda1", 0)), [], [], "loop2", ["not mounted", "not the root disk"],
+                 id="loop-on-the-root-partition"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("devices", "mounts", "swaps", "name", "refused"), FORCED)
+def test_force_overrides_no_rule_but_the_signature(
+    tmp_path: Path,
+    devices: dict[str, Dev],
+    mounts: list[tuple[str, str, str, str]],
+    swaps: list[str],
+    name: str,
+    refused: list[str],
+) -> None:
+    """--encperf-force is consent to erase a signature, never to take a device that is in use."""
+    stack = layout(tmp_path, devices, [ROOT_MOUNT, *mounts], swaps=swaps)
+    assert rules(partition_problems(Path(f"/dev/{name}"), force=True, stack=stack)) == refused
