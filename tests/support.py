@@ -191,6 +191,19 @@ def loop_device(image: Path, size: int) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
+def loop_on(backing: Path, offset: int = 0) -> Iterator[Path]:
+    """A loop device over block device ``backing`` (``losetup -o``), detached after."""
+    argv = ["losetup", "--find", "--show", *(["--offset", str(offset)] if offset else []), str(backing)]
+    with host.machine_lock(host.LOOP_LOCK):  # two --find at once may pick the same device
+        loop = Path(subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip())
+    attached = (host.loop_backing_file(loop) or "").removesuffix(host.DELETED)  # the kernel's name for it
+    try:
+        yield loop
+    finally:
+        host.detach_loop(loop, Path(attached))
+
+
+@contextlib.contextmanager
 def partitioned_loop(image: Path, size: int = 96 * MiB) -> Iterator[tuple[Path, Path]]:
     """A loop device over a new ``image`` with one 32 MiB partition: (whole device, partition)."""
     with image.open("wb") as handle:

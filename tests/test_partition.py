@@ -392,8 +392,15 @@ class Grabbing(Recording):
         super().destroy(volume)
         GRABBED.append(os.open(DEVICE, os.O_RDONLY | os.O_EXCL))
 
+class Looping(Recording):
+    \"\"\"Its destroy sets up a loop device on the device: the kernel lets it share the device
+    with the exclusive hold of the volume's mount.\"\"\"
+    def destroy(self, volume):
+        super().destroy(volume)
+        host.run(["losetup", "--find", "--offset", "1048576", DEVICE])
+
 def pytest_encperf_register_backends(config):
-    return {"recording": Recording, "recording2": Recording, "grabbing": Grabbing}
+    return {"recording": Recording, "recording2": Recording, "grabbing": Grabbing, "looping": Looping}
 
 def pytest_sessionfinish(session):
     import json
@@ -492,6 +499,36 @@ def test_a_device_taken_between_volumes_stops_the_run(
     log = (pytester.path / "lifecycle.log").read_text()
     assert "recording create" not in log  # nothing was written after the device was lost
     assert partition_problems(partition) == []
+
+
+def test_a_loop_device_set_up_on_the_device_during_a_volume_stops_the_run(
+    pytester: pytest.Pytester, partition: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENCPERF_TEST_PARTITION", str(partition))
+    try:
+        result = run_sequential(pytester, partition, "looping,recording")
+        (loop,) = loops_on(partition)
+        result.assert_outcomes(passed=1, errors=1)
+        result.stdout.fnmatch_lines(
+            [
+                f"*{partition} was taken by something else between two volumes of this run; stopping: "
+                f"partition rule 'not in use': {partition} is in use: {loop} (offset 1 MiB) is backed by it*"
+            ]
+        )
+        assert "recording create" not in (pytester.path / "lifecycle.log").read_text()
+    finally:
+        for loop in loops_on(partition):
+            host.detach_loop(loop, partition)
+    assert partition_problems(partition) == []
+
+
+def loops_on(device: Path) -> list[Path]:
+    """The loop devices whose backing file the kernel names as ``device``."""
+    return [
+        Path("/dev") / entry.name
+        for entry in sorted(Path("/sys/block").glob("loop*"))
+        if host.loop_backing_file(Path("/dev") / entry.name) == str(device)
+    ]
 
 
 def test_a_device_held_elsewhere_skips_every_backend(

@@ -3,7 +3,8 @@
 
 They need device-mapper; where the host kernel has none (this project's CI), ``test_uml_lane.py``
 runs this file inside user-mode Linux. The layouts without device-mapper (loop devices, btrfs)
-are in tests/test_partition.py, and root stacks this machine does not have in tests/test_targets.py.
+are in tests/test_partition.py and tests/test_loop_stacks_integration.py, and root stacks this
+machine does not have in tests/test_targets.py.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pytest_encperf.backends.dmcrypt import device_mapper_problems
 from pytest_encperf.runner import open_volume
 from pytest_encperf.targets import BlockStack, Target, partition_problems, probe_signature
 from pytest_encperf.workloads import MiB
-from tests.support import loop_device, partitioned_loop, scratch_dir
+from tests.support import loop_device, loop_on, partitioned_loop, scratch_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.dmcrypt]
 
@@ -103,6 +104,24 @@ def test_a_mapping_on_a_partition_refuses_the_whole_disk(scratch: Path) -> None:
             f"partition rule 'not in use': {whole} is held by {dm_label(mapped)} "
             "(an active device-mapper, LVM, dm-crypt or MD device is built on it)"
         ]
+
+
+def test_a_mapping_on_a_loop_device_on_the_device_refuses_it(loop: Path, scratch: Path) -> None:
+    """The loop device holds the device without O_EXCL or a holder in sysfs; the mapping on the
+    loop device is a holder of the loop device only: the chain is followed through both."""
+    with loop_on(loop) as stacked, linear(stacked, "onloop") as mapped:
+        held = dm_label(mapped)
+        in_use = (
+            f"partition rule 'not in use': {loop} is in use: {stacked} is backed by it and held by {held}"
+        )
+        assert partition_problems(loop, force=True) == [in_use]
+        with mounted(mapped, scratch / "mnt") as point:
+            assert partition_problems(loop, force=True) == [
+                f"partition rule 'not mounted': {loop} is under {held} on {stacked.name} (loop device), "
+                f"which is mounted on {point}",
+                in_use,
+            ]
+    assert partition_problems(loop, force=True) == []
 
 
 def test_root_on_a_mapping_refuses_the_device_under_it(loop: Path, scratch: Path) -> None:
