@@ -17,6 +17,7 @@ import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from . import host
 from .workloads import MiB
 
 if TYPE_CHECKING:
@@ -26,7 +27,6 @@ LOOP_GET_STATUS64 = 0x4C05  # <linux/loop.h>
 # struct loop_info64: lo_device, lo_inode, lo_rdevice, lo_offset, lo_sizelimit (u64), lo_number,
 # lo_encrypt_type, lo_encrypt_key_size, lo_flags (u32), file name, crypt name, key, lo_init[2]
 LOOP_INFO64 = struct.Struct("=5Q4I64s64s32s2Q")
-DELETED = " (deleted)"  # what the kernel appends to a backing file removed while attached
 
 
 class LoopRecord(NamedTuple):
@@ -76,7 +76,7 @@ def read_record(sys_device: Path, node: Path, number: int | None) -> LoopRecord 
         path = (sys_device / "loop" / "backing_file").read_text().rstrip("\n")
     except OSError:
         return None
-    return LoopRecord(path.removesuffix(DELETED), backing_number(node, number))
+    return LoopRecord(path.removesuffix(host.DELETED), backing_number(node, number))
 
 
 def backing_device_number(record: LoopRecord) -> int | None:
