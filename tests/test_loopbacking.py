@@ -7,13 +7,11 @@ import struct
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pytest_encperf import loopbacking
 from pytest_encperf.workloads import MiB
-
-pytest.importorskip("hypothesis", reason="needs hypothesis (pip install hypothesis)")
-from hypothesis import given
-from hypothesis import strategies as st
 
 
 def huge_encode_dev(major: int, minor: int) -> int:
