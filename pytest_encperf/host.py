@@ -219,6 +219,10 @@ LOCK_TIMEOUT = 60.0
 class LockTimeout(HostError):
     """A lock stayed held longer than we wait; the message names the lock and its holder."""
 
+    def __init__(self, message: str, holders: Sequence[int] = ()) -> None:
+        super().__init__(message)
+        self.holders = list(holders)  # pids holding it when we gave up (from /proc/locks)
+
 
 def lock_holders(fd: int) -> list[int]:
     """Pids holding a flock on the file open at ``fd`` (from /proc/locks)."""
@@ -247,7 +251,7 @@ def wait_for_lock(fd: int, what: str, timeout: float, *, shared: bool = False) -
                 holders = [pid for pid in lock_holders(fd) if pid != os.getpid()]
                 by = f" by pid {', '.join(map(str, holders))}" if holders else ""
                 raise LockTimeout(
-                    f"{what} is held{by} for more than {timeout:g} s: gave up waiting"
+                    f"{what} is held{by} for more than {timeout:g} s: gave up waiting", holders
                 ) from None
             time.sleep(0.05)
 
@@ -435,17 +439,34 @@ def device_number(device_name: str) -> str | None:
         return None
 
 
+LOCK_DIR_ENV = "ENCPERF_LOCK_DIR"
+
+
+def private_directory(text: str) -> bool:
+    """Whether ``text`` is an absolute path to a directory (not a symbolic link) of this user that
+    no one else may enter or write (mode without group and other bits)."""
+    with contextlib.suppress(OSError):
+        info = os.lstat(text) if os.path.isabs(text) else None
+        return bool(
+            info and stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o077
+        )
+    return False
+
+
 def lock_directory() -> Path:
-    """Where this user's machine-wide encperf locks live: /run/encperf for root (only root can
-    write there), else ``$XDG_RUNTIME_DIR/encperf`` when that directory is this user's alone,
-    else ``~/.cache/encperf``: never a directory others can write (they could hold our locks)."""
+    """Where this user's machine-wide encperf locks live: ``$ENCPERF_LOCK_DIR`` when it is a
+    private directory of this user (tests, or runs meant not to wait for each other), else
+    /run/encperf for root (only root can write there), else ``$XDG_RUNTIME_DIR/encperf`` when
+    that directory is this user's alone, else ``~/.cache/encperf``: never a directory others can
+    write (they could hold our locks)."""
+    chosen = os.environ.get(LOCK_DIR_ENV, "")
+    if chosen and private_directory(chosen):
+        return Path(chosen)
     if is_root():
         return Path("/run/encperf")
     runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-    with contextlib.suppress(OSError):
-        info = os.lstat(runtime) if os.path.isabs(runtime) else None
-        if info and stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o077:
-            return Path(runtime) / "encperf"
+    if private_directory(runtime):
+        return Path(runtime) / "encperf"
     return Path.home() / ".cache" / "encperf"
 
 
@@ -458,6 +479,7 @@ def measurement_lock(
     directory: Path | None = None,
     *,
     shared: bool = False,
+    timeout: float = float("inf"),
 ) -> Iterator[float]:
     """Hold the right to measure on this machine; yields the seconds spent waiting for it.
 
@@ -468,7 +490,8 @@ def measurement_lock(
     beside other such work but never beside a measurement (making, filling and removing volumes):
     every lock shared. Every encperf process of this user takes these locks (xdist workers,
     separate sessions); flock: released by the kernel when the holder dies. Waits as long as it
-    takes (another process is measuring). Never nest two
+    takes (another process is measuring), or ``timeout`` s, then raises LockTimeout naming the
+    holders (a teardown after an interrupt: see EncperfSession.beside_no_measurement). Never nest two
     holds in one process: a shared hold would keep its own exclusive request waiting for ever.
     """
     base = directory or lock_directory()
@@ -480,7 +503,8 @@ def measurement_lock(
     try:
         for name, share in names:
             fds.append(open_own_file(base / name, os.O_RDWR | os.O_CREAT))
-            wait_for_lock(fds[-1], f"lock {base / name}", float("inf"), shared=share)
+            left = max(0.0, timeout - (time.monotonic() - started))
+            wait_for_lock(fds[-1], f"lock {base / name}", left, shared=share)
         yield time.monotonic() - started
     finally:
         for fd in reversed(fds):
