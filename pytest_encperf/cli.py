@@ -81,9 +81,11 @@ def run_list(args: argparse.Namespace) -> int:
             continue
         commit = doc.get("commit_info", {})
         backends = sorted({r.backend for r in results})
+        incomplete = storage.incomplete_reason(doc)
         print(
             f"  {run.path.name}  {doc.get('datetime', '?')}  commit {str(commit.get('id', '?'))[:12]}"
             f"{' (dirty)' if commit.get('dirty') else ''}  {len(results)} results  {', '.join(backends)}"
+            + (f"  INCOMPLETE: {incomplete}" if incomplete else "")
         )
     return 0
 
@@ -106,7 +108,11 @@ def add_shared_option(parser: argparse.ArgumentParser, name: str, flag: str, als
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "baseline", help="the reference run: number, name, MACHINE-ID/RUN, latest or .json path"
+        "baseline",
+        help=(
+            "the reference run: number, name, MACHINE-ID/RUN, latest or .json path; a name or latest "
+            "picks a complete run, NAME! or latest! an incomplete one too"
+        ),
     )
     parser.add_argument("current", help="the run to judge (same forms)")
     add_shared_option(parser, "fail", "--fail", " (same grammar as --encperf-fail)")
@@ -140,9 +146,10 @@ def saved_verdict(
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    base_run, _ = storage.resolve(args.storage, args.baseline, None)
-    current_run, _ = storage.resolve(args.storage, args.current, None)
+    base_run, base_warning = storage.resolve(args.storage, args.baseline, None)
+    current_run, current_warning = storage.resolve(args.storage, args.current, None)
     verdict, current = saved_verdict(args, args.baseline, base_run, current_run)
+    verdict.notes[:0] = [f"warning: {text}" for text in (base_warning, current_warning) if text]
     print(f"{base_run.label} -> {current_run.label}")
     for kind, _, line in verdict_report(verdict):
         print(line if kind == "line" else f"---- {line} ----")
@@ -210,6 +217,8 @@ def run_show(args: argparse.Namespace) -> int:
     doc, results = storage.load(run.path)
     info, commit = doc.get("machine_info", {}), doc.get("commit_info", {})
     print(f"{run.label}  {doc.get('datetime', '?')}  commit {commit.get('id', '?')}")
+    if storage.incomplete_reason(doc):
+        print(f"INCOMPLETE: {storage.incomplete_reason(doc)}")
     print(
         f"machine: {info.get('cpu_model', '?')}, {info.get('cpu_count', '?')} CPUs, "
         f"flags {' '.join(info.get('cpu_flags', []))}, kernel {info.get('kernel', '?')}, "

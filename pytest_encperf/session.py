@@ -11,10 +11,13 @@ import contextlib
 import datetime as dt
 import itertools
 import os
+import re
 import shutil
 import signal
 import threading
+import time
 import warnings
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +80,9 @@ from .workloads import PROFILES, MiB, Workload, profile_workloads
 
 # Fixtures that create volumes: a session collecting none of them needs no room on the target.
 VOLUME_FIXTURES = ("encperf_volume", "encperf_baseline", "encperf", "encperf_kdf", "encperf_inplace")
+# After Ctrl-C / SIGTERM / SIGHUP the teardown waits at most this long for another run's
+# measurement lock, then releases anyway: the user asked to stop, now.
+INTERRUPTED_LOCK_WAIT = 3.0
 
 
 class EncperfSession:
@@ -134,6 +140,12 @@ class EncperfSession:
         # ciphers' counterparts (ladder.py)
         self._layers: ladder.LayerRungs = {}
         self._counterparts: dict[str, ladder.Rung] = {}
+        # did the run finish (incomplete_reason): the signal or Ctrl-C that stopped it, the tests
+        # planned (node ids, this process's or every xdist worker's) and those that ran
+        self.interrupted = ""
+        self.planned: set[str] = set()
+        self.ran: set[str] = set()
+        self.interrupt_notes: list[str] = []  # what the teardown did not wait for after the interrupt
 
     # ------------------------------------------------------------- selection
 
@@ -299,12 +311,12 @@ class EncperfSession:
                 if first:
                     self.lifecycle[mounted.spec] = {step: [s] for step, s in mounted.lifecycle.items()}
             try:
-                if first:
+                if first and not self.interrupted:  # interrupted: nothing more is measured
                     self.time_more_cycles(mounted.spec)
             finally:
                 with host.signals_deferred():
                     self._take_device_back()
-        if self.sequential and mounted.spec != BASELINE:
+        if self.sequential and mounted.spec != BASELINE and not self.interrupted:
             after = self.measure_baseline()  # the partition again, now that the volume is gone
             for result in self.results:
                 if result.backend == mounted.spec:
@@ -421,8 +433,32 @@ class EncperfSession:
 
     def beside_no_measurement(self) -> AbstractContextManager[float]:
         """Making and removing volumes (formatting, key derivation, daemons): beside other such
-        work, never beside a measurement on the same disks (the measurement lock, shared)."""
+        work, never beside a measurement on the same disks (the measurement lock, shared). After
+        an interrupt, the wait is bounded (teardown_lock)."""
+        if self.interrupted:
+            return self.teardown_lock(self.lock_disks(), shared=True)
         return host.measurement_lock(self.lock_disks(), shared=True)
+
+    @contextlib.contextmanager
+    def teardown_lock(self, disks: list[str] | None, *, shared: bool) -> Iterator[float]:
+        """The measurement lock for a teardown after an interrupt: waited for at most
+        INTERRUPTED_LOCK_WAIT s, then the teardown goes on without it (the lock only keeps us from
+        disturbing another run's measurement; interrupted, we accept disturbing it), said in
+        ``interrupt_notes``. Yields the seconds waited."""
+        hold = contextlib.ExitStack()
+        started = time.monotonic()
+        try:
+            waited = hold.enter_context(
+                host.measurement_lock(disks, shared=shared, timeout=INTERRUPTED_LOCK_WAIT)
+            )
+        except host.LockTimeout as exc:
+            waited = time.monotonic() - started
+            holders = " and ".join(f"pid {pid}'s" for pid in exc.holders) or "another run's"
+            note = f"interrupted: did not wait for {holders} measurement lock (released anyway)"
+            if note not in self.interrupt_notes:
+                self.interrupt_notes.append(note)
+        with hold:
+            yield waited
 
     def lock_disks(self, *volumes: MountedVolume | None) -> list[str] | None:
         """What a measurement on ``volumes`` must have to itself (host.measurement_lock): the whole
@@ -478,11 +514,13 @@ class EncperfSession:
 
     def ceilings(self) -> dict[str, Ceiling]:
         """The speed of each cipher the measured backends name, measured once per session (a
-        method: pytest reads plugin properties while collecting fixtures)."""
+        method: pytest reads plugin properties while collecting fixtures); none after an
+        interrupt (the user asked the run to stop)."""
         wanted = [c for c in dict.fromkeys(r.cipher_ceiling for r in self.results) if c]
         missing = [c for c in wanted if c not in self._ceilings]
-        self._ceilings.update(measure_ciphers(missing))
-        return {c: self._ceilings[c] for c in wanted}
+        if not self.interrupted:
+            self._ceilings.update(measure_ciphers(missing))
+        return {c: self._ceilings[c] for c in wanted if c in self._ceilings}
 
     # ------------------------------------------------------------- hooks
 
@@ -563,6 +601,30 @@ class EncperfSession:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self._progress:  # before pytest writes the test's outcome
             self._progress.clear()
+        if report.when == "call" or not report.passed:  # a test that ran, or never could
+            self.ran.add(report.nodeid)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.planned.update(item.nodeid for item in session.items)
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        # Ctrl-C, or SIGTERM / SIGHUP raised as KeyboardInterrupt("signal N ...") (start)
+        number = re.match(r"signal (\d+)", str(excinfo.value))
+        self.interrupted = f"by {signal.Signals(int(number[1])).name}" if number else "by Ctrl-C"
+
+    def incomplete_reason(self, session: pytest.Session) -> str:
+        """Why this run did not finish ("" when it did): see did_not_finish."""
+        interrupted = self.interrupted
+        if not interrupted and session.exitstatus == pytest.ExitCode.INTERRUPTED:
+            interrupted = "by pytest"
+        stopped = session.shouldfail or session.shouldstop
+        return did_not_finish(
+            interrupted,
+            str(stopped) if stopped else "",
+            len(self.planned),
+            len(self.ran & self.planned) if self.planned else len(self.ran),
+            len(self.missing_workers()),
+        )
 
     def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
         if self.config.option.collectonly:
@@ -602,8 +664,8 @@ class EncperfSession:
         finally:
             if self.teardown_errors and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
-            if self.results:  # a measurement (CPU only): never beside another one on this machine
-                with host.measurement_lock(None):
+            if self.results and not self.interrupted:  # a measurement (CPU only): never beside
+                with host.measurement_lock(None):  # another one on this machine
                     self.ceilings()
             if self.is_worker:
                 self.config.workeroutput["encperf_machine"] = self.machine_run().to_dict()
@@ -820,14 +882,14 @@ class EncperfSession:
         if not self.outputs_asked():
             return
         try:
-            self.verdicts = self._judge()
+            self.verdicts = self._judge(session)
         except Exception as exc:  # never a traceback at the end of a run: say what went wrong
             self.verdicts = {"": Verdict(errors=[f"{type(exc).__name__}: {exc}"])}
         self.verdict = next(iter(self.verdicts.values())) if len(self.verdicts) == 1 else None
         if any(v.failed for v in self.verdicts.values()) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = EXIT_REGRESSION
 
-    def _judge(self) -> dict[str, Verdict]:
+    def _judge(self, session: pytest.Session) -> dict[str, Verdict]:
         """Each machine against its own reference, loaded before anything is saved; one verdict
         per machine, their gated checks one family (compare.judge_machines)."""
         s = self.settings
@@ -836,12 +898,15 @@ class EncperfSession:
         fleet = len(parts) > 1
         references = {part.machine_id: self.reference_for(part) for part in parts}
         commit = storage.commit_info() if (s.save or s.autosave or s.json) else {}
+        incomplete = self.incomplete_reason(session)
         saved: dict[str, str | None] = {}
         notes: dict[str, list[str]] = {part.machine_id: [] for part in parts}
         errors: dict[str, list[str]] = {part.machine_id: [] for part in parts}
         for part in parts:  # saved before anything is judged
             mid = part.machine_id
-            doc = storage.document(part.results, part.machine_info, mid, commit, part.settings, now)
+            doc = storage.document(
+                part.results, part.machine_info, mid, commit, part.settings, now, incomplete
+            )
             doc["encperf"]["lifecycle"] = part.lifecycle
             if part.kdf:
                 doc["encperf"]["kdf"] = part.kdf
@@ -859,6 +924,12 @@ class EncperfSession:
                     saved[mid] = str(storage.save(s.storage, mid, name, doc))
                 except (OSError, storage.StorageError) as exc:
                     errors[mid].append(f"could not save the run: {exc}")
+                else:
+                    if incomplete:
+                        notes[mid].append(
+                            f"saved as incomplete ({incomplete}): the name {name} and latest will not "
+                            f"pick it, {name}{storage.EXPLICIT} will"
+                        )
             elif s.save or s.autosave:
                 notes[mid].append("nothing measured, nothing saved")
             if s.json:
@@ -944,6 +1015,8 @@ class EncperfSession:
         storage.write_report(self.settings.html, html_report.render(page))
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        for note in self.interrupt_notes:
+            terminalreporter.write_line(f"encperf: {note}", yellow=True)
         for error in self.teardown_errors:
             terminalreporter.write_line(f"encperf: teardown failed: {error}", red=True)
         if self.journal.write_error:  # the run itself was torn down; only the safety net was off
@@ -1168,6 +1241,23 @@ def ceilings_of(part: MachineRun) -> dict[str, Ceiling]:
     return {cipher: Ceiling(cipher, mb_per_s, how) for cipher, (mb_per_s, how) in part.ceilings.items()}
 
 
+def did_not_finish(interrupted: str, stopped: str, planned: int, ran: int, lost_workers: int) -> str:
+    """Why a run did not finish, for its saved file ("" when it did): it was interrupted (Ctrl-C,
+    SIGTERM, SIGHUP), or stopped early (-x, --maxfail), or some of the tests it collected never
+    ran, or xdist workers' results are missing. A test that ran and failed or skipped is part of
+    a finished run (its result is missing for a reason the summary gives, not cut short)."""
+    count = f"{ran} of {planned} tests ran" if planned else f"{ran} tests ran"
+    if interrupted:
+        return f"interrupted {interrupted}; {count}"
+    if stopped and ran < planned:
+        return f"stopped early ({stopped}); {count}"
+    if ran < planned:
+        return f"{planned - ran} of {planned} tests did not run"
+    if lost_workers:
+        return f"the results of {lost_workers} xdist worker(s) are missing"
+    return ""
+
+
 class EncperfWarning(pytest.PytestWarning):
     """A configuration that cannot measure reliably (shown only when benchmarks are collected)."""
 
@@ -1177,6 +1267,9 @@ class XdistResults:
 
     def __init__(self, session: EncperfSession) -> None:
         self.session = session
+
+    def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
+        self.session.planned.update(ids)  # what the run planned (every worker collects its own)
 
     def pytest_configure_node(self, node: Any) -> None:
         # a worker's own --dist is always "no": tell it the run's (a fleet is --dist each)

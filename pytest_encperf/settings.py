@@ -194,7 +194,7 @@ def parse_compare(text: str) -> str:
     """``latest`` (the bare flag), a run number (``3``), a run name (``main``),
     ``<machine-id>/<number or name>``, or a saved file's path."""
     value = str(text).strip()
-    if not re.match(r"^[A-Za-z0-9._+/~-]+$", value):
+    if not re.match(r"^[A-Za-z0-9._+/~-]+!?$", value):
         raise ValueError(
             f"bad baseline {text!r}: expected latest, a run number (3), a run name (main), "
             "<machine-id>/<number or name> or a .json path"

@@ -8,6 +8,9 @@ fields, including every round of both sides, live in ``extra_info["encperf"]``.
 
 Files are written to a temporary name and hard-linked to the final name, which fails if that
 name exists: a run never overwrites another, even when two sessions save at once.
+
+A run that did not finish (interrupted, stopped early, tests left unrun) is saved with
+``encperf["incomplete"]`` saying why; a name or ``latest`` never picks it, ``NAME!`` does.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .model import LATENCY_MEANING, Result, RunData, lifecycle_samples
 FORMAT = 1  # extra_info["encperf"]["format"]
 _FILE = re.compile(r"^(\d{4})_(.+)\.json$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+EXPLICIT = "!"  # after a reference (base!, latest!): an incomplete run may be picked too
 
 
 class StorageError(Exception):
@@ -59,21 +63,45 @@ class SavedRun:
         """When the run was saved (its document's ``datetime``): orders runs of several machines
         (numbers are per machine). A file's modification time is no guide: a checkout or a
         restored CI cache gives every file the same one."""
+        return self._facts()[0]
+
+    @property
+    def incomplete(self) -> str:
+        """Why the run did not finish ("" when it did, or when the file cannot be read: loading
+        it then says what is wrong)."""
+        return self._facts()[1]
+
+    def _facts(self) -> tuple[float, str]:
         try:
             stat = self.path.stat()
         except OSError:
-            return 0.0
-        return _saved_at(str(self.path), stat.st_mtime_ns)
+            return 0.0, ""
+        return _saved_facts(str(self.path), stat.st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=1024)
-def _saved_at(path: str, mtime_ns: int) -> float:
-    """The document's ``datetime`` as a timestamp (the file's mtime when it has none)."""
+def _saved_facts(path: str, mtime_ns: int) -> tuple[float, str]:
+    """The document's ``datetime`` as a timestamp (the file's mtime when it has none) and its
+    ``encperf["incomplete"]`` reason ("" for a complete run)."""
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return mtime_ns / 1e9, ""
+    return _datetime_of(doc, mtime_ns / 1e9), incomplete_reason(doc)
+
+
+def _datetime_of(doc: Any, default: float) -> float:
+    try:
         return dt.datetime.fromisoformat(doc["datetime"]).timestamp()
-    except (OSError, ValueError, KeyError, TypeError):
-        return mtime_ns / 1e9
+    except (ValueError, KeyError, TypeError):
+        return default
+
+
+def incomplete_reason(doc: Any) -> str:
+    """Why a saved document's run did not finish ("" when it did)."""
+    own = doc.get("encperf") if isinstance(doc, dict) else None
+    reason = own.get("incomplete") if isinstance(own, dict) else None
+    return str(reason) if reason else ""
 
 
 def parse_name(text: str) -> str:
@@ -139,13 +167,19 @@ def document(
     commit: dict[str, Any],
     settings: dict[str, Any],
     now: dt.datetime,
+    incomplete: str = "",
 ) -> dict[str, Any]:
+    """A saved run's document; ``incomplete``: why the run did not finish (kept in
+    ``encperf["incomplete"]``, absent for a run that did)."""
+    own: dict[str, Any] = {"format": FORMAT, "settings": settings}
+    if incomplete:
+        own["incomplete"] = incomplete
     return {
         "machine_info": {**machine_info, "machine_id": machine_id},
         "commit_info": commit,
         "datetime": now.astimezone(dt.UTC).isoformat(),
         "version": __version__,
-        "encperf": {"format": FORMAT, "settings": settings},
+        "encperf": own,
         "benchmarks": [benchmark_entry(result) for result in results if result.rounds],
     }
 
@@ -243,6 +277,7 @@ def write_report(path: Path, text: str) -> None:
 
 
 def _named(ref: str) -> bool:
+    ref = ref.removesuffix(EXPLICIT)
     return ref not in ("", "latest") and not ref.isdigit()
 
 
@@ -289,15 +324,22 @@ def resolve(
     ``latest`` and names look among this machine's runs and those of machines with the same
     hardware (``machine_info``; newest first), numbers among this machine id's only. A name found
     only on other hardware comes with a warning; ``latest`` never leaves this hardware.
-    Raises NoSavedRun saying what was searched when nothing matches.
+    ``latest`` and names pick complete runs only (a newer incomplete one skipped is said in the
+    warning); ``NAME!`` / ``latest!`` may pick an incomplete run too, and a number or a path picks
+    the run it names: both with a warning that it is incomplete.
+    Raises NoSavedRun saying what was searched when nothing matches (and which incomplete runs
+    matched but were left out).
     """
     ref = str(ref).strip()
+    explicit = ref.endswith(EXPLICIT)
+    asked = ref
+    ref = ref.removesuffix(EXPLICIT)
     path = Path(ref)
     if ref.endswith(".json") and path.is_file():
         match = _FILE.match(path.name)
         number, name = (int(match.group(1)), match.group(2)) if match else (0, path.stem)
         run = SavedRun(path, path.parent.name, number, name)
-        return run, _other_machine(run, machine_id, machine_info)
+        return run, _warnings(_other_machine(run, machine_id, machine_info), _asked_for(run, asked))
     everyone = list_runs(storage)
     here = machine_id
     if "/" in ref:
@@ -315,6 +357,12 @@ def resolve(
             [run for run in everyone if run.machine_id in others],
         ]
     mine = [run for runs in tiers for run in runs]
+    left_out: list[SavedRun] = []  # incomplete runs a name or latest matched
+
+    def newest(runs: list[SavedRun]) -> SavedRun:
+        if len({run.machine_id for run in runs}) == 1:
+            return max(runs, key=lambda run: run.number)
+        return max(runs, key=lambda run: (run.datetime_key, run.number))
 
     def pick(runs: list[SavedRun]) -> SavedRun | None:
         if ref in ("", "latest"):
@@ -326,31 +374,63 @@ def resolve(
         if ref.isdigit() and len({run.machine_id for run in chosen}) > 1:
             labels = ", ".join(run.label for run in chosen)
             raise StorageError(f"run {ref} is ambiguous ({labels}): name it as <machine-id>/{ref}")
-        if not chosen:
-            return None
-        if len({run.machine_id for run in chosen}) == 1:
-            return max(chosen, key=lambda run: run.number)
-        return max(chosen, key=lambda run: (run.datetime_key, run.number))
+        if not explicit and not ref.isdigit():  # a name or latest: complete runs only
+            left_out.extend(run for run in chosen if run.incomplete)
+            chosen = [run for run in chosen if not run.incomplete]
+        return newest(chosen) if chosen else None
+
+    def found(run: SavedRun) -> tuple[SavedRun, str | None]:
+        newer = [other for other in left_out if other.datetime_key >= run.datetime_key]
+        skipped = (
+            f"left out the newer incomplete run {_incomplete_label(newest(newer))}: "
+            f"add {EXPLICIT} to use it ({ref or 'latest'}{EXPLICIT})"
+            if newer
+            else None
+        )
+        return run, _warnings(_other_machine(run, here, machine_info), _asked_for(run, asked), skipped)
 
     for runs in tiers:
         run = pick(runs)
         if run is not None:
-            return run, _other_machine(run, here, machine_info)
+            return found(run)
     if _named(ref):  # a name may come from another machine
         others = [r for r in everyone if r not in mine]
         run = pick(others)
         if run is not None:
-            return run, _other_machine(run, here, machine_info)
+            return found(run)
     where = f"{Path(storage) / machine_id}" if machine_id else str(storage)
+    if left_out:
+        only = newest(left_out)
+        raise NoSavedRun(
+            f"no complete saved run matches {ref or 'latest'!r} in {where}: {len(left_out)} matching "
+            f"run(s) incomplete, not used (the newest: {_incomplete_label(only)}); to compare with "
+            f"it anyway, ask for {ref or 'latest'}{EXPLICIT}"
+        )
     known = ", ".join(run.label for run in everyone[-5:]) or "none"
     raise NoSavedRun(f"no saved run matches {ref or 'latest'!r} in {where} (saved runs: {known})")
 
 
+def _incomplete_label(run: SavedRun) -> str:
+    return f"{run.label} ({run.incomplete})"
+
+
+def _asked_for(run: SavedRun, asked: str) -> str | None:
+    """The warning for an incomplete run picked because the user named it (a number, a path,
+    ``NAME!``)."""
+    if not run.incomplete:
+        return None
+    return f"{_incomplete_label(run)} is incomplete: used because {asked!r} asks for it"
+
+
+def _warnings(*found: str | None) -> str | None:
+    return "; ".join(text for text in found if text) or None
+
+
 def history(storage: Path, reference: SavedRun, ref: str, count: int) -> list[SavedRun]:
     """Up to ``count`` saved runs for the run-to-run spread: the reference and the runs saved
-    before it on the reference's machine (its hardware and host name), newest first; only runs
-    of the same name when ``ref`` named one (``main``), so a history of a branch is not mixed
-    with other branches' runs."""
+    before it on the reference's machine (its hardware and host name), newest first, never an
+    incomplete one; only runs of the same name when ``ref`` named one (``main``), so a history
+    of a branch is not mixed with other branches' runs."""
     if count <= 0:
         return []
     info = folder_machine_info(reference.path.parent)
@@ -364,6 +444,7 @@ def history(storage: Path, reference: SavedRun, ref: str, count: int) -> list[Sa
         and run.path != reference.path
         and run.datetime_key <= reference.datetime_key
         and (not named or run.name == reference.name)
+        and not run.incomplete  # an interrupted run is a reference only when asked for, never history
     ]
     candidates.sort(key=lambda run: (run.datetime_key, run.number), reverse=True)  # ties: by number
     return [reference, *candidates][:count]

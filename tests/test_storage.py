@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pytest_encperf import storage
 from pytest_encperf.model import Measurement, Result
@@ -255,3 +257,76 @@ def test_load_run_reads_the_life_cycle_of_older_and_newer_runs(
     storage.save(tmp_path, "m1", "main", document)
     run = storage.load_run(storage.resolve(tmp_path, "main", "m1")[0])
     assert run.lifecycle == loaded
+
+
+def incomplete_doc(at: dt.datetime = NOW, why: str = "interrupted by SIGTERM; 1 of 2 tests ran") -> dict:
+    return storage.document(sample_results(), {"cpu_model": "x"}, "m1", {"id": "abc"}, {}, at, why)
+
+
+def test_an_incomplete_run_keeps_pytest_benchmarks_shape_and_says_why(tmp_path: Path) -> None:
+    path = storage.save(tmp_path, "m1", "base", incomplete_doc())
+    saved, results = storage.load(path)
+    assert saved["encperf"]["incomplete"] == "interrupted by SIGTERM; 1 of 2 tests ran"
+    assert results == sample_results()
+    assert [entry["name"] for entry in saved["benchmarks"]] == ["SEQ1M-Q8T1-read[fscrypt:contents=adiantum]"]
+    assert storage.list_runs(tmp_path)[0].incomplete == "interrupted by SIGTERM; 1 of 2 tests ran"
+    assert "incomplete" not in doc()["encperf"]  # a complete run has no such field
+    assert storage.SavedRun(tmp_path / "m1" / "0001_base.json", "m1", 1, "base").incomplete
+
+
+def test_names_and_latest_never_pick_an_incomplete_run(tmp_path: Path) -> None:
+    storage.save(tmp_path, "m1", "base", incomplete_doc())
+    with pytest.raises(storage.NoSavedRun) as refused:
+        storage.resolve(tmp_path, "base", "m1")
+    message = str(refused.value)
+    assert "no complete saved run matches 'base'" in message
+    assert (
+        "1 matching run(s) incomplete, not used (the newest: m1/0001_base.json (interrupted by SIGTERM"
+        in message
+    )
+    assert "ask for base!" in message
+    with pytest.raises(storage.NoSavedRun, match=r"no complete saved run matches 'latest'.*ask for latest!"):
+        storage.resolve(tmp_path, "latest", "m1")
+    with pytest.raises(storage.NoSavedRun, match="no complete saved run matches 'base'"):
+        storage.resolve(tmp_path, "base", None)  # the CLI: every machine
+    for asked in ("base!", "latest!", "1", "m1/base!", str(tmp_path / "m1" / "0001_base.json")):
+        run, warning = storage.resolve(tmp_path, asked, "m1")
+        assert run.label == "m1/0001_base.json"
+        assert warning == (
+            f"m1/0001_base.json (interrupted by SIGTERM; 1 of 2 tests ran) is incomplete: used because "
+            f"{asked!r} asks for it"
+        )
+
+
+def test_a_name_picks_the_newest_complete_run_and_says_what_it_left_out(tmp_path: Path) -> None:
+    storage.save(tmp_path, "m1", "base", doc(NOW))
+    storage.save(tmp_path, "m1", "base", incomplete_doc(NOW + dt.timedelta(minutes=1)))
+    storage.save(tmp_path, "m1", "base", doc(NOW + dt.timedelta(minutes=2)))
+    storage.save(tmp_path, "m1", "base", incomplete_doc(NOW + dt.timedelta(minutes=3), "stopped early"))
+    run, warning = storage.resolve(tmp_path, "base", "m1")
+    assert run.label == "m1/0003_base.json"
+    assert warning == (
+        "left out the newer incomplete run m1/0004_base.json (stopped early): add ! to use it (base!)"
+    )
+    assert storage.resolve(tmp_path, "base!", "m1")[0].label == "m1/0004_base.json"
+    # never in the history either, whatever the reference
+    labels = [r.label for r in storage.history(tmp_path, run, "base", 5)]
+    assert labels == ["m1/0003_base.json", "m1/0001_base.json"]
+    latest = storage.resolve(tmp_path, "latest!", "m1")[0]
+    labels = [r.label for r in storage.history(tmp_path, latest, "latest!", 5)]
+    assert labels == ["m1/0004_base.json", "m1/0003_base.json", "m1/0001_base.json"]
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(),
+        lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+        max_leaves=8,
+    )
+)
+def test_the_incomplete_field_of_any_document_is_read_without_error(document: object) -> None:
+    reason = storage.incomplete_reason(document)
+    assert isinstance(reason, str)
+    assert storage.incomplete_reason({"encperf": {"incomplete": document}}) == (
+        str(document) if document else ""
+    )
