@@ -80,8 +80,8 @@ from .workloads import PROFILES, MiB, Workload, profile_workloads
 
 # Fixtures that create volumes: a session collecting none of them needs no room on the target.
 VOLUME_FIXTURES = ("encperf_volume", "encperf_baseline", "encperf", "encperf_kdf", "encperf_inplace")
-# After Ctrl-C / SIGTERM / SIGHUP the teardown waits at most this long for another run's
-# measurement lock, then releases anyway: the user asked to stop, now.
+# After Ctrl-C / SIGTERM / SIGHUP the teardown waits at most this long in all for other runs'
+# measurement locks, then releases anyway: the user asked to stop, now.
 INTERRUPTED_LOCK_WAIT = 3.0
 
 
@@ -146,6 +146,7 @@ class EncperfSession:
         self.planned: set[str] = set()
         self.ran: set[str] = set()
         self.interrupt_notes: list[str] = []  # what the teardown did not wait for after the interrupt
+        self._interrupted_wait_left = INTERRUPTED_LOCK_WAIT  # seconds (teardown_lock)
 
     # ------------------------------------------------------------- selection
 
@@ -298,6 +299,8 @@ class EncperfSession:
             raise host.HostError(self._device_lost) from None
 
     def close(self, mounted: MountedVolume) -> None:
+        if self.interrupted and mounted not in self._open:
+            return  # close_all released it (the fixture's teardown comes after it when interrupted)
         # the lock first, for as long as another worker's rounds take (a signal while waiting
         # leaves the volume to close_all); then the teardown itself, signals deferred
         with self.beside_no_measurement():
@@ -442,19 +445,21 @@ class EncperfSession:
     @contextlib.contextmanager
     def teardown_lock(self, disks: list[str] | None, *, shared: bool) -> Iterator[float]:
         """The measurement lock for a teardown after an interrupt: waited for at most
-        INTERRUPTED_LOCK_WAIT s, then the teardown goes on without it (the lock only keeps us from
-        disturbing another run's measurement; interrupted, we accept disturbing it), said in
-        ``interrupt_notes``. Yields the seconds waited."""
+        INTERRUPTED_LOCK_WAIT s over the whole teardown, then the teardown goes on without it (the
+        lock only keeps us from disturbing another run's measurement; interrupted, we accept
+        disturbing it), said in ``interrupt_notes``. Yields the seconds waited."""
         hold = contextlib.ExitStack()
         started = time.monotonic()
         try:
             waited = hold.enter_context(
-                host.measurement_lock(disks, shared=shared, timeout=INTERRUPTED_LOCK_WAIT)
+                host.measurement_lock(disks, shared=shared, timeout=self._interrupted_wait_left)
             )
+            self._interrupted_wait_left -= waited
         except host.LockTimeout as exc:
             waited = time.monotonic() - started
+            self._interrupted_wait_left = 0.0
             holders = " and ".join(f"pid {pid}'s" for pid in exc.holders) or "another run's"
-            note = f"interrupted: did not wait for {holders} measurement lock (released anyway)"
+            note = f"interrupted: did not wait for {holders} measurement lock"
             if note not in self.interrupt_notes:
                 self.interrupt_notes.append(note)
         with hold:

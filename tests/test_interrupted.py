@@ -8,12 +8,17 @@ process, or KeyboardInterrupt raised, or a failure under -x.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from pytest_encperf import cli, storage
+from pytest_encperf import cli, host, storage
 from pytest_encperf.compare import EXIT_REGRESSION
-from pytest_encperf.session import did_not_finish
+from pytest_encperf.session import INTERRUPTED_LOCK_WAIT, EncperfSession, did_not_finish
 from tests.test_gate import CONFTEST, LOW_NOISE, SCRIPTED_BENCHMARK
 
 INTERRUPTING_CONFTEST = (
@@ -170,3 +175,58 @@ def test_what_did_not_finish_means(
     interrupted: str, stopped: str, planned: int, ran: int, lost: int, why: str
 ) -> None:
     assert did_not_finish(interrupted, stopped, planned, ran, lost) == why
+
+
+HOLDER = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_after_an_interrupt_the_teardown_waits_3_s_in_all_for_a_lock_and_says_whose(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    locks = tmp_path / "locks"
+    locks.mkdir(mode=0o700)
+    monkeypatch.setenv("ENCPERF_LOCK_DIR", str(locks))
+    assert host.lock_directory() == locks
+    other = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(locks / host.MEASURE_LOCK)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert other.stdout is not None and other.stdout.readline() == "held\n"
+        teardown = SimpleNamespace(_interrupted_wait_left=INTERRUPTED_LOCK_WAIT, interrupt_notes=[])
+        started = time.monotonic()
+        with EncperfSession.teardown_lock(teardown, None, shared=True):  # type: ignore[arg-type]
+            first = time.monotonic() - started
+        with EncperfSession.teardown_lock(teardown, None, shared=True):  # type: ignore[arg-type]
+            second = time.monotonic() - started - first
+    finally:
+        other.kill()
+        other.wait()
+    assert INTERRUPTED_LOCK_WAIT <= first < INTERRUPTED_LOCK_WAIT + 1
+    assert second < 0.5  # the 3 s are for the whole teardown
+    assert teardown.interrupt_notes == [f"interrupted: did not wait for pid {other.pid}'s measurement lock"]
+
+
+def test_encperf_lock_dir_is_used_only_when_it_is_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(host, "is_root", lambda: True)
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    for given in (str(shared), "relative/locks", str(tmp_path / "missing")):
+        monkeypatch.setenv("ENCPERF_LOCK_DIR", given)
+        assert host.lock_directory() == Path("/run/encperf")
+    link = tmp_path / "link"
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    link.symlink_to(private)
+    monkeypatch.setenv("ENCPERF_LOCK_DIR", str(link))
+    assert host.lock_directory() == Path("/run/encperf")
+    monkeypatch.setenv("ENCPERF_LOCK_DIR", str(private))
+    assert host.lock_directory() == private

@@ -348,6 +348,55 @@ def test_interrupt_tears_down_without_cleanup(
     assert found == []
 
 
+LOCK_HOLDER = """
+import fcntl, os, sys, time
+from pathlib import Path
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)  # queued behind the session's round: granted when it lets go
+Path(sys.argv[2]).touch()
+time.sleep(120)
+"""
+
+
+def test_an_interrupt_does_not_wait_for_another_runs_measurement_lock(
+    pytester: pytest.Pytester, base: Path
+) -> None:
+    """SIGINT during a round while another process waits to measure: that process gets the lock
+    as the round stops, and the teardown waits for it at most 3 s (not for its whole measurement),
+    says so, and leaves nothing behind. The session's locks are its own (ENCPERF_LOCK_DIR)."""
+    spec = runnable("plain", base)
+    locks = Path(tempfile.mkdtemp(prefix="encperf-locks-"))  # 0700, ours
+    pytester.makepyfile(test_bench=BENCHMARK)
+    pytester.makeconftest(CHAOS_CONFTEST)
+    env = {"ENCPERF_CHAOS_POINT": "round", "ENCPERF_CHAOS_CONTROL": str(pytester.path)}
+    proc = start_session(pytester, base, spec, {**env, "ENCPERF_LOCK_DIR": str(locks)})
+    holder = None
+    try:
+        assert wait_for(pytester.path / "paused", proc), "the session never reached a round"
+        held = pytester.path / "held"
+        holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(locks / "measure.lock"), str(held)])
+        time.sleep(0.5)  # queued in flock behind the round
+        recorded = journaled(base)
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        (pytester.path / "go").touch()
+        assert proc.wait(timeout=60) == pytest.ExitCode.INTERRUPTED
+        took = time.monotonic() - signalled
+        assert held.exists(), "the other process never got the lock: the test would prove nothing"
+        assert holder.poll() is None  # still holding it
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+        shutil.rmtree(locks)
+    log = "\n".join(p.read_text() for p in sorted(pytester.path.glob("session-*.log")))
+    print(f"SIGINT during a round, measurement lock taken by pid {holder.pid}: exited after {took:.1f} s")
+    assert took < 10, log
+    waited = [line for line in log.splitlines() if "did not wait" in line]  # close_all needs no lock
+    assert waited in ([], [f"encperf: interrupted: did not wait for pid {holder.pid}'s measurement lock"])
+    assert leftovers(base, recorded, None, proc.pid) == []
+
+
 def test_next_session_releases_a_killed_runs_leftovers(pytester: pytest.Pytester, base: Path) -> None:
     killed = start_paused(pytester, base, runnable("plain", base), "round")
     assert killed is not None
