@@ -1162,7 +1162,9 @@ class EncperfSession:
             )
             for ceiling in ceilings.values():
                 tr.write_line(f"cipher ceiling: {ceiling.describe()}")
-            if not ceilings:
+            if self.interrupted:
+                tr.write_line("cipher ceiling: not measured: the run was interrupted (eff. empty)")
+            elif not ceilings:
                 tr.write_line(
                     "cipher ceiling: no backend here names a cipher this run can measure (eff. empty)"
                 )

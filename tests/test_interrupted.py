@@ -97,6 +97,7 @@ def test_a_run_stopped_by_sigterm_is_saved_incomplete_and_never_the_baseline(
     stopped.stdout.fnmatch_lines(
         [f"*saved as incomplete ({why}): the name base and latest will not pick it, base! will*"]
     )
+    stopped.stdout.fnmatch_lines(["cipher ceiling: not measured: the run was interrupted (eff. empty)"])
     (run,) = saved(interruptible)
     assert run.incomplete == why
     document = json.loads(run.path.read_text())
@@ -122,6 +123,7 @@ def test_a_run_stopped_by_sigterm_is_saved_incomplete_and_never_the_baseline(
     assert "new in this run" not in gated.stdout.str()
     strict = session(interruptible, "--encperf-compare=base", "--encperf-fail=10%", "--encperf-strict")
     assert strict.ret == EXIT_REGRESSION  # as any missing baseline under --encperf-strict
+    assert session(interruptible, "--encperf-compare=base", "--encperf-strict").ret == pytest.ExitCode.OK
 
     # base!: asked for, used, and said
     asked = session(interruptible, "--encperf-compare=base!", "--encperf-fail=10%")
@@ -136,7 +138,9 @@ def test_a_run_stopped_by_sigterm_is_saved_incomplete_and_never_the_baseline(
     assert "no complete saved run matches 'base'" in capsys.readouterr().err
     assert encperf(interruptible, "compare", "base!", "next", "--fail", "10%") == 0
     out = capsys.readouterr().out
-    assert f"warning: */0001_base.json ({why}) is incomplete".replace("*", run.machine_id) in out
+    assert f"warning: {run.machine_id}/0001_base.json ({why}) is incomplete" in out
+    assert encperf(interruptible, "show", "1") == 0
+    assert f"INCOMPLETE: {why}\n" in capsys.readouterr().out
 
 
 def test_keyboard_interrupt_in_a_test_and_a_stop_under_x_are_incomplete(
@@ -149,14 +153,17 @@ def test_keyboard_interrupt_in_a_test_and_a_stop_under_x_are_incomplete(
         INTERRUPT_AT="2", INTERRUPT_BY="fail",
     )  # fmt: skip
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result = session(interruptible, "--encperf-save=base", INTERRUPT_AT="2", INTERRUPT_BY="fail")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # every test ran, one failed: complete
     result = session(interruptible, "--encperf-save=base")
     assert result.ret == pytest.ExitCode.OK
     assert [run.incomplete for run in saved(interruptible)] == [
         "interrupted by Ctrl-C; 1 of 2 tests ran",
         "stopped early (stopping after 1 failures); 2 of 4 tests ran",
         "",
+        "",
     ]
-    assert storage.resolve(interruptible.path / ".encperf", "base", None)[0].number == 3
+    assert storage.resolve(interruptible.path / ".encperf", "base", None)[0].number == 4
 
 
 @pytest.mark.parametrize(
