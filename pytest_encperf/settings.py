@@ -330,7 +330,8 @@ OPTIONS: tuple[Option, ...] = (
            parse_bool, "no", form="flag", const="1"),
     Option("storage", "DIR", "directory of saved runs", parse_path, ".encperf"),
     Option("compare", "RUN", "compare with a saved run: latest (the bare flag), a number, a name, "
-           "MACHINE-ID/RUN or a .json path; another machine's run is allowed with a warning",
+           "MACHINE-ID/RUN or a .json path; another machine's run is allowed with a warning; a name "
+           "or latest never picks a run that did not finish, NAME! or latest! may",
            optional(parse_compare), "", form="optional", const="latest"),
     Option("fail", "EXPR", "fail when worse than the compared run by more than EXPR and significant: "
            "[BACKEND:][WORKLOAD:][METRIC:]PERCENT%, comma list, e.g. 10%,seq-read:5%,latency-p99:20%",
