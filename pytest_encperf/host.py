@@ -7,6 +7,7 @@ CalledProcessError, so a failing step names itself in the test report.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import os
@@ -23,6 +24,8 @@ from pathlib import Path
 from types import FrameType
 
 import psutil
+
+from . import loopdev, mounttable
 
 DEFAULT_TIMEOUT = 120.0
 
@@ -318,52 +321,30 @@ def attach_loop(backing_file: Path, *, direct_io: bool = True) -> LoopDevice:
     return LoopDevice(device, backing_file, loop_direct_io(device))
 
 
-DELETED = " (deleted)"  # what the kernel appends to a backing file removed while attached
+DELETED = loopdev.DELETED
 
 
 def loop_backing_file(device: Path) -> str | None:
     """The backing file the kernel names for a loop device (its real path, with " (deleted)"
     when it was removed while attached), None when the device is not attached."""
-    try:
-        return (Path("/sys/block") / device.name / "loop" / "backing_file").read_text().rstrip("\n")
-    except OSError:
-        return None
+    return loopdev.backing_file_name(device)
 
 
 def detach_loop(device: Path, backing_file: Path | None = None, *, timeout: float = 10.0) -> bool:
-    """Detach a loop device and wait until it is really free; False when there was nothing to do.
+    """Detach a loop device and wait until it is really free; False when there was nothing to do
+    (not attached, or now backing another file than ``backing_file``: never touched).
 
-    A no-op when it is already gone or now backs another file: the kernel's name of its backing
-    file must be ``backing_file`` exactly (the real path Cleanup.loop recorded), never compared
-    after resolving links, which someone could have planted since. ``losetup --detach`` of a
-    device that something still holds open (udev's probe after an unmount) only sets autoclear
-    and returns; the device is released when the last holder closes it, so wait for that.
+    Through one open descriptor of the device (loopdev.detach), never twice by name: once free,
+    the name may already be another run's device. ``backing_file`` is the kernel's name of the
+    file exactly (the real path Cleanup.loop recorded, never compared after resolving links,
+    which someone could have planted since), and while it exists its device and inode number.
     """
-
-    def current() -> str | None:
-        return loop_backing_file(device)
-
-    attached = current()
-    if attached is None:
-        return False
-    attached = attached.removesuffix(DELETED)
-    if backing_file is not None and attached != str(backing_file):
-        return False  # reused by someone else since: never touch it
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            run(["losetup", "--detach", str(device)])
-        except HostError:
-            if current() is None:
-                return True
-            if time.monotonic() > deadline:
-                raise
-        for _ in range(20):
-            if current() is None:
-                return True
-            time.sleep(0.05)
-        if time.monotonic() > deadline:
-            raise HostError(f"{device} still attached to {attached} after {timeout:g} s")
+    try:
+        return loopdev.detach(device, backing_file, timeout=timeout)
+    except loopdev.StillHeld as exc:
+        raise HostError(str(exc)) from None
+    except OSError as exc:
+        raise HostError(f"detaching {device}: {exc.strerror or exc}") from None
 
 
 def block_device_of(path: Path) -> str | None:
@@ -549,27 +530,36 @@ def remove_dm(name: str) -> bool:
 
 
 def mounts_under(directory: Path) -> list[Path]:
+    """Mount points at or below ``directory`` (its real path), in mount order."""
     prefix = os.path.realpath(directory)
-    found = []
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        mountpoint = line.split()[1].replace("\\040", " ")
-        if mountpoint == prefix or mountpoint.startswith(prefix + os.sep):
-            found.append(Path(mountpoint))
-    return found
+    return [
+        Path(point)
+        for point in mounttable.mountpoints()
+        if point == prefix or point.startswith(prefix.rstrip(os.sep) + os.sep)
+    ]
+
+
+def mount_path(path: Path) -> str:
+    """``path`` as a mount table names it: its directory's real path and its own name, which is
+    not resolved (a symbolic link put in place of a mount point is not the mount point)."""
+    absolute = Path(os.path.abspath(path))
+    if absolute == Path(absolute.anchor):
+        return str(absolute)
+    return os.path.join(os.path.realpath(absolute.parent), absolute.name)
 
 
 def is_mounted(path: Path) -> bool:
-    return Path(os.path.realpath(path)) in mounts_under(path)
+    """Is ``path`` itself (see mount_path) a mount point?"""
+    return mount_path(path) in mounttable.mountpoints()
 
 
 def mount_type(mountpoint: Path) -> str | None:
     """The file system type mounted at ``mountpoint`` (the last mount on it), None if none."""
-    real = os.path.realpath(mountpoint)
+    exact = mount_path(mountpoint)
     found = None
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        fields = line.split()
-        if fields[1].replace("\\040", " ") == real:
-            found = fields[2]
+    for point, fstype in mounttable.mounts():
+        if point == exact:
+            found = fstype
     return found
 
 
@@ -588,22 +578,65 @@ def fusermount_binary() -> str | None:
     return None
 
 
+MNT_DETACH = 2
+UMOUNT_NOFOLLOW = 8
+
+
+def _umount2(target: str, flags: int) -> None:
+    """umount2(2) with UMOUNT_NOFOLLOW: a symbolic link at ``target`` is refused, never followed
+    (``umount`` and ``umount --no-canonicalize`` follow it to whatever it points to)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.umount2(os.fsencode(target), flags | UMOUNT_NOFOLLOW) != 0:
+        code = ctypes.get_errno()
+        raise HostError(f"umount {target}: {os.strerror(code)}")
+
+
+def _unmountable(target: str) -> None:
+    """HostError unless ``target`` is what a mount point of ours is: a directory or a file (FUSE
+    exports mount on files), not a symbolic link, listed in the mount table exactly."""
+    try:
+        info = os.lstat(target)
+    except OSError as exc:
+        raise HostError(f"not unmounting {target}: {exc.strerror}") from None
+    if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
+        raise HostError(f"not unmounting {target}: it is not a directory or file (a symbolic link?)")
+    if target not in mounttable.mountpoints():
+        raise HostError(f"not unmounting {target}: not a mount point")
+
+
 def unmount(mountpoint: Path, *, retries: int = 10) -> bool:
-    """Unmount if mounted: ``fusermount -u`` for a FUSE mount (works without root), ``umount``
-    otherwise; retry while busy, then unmount lazily. Returns True when it had to be lazy."""
-    fuse = (mount_type(mountpoint) or "").startswith("fuse") and fusermount_binary() is not None
-    argv = [fusermount_binary() or "fusermount", "-u"] if fuse else ["umount"]
+    """Unmount if mounted; retry while busy, then unmount lazily. Returns True when it had to be lazy.
+
+    Only a path the mount table lists exactly (see mount_path) that is no symbolic link, through
+    umount2 with UMOUNT_NOFOLLOW as root; ``fusermount -u`` for a FUSE mount otherwise (works
+    without root, and refuses to follow a link itself), ``umount`` for anything else.
+    """
+    target = mount_path(mountpoint)
+    if is_root():
+        argv: list[str] = []
+    elif (mount_type(mountpoint) or "").startswith("fuse") and fusermount_binary() is not None:
+        argv = [fusermount_binary() or "fusermount", "-u"]
+    else:
+        argv = ["umount", "--no-canonicalize"]
+
+    def attempt(lazy: bool) -> None:
+        _unmountable(target)
+        if not argv:
+            _umount2(target, MNT_DETACH if lazy else 0)
+        else:
+            run([*argv, *(["-z" if argv[0] != "umount" else "--lazy"] if lazy else []), target], timeout=30)
+
     for _ in range(retries):
         if not is_mounted(mountpoint):
             return False
         try:
-            run([*argv, str(mountpoint)], timeout=30)
+            attempt(lazy=False)
             return False
         except HostError:
             time.sleep(0.2)
     if not is_mounted(mountpoint):
         return False
-    run([*argv, "-z" if fuse else "--lazy", str(mountpoint)], timeout=30)
+    attempt(lazy=True)
     return True
 
 
@@ -611,12 +644,10 @@ def filesystem_type(path: Path) -> str:
     """The type of the filesystem holding ``path`` (longest matching mount point)."""
     real = os.path.realpath(path)
     best, fstype = "", "unknown"
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        fields = line.split()
-        mountpoint = fields[1].replace("\\040", " ")
+    for mountpoint, kind in mounttable.mounts():
         inside = real == mountpoint or real.startswith(mountpoint.rstrip(os.sep) + os.sep)
         if inside and len(mountpoint) >= len(best):
-            best, fstype = mountpoint, fields[2]
+            best, fstype = mountpoint, kind
     return fstype
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import stat
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from . import host, loopbacking, resources
+from .mounttable import unescape as _unescape
 from .workloads import MiB
 
 KINDS = ("container", "partition", "directory")
@@ -119,11 +119,6 @@ def create_container(target: Target, workdir: Path, cleanup: resources.Cleanup) 
 # source: a btrfs mount shows an anonymous 0:N number), the members of mounted btrfs file
 # systems (/sys/fs/btrfs), /proc/swaps and, last, an exclusive open (O_EXCL), which the kernel
 # refuses while a mount, device-mapper or MD device, swap or any other program holds the device.
-
-
-def _unescape(text: str) -> str:
-    """The kernel's octal escapes in /proc/self/mountinfo and /proc/swaps (``\\040`` = space)."""
-    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), text)
 
 
 # file systems that live on a block device: a root of one of these that sysfs cannot name hides the disk

@@ -103,9 +103,9 @@ def test_a_daemon_gets_its_wait_to_exit_by_itself_before_sigterm() -> None:
     assert proc.returncode == 0
 
 
-def test_fuse_mount_is_unmounted_with_fusermount_retried_then_lazily_with_a_warning(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_mount_is_unmounted_retried_then_lazily_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As root through umount2 without following a link; otherwise fusermount for FUSE, umount
+    for the rest; each retried while busy, then lazy."""
     calls: list[list[str]] = []
 
     def busy(argv: list[str], **kwargs: object) -> str:
@@ -114,8 +114,16 @@ def test_fuse_mount_is_unmounted_with_fusermount_retried_then_lazily_with_a_warn
             raise host.HostError(f"{argv[0]}: exit 1: Device or resource busy")
         return ""
 
+    def umount2(target: str, flags: int) -> None:
+        calls.append(["umount2", target, str(flags)])
+        if not flags & host.MNT_DETACH:
+            raise host.HostError(f"umount {target}: Device or resource busy")
+
     mounted = [True]
     monkeypatch.setattr(host, "is_mounted", lambda path: mounted[0])
+    monkeypatch.setattr(host, "_unmountable", lambda target: None)
+    monkeypatch.setattr(host, "_umount2", umount2)
+    monkeypatch.setattr(host, "is_root", lambda: True)
     monkeypatch.setattr(host, "mount_type", lambda path: "fuse.gocryptfs")
     monkeypatch.setattr(host, "fusermount_binary", lambda: "fusermount3")
     monkeypatch.setattr(host, "run", busy)
@@ -123,12 +131,18 @@ def test_fuse_mount_is_unmounted_with_fusermount_retried_then_lazily_with_a_warn
     with pytest.warns(RuntimeWarning, match="/mnt/x was still busy: unmounted lazily"):
         message = resources.release(Resource("mount", "/mnt/x"))
     assert message == "unmounted /mnt/x (lazily: it was still busy)"
+    assert calls == [["umount2", "/mnt/x", "0"]] * 10 + [["umount2", "/mnt/x", str(host.MNT_DETACH)]]
+    monkeypatch.setattr(host, "is_root", lambda: False)
+    calls.clear()
+    with pytest.warns(RuntimeWarning):
+        resources.release(Resource("mount", "/mnt/x"))
     assert calls == [["fusermount3", "-u", "/mnt/x"]] * 10 + [["fusermount3", "-u", "-z", "/mnt/x"]]
     monkeypatch.setattr(host, "mount_type", lambda path: "ext4")
     calls.clear()
     with pytest.warns(RuntimeWarning):
         resources.release(Resource("mount", "/mnt/x"))
-    assert calls[0] == ["umount", "/mnt/x"] and calls[-1] == ["umount", "--lazy", "/mnt/x"]
+    assert calls[0] == ["umount", "--no-canonicalize", "/mnt/x"]
+    assert calls[-1] == ["umount", "--no-canonicalize", "--lazy", "/mnt/x"]
     mounted[0] = False
     assert resources.release(Resource("mount", "/mnt/x")) == "/mnt/x: not mounted any more"
 
