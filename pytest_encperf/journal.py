@@ -18,8 +18,10 @@ with every local user, so, like OpenSSH's ``safe_path`` and systemd-tmpfiles:
   operation goes through that descriptor;
 * a journal may name only paths inside its own run's directories (``encperf-<pid>-*`` under the
   directory, or its secret directory on the RAM file system), each directory on the way ours
-  and not writable by others; dm names ``encperf-<pid>-N``; and only processes it started,
-  identified by pid, start (clock ticks after boot, boot id, pid namespace) and executable;
+  and not writable by others; dm names ``encperf-<pid>-<token>-N`` with the run token it
+  records (a journal of an older version, without one, has its dm names refused); and only
+  processes it started, identified by pid, start (clock ticks after boot, boot id, pid
+  namespace) and executable;
 * a journal is checked whole against one schema (journalschema: types, ranges, lengths, size,
   nesting) before anything in it is used; a malformed one is refused whole, and the next one read;
 * a journal whose run counted its pid in another pid namespace is left alone;
@@ -291,6 +293,7 @@ class Journal:
         self.directory = Path(os.path.realpath(directory))
         self.pid = os.getpid()
         self.start = resources.process_start(self.pid)
+        self.token = resources.run_token()
         self.path = self.directory / RUNS_DIR / f"run-{self.pid}-{secrets.token_hex(4)}.json"
         self._entries: dict[int, dict[str, Any]] = {}
         self._next_id = 1
@@ -341,6 +344,7 @@ class Journal:
                 "version": FORMAT_VERSION,
                 "pid": self.pid,
                 **start_json(self.start),
+                "token": self.token,
                 "directory": str(self.directory),
                 "resources": list(self._entries.values()),
             }
@@ -446,7 +450,7 @@ def _read_journal(runs_fd: int, name: str) -> Document:
 def _release_entries(dead: DeadRun, document: Document, bases: list[Path], dry_run: bool) -> list[Entry]:
     """Release a dead run's entries newest first; returns the entries to keep (failed ones and
     everything older than the first failure, which may depend on it)."""
-    scope = resources.RunScope(document.pid, tuple(bases))
+    scope = resources.RunScope(document.pid, tuple(bases), document.token)
     ordered = sorted(document.entries, key=lambda entry: -entry.id)  # as release_order
     for index, entry in enumerate(ordered):
         what = f"{entry.kind} {entry.ident}"

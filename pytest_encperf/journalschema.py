@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .resources import ProcessStart, Resource
+from .resources import TOKEN_PATTERN, ProcessStart, Resource
 
 VERSIONS = (1, 2, 3)
 MAX_BYTES = 1 << 20  # a run journals tens of resources: a few KB
@@ -37,7 +37,7 @@ WALL_CLOCK_MAX = 1e11  # seconds since 1970: year 5138
 WAIT_MAX = 60.0
 KIND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")  # "path", "fscrypt-key", a plugin's
 PID_TEXT = re.compile(r"[1-9][0-9]{0,6}")
-TOKEN = re.compile(r"[0-9a-f]{16}")
+TOKEN = re.compile(TOKEN_PATTERN)  # the run token in its device-mapper names
 START_FIELDS = ("start", "started")  # processes only
 WAITING_KINDS = ("process", "daemon")  # entries that may record a ``wait``
 

@@ -22,6 +22,7 @@ import contextlib
 import functools
 import os
 import re
+import secrets
 import shutil
 import stat
 import subprocess
@@ -63,10 +64,12 @@ class Resource:
 class RunScope:
     """What a dead run's journal may name: paths inside its own run directories
     (``<base>/encperf-<pid>-*``: the run directory under --encperf-dir, its secret directory on
-    the RAM file system) and names carrying its pid."""
+    the RAM file system) and names carrying its pid and its run token (None: the journal, of an
+    older version, recorded none)."""
 
     pid: int
     bases: tuple[Path, ...]
+    token: str | None = None
 
     def outside(self, path_text: str) -> str | None:
         """Why ``path_text`` does not name something inside the run's directories, by its text
@@ -395,15 +398,42 @@ def _check_loop(resource: Resource, scope: RunScope) -> str | None:
         raise
 
 
+TOKEN_PATTERN = "[0-9a-f]{16}"
+_run_tokens: dict[int, str] = {}
+
+
+def run_token() -> str:
+    """This process's random run token (16 hex digits, one per process, a forked child gets its
+    own): a name carrying it and the pid (device-mapper names) is told apart from the names of a
+    later process that got the same pid. Its journal records it."""
+    return _run_tokens.setdefault(os.getpid(), secrets.token_hex(8))
+
+
+def dm_name(pid: int, token: str, number: int) -> str:
+    """The device-mapper name of a run's ``number``-th mapping: ``encperf-<pid>-<token>-<n>``."""
+    return f"encperf-{pid}-{token}-{number}"
+
+
 def _release_dm(resource: Resource) -> str:
+    if not re.fullmatch(rf"encperf-[0-9]+-{TOKEN_PATTERN}-[0-9]+", resource.ident):
+        raise HostError(
+            f"not closing dm target {resource.ident!r}: not a name a run makes (encperf-<pid>-<token>-N)"
+        )
     if not host.remove_dm(resource.ident):
         return f"dm {resource.ident}: not active any more"
     return f"closed dm target {resource.ident}"
 
 
 def _check_dm(resource: Resource, scope: RunScope) -> str | None:
-    if not re.fullmatch(rf"encperf-{scope.pid}-[0-9]+", resource.ident):
-        return f"dm target {resource.ident!r} is not one of this run's (encperf-{scope.pid}-N)"
+    """A dead run's mapping is closed only by a name carrying its pid and its run token: pids are
+    reused (pid_max is often 32768), so ``encperf-<pid>-N`` alone may be a live run's mapping."""
+    if scope.token is None:
+        return (
+            f"dm target {resource.ident!r}: cannot tell it is this run's (its journal, of an older "
+            "version, records no run token, and the pid may be another run's now)"
+        )
+    if not re.fullmatch(rf"encperf-{scope.pid}-{re.escape(scope.token)}-[0-9]+", resource.ident):
+        return f"dm target {resource.ident!r} is not one of this run's (encperf-{scope.pid}-{scope.token}-N)"
     return None
 
 

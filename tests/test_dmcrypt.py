@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host
+from pytest_encperf import host, resources
 from pytest_encperf.backends import (
     BackendError,
     BackendSpec,
@@ -47,7 +47,7 @@ def test_luks2_format_and_open_command_lines(standins: StandIns, tmp_path: Path)
     backend.format(volume, Path("/dev/loop99"))
     backend.open_mapping(volume, volume.created)
     name = volume.state["dm_name"]
-    assert name == f"encperf-{os.getpid()}-{name.rsplit('-', 1)[1]}"
+    assert name == f"encperf-{os.getpid()}-{resources.run_token()}-{name.rsplit('-', 1)[1]}"
     fmt, opened = standins.calls("cryptsetup")
     assert fmt.argv == [
         "luksFormat", "--batch-mode", "--type", "luks2", "--cipher", "aes-xts-plain64",
@@ -289,8 +289,9 @@ def test_tcrypt_device_needs_the_allowed_partition(tmp_path: Path) -> None:
 
 def test_cleanup_dm_records_resource_and_is_a_no_op_when_absent() -> None:
     cleanup = Cleanup()
-    cleanup.dm("encperf-test-never-mapped")
-    assert cleanup.resources == [Resource("dm", "encperf-test-never-mapped")]
+    name = resources.dm_name(os.getpid(), resources.run_token(), 999999)  # never mapped
+    cleanup.dm(name)
+    assert cleanup.resources == [Resource("dm", name)]
     cleanup.release()
     assert len(cleanup) == 0
 

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from pytest_encperf import cli, host, journal, resources
+from pytest_encperf.backends.dmcrypt import mapping_name
 from pytest_encperf.resources import Cleanup, ProcessStart, Resource
 
 NOBODY = 65534
@@ -82,8 +83,10 @@ def write_journal(
     entries: list[dict[str, Any]],
     *,
     mode: int = 0o600,
+    token: str | None = None,
 ) -> Path:
-    """A journal as a run writes it (a float start: as journals before format 3 did)."""
+    """A journal as a run writes it (a float start: as journals before format 3 did; ``token``:
+    its run token, which journals before the token did not record)."""
     runs = directory / journal.RUNS_DIR
     runs.mkdir(mode=0o700, exist_ok=True)
     path = runs / f"run-{pid}-beef.json"
@@ -92,6 +95,7 @@ def write_journal(
         "version": 3 if isinstance(started, ProcessStart) else 2,
         "pid": pid,
         **journal.start_json(started),
+        **({"token": token} if token is not None else {}),
         "directory": str(directory),
         "resources": numbered,
     }
@@ -616,6 +620,53 @@ def test_symlinked_journal_directory_is_refused(tmp_path: Path, released: list[R
     assert released == [] and run.exists()
 
 
+TOKEN = "0123456789abcdef"
+
+
+def test_a_dead_run_s_dm_name_must_carry_its_pid_and_run_token(
+    tmp_path: Path, released: list[Resource]
+) -> None:
+    """pids are reused: ``encperf-<pid>-N`` of a dead run may be a live run's mapping now. Only a
+    name with the dead run's own random token is closed; an older journal, which recorded no
+    token, cannot tell its names from another run's, and has them refused."""
+    pid = dead_pid()
+    ours = f"encperf-{pid}-{TOKEN}-0"
+    others = [f"encperf-{pid}-0", f"encperf-{pid}-fedcba9876543210-0", f"{ours}x", "cryptroot"]
+    entries = [{"kind": "dm", "ident": name} for name in [ours, *others]]
+    write_journal(tmp_path, pid, 1.0, entries, token=TOKEN)
+    (dead,) = journal.release_dead_runs(tmp_path)
+    assert [r.ident for r in released] == [ours]
+    assert dead.done == [f"dm {ours}: not active any more"]
+    assert sorted(dead.refused) == sorted(
+        f"dm {name}: dm target {name!r} is not one of this run's (encperf-{pid}-{TOKEN}-N)" for name in others
+    )
+    released.clear()
+    for token in (None, "not-hex", 7):
+        write_journal(tmp_path, pid, 1.0, [{"kind": "dm", "ident": f"encperf-{pid}-0"}])
+        if token is not None:
+            path = journal.journals(tmp_path)[0]
+            document = json.loads(path.read_text())
+            path.write_text(json.dumps({**document, "token": token}))
+        (dead,) = journal.release_dead_runs(tmp_path)
+        assert dead.refused == [
+            f"dm encperf-{pid}-0: dm target 'encperf-{pid}-0': cannot tell it is this run's (its journal, "
+            "of an older version, records no run token, and the pid may be another run's now)"
+        ]
+        assert released == []
+
+
+def test_a_run_s_dm_names_carry_its_pid_and_the_token_its_journal_records(tmp_path: Path) -> None:
+    first, second = mapping_name(), mapping_name()
+    token = resources.run_token()
+    assert re.fullmatch(resources.TOKEN_PATTERN, token) and resources.run_token() == token
+    assert first.startswith(f"encperf-{os.getpid()}-{token}-") and first != second
+    log = journal.Journal(tmp_path)
+    Cleanup(log).dm(first)
+    assert json.loads(log.path.read_text())["token"] == token
+    with pytest.raises(host.HostError, match="not closing dm target 'cryptroot': not a name a run makes"):
+        resources.release(Resource("dm", "cryptroot"))  # never closed by the run's own teardown either
+
+
 def test_journal_naming_etc_and_other_outside_paths_is_refused(
     tmp_path: Path, victim: Path, released: list[Resource]
 ) -> None:
@@ -634,11 +685,11 @@ def test_journal_naming_etc_and_other_outside_paths_is_refused(
         {"kind": "loop", "ident": "/dev/sda", "detail": str(run / "container.img")},
         {"kind": "dm", "ident": "cryptroot"},
     ]
-    path = write_journal(tmp_path, pid, 1.0, entries)
+    path = write_journal(tmp_path, pid, 1.0, entries, token=TOKEN)
     (dead,) = journal.release_dead_runs(tmp_path)
     bases = " or ".join(f"{b}/encperf-{pid}-*" for b in [tmp_path, *resources.secret_bases()])
     assert dead.refused == [
-        f"dm cryptroot: dm target 'cryptroot' is not one of this run's (encperf-{pid}-N)",
+        f"dm cryptroot: dm target 'cryptroot' is not one of this run's (encperf-{pid}-{TOKEN}-N)",
         "loop /dev/sda: /dev/sda is not a loop device",
         f"loop /dev/loop0: /etc/fstab is outside the run's own directories ({bases})",
         f"mount /: / is outside the run's own directories ({bases})",

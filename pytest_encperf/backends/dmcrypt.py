@@ -4,8 +4,8 @@
 Life cycle: ``create`` makes the container (or copies the existing volume image), formats it
 where we own the format (LUKS, plain), opens the mapping once to put ext4 on it and closes it;
 ``mount`` opens the mapping and mounts it; ``unmount`` unmounts and closes the mapping, so no
-key stays in the kernel between uses. Every mapping gets a unique name (``encperf-<pid>-<n>``)
-registered on a Cleanup the moment it exists.
+key stays in the kernel between uses. Every mapping gets a unique name
+(``encperf-<pid>-<token>-<n>``, the token random per run) registered on a Cleanup the moment it exists.
 
 Secrets: LUKS and plain volumes get a random key that lives in this process's memory only and
 reaches cryptsetup on its stdin (``--key-file -``: read as binary key material, not as a
@@ -56,8 +56,9 @@ _names = itertools.count()
 
 
 def mapping_name() -> str:
-    """A device-mapper name unique to this process and call."""
-    return f"encperf-{os.getpid()}-{next(_names)}"
+    """A device-mapper name unique to this process and call, carrying its pid and run token
+    (resources.dm_name): a dead run's journal cannot name a later run's mapping of the same pid."""
+    return resources.dm_name(os.getpid(), resources.run_token(), next(_names))
 
 
 def dm_target_present(target: str, module: str) -> bool:
