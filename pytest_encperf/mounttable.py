@@ -14,7 +14,6 @@ import re
 from pathlib import Path
 
 MOUNTS = Path("/proc/self/mounts")
-MOUNTINFO = Path("/proc/self/mountinfo")
 
 _OCTAL_ESCAPE = re.compile(rb"\\([0-3][0-7]{2})")
 
@@ -35,17 +34,22 @@ def escape(path: str) -> str:
     return os.fsdecode(raw)
 
 
+def parse(data: bytes) -> list[list[str]]:
+    """Each line of a mount table's content, its fields split on single spaces and decoded
+    (split on newlines only: a name's carriage return is not escaped)."""
+    return [[unescape(field) for field in row.split(b" ")] for row in data.split(b"\n") if row]
+
+
 def lines(table: Path) -> list[list[str]]:
-    """Each line of a mount table, its fields split on single spaces and decoded."""
-    rows = table.read_bytes().split(b"\n")  # not splitlines(): a name's carriage return is not escaped
-    return [[unescape(field) for field in row.split(b" ")] for row in rows if row]
+    """Each line of the mount table ``table`` (see parse)."""
+    return parse(table.read_bytes())
 
 
-def mountpoints(table: Path = MOUNTS) -> list[str]:
+def mountpoints() -> list[str]:
     """Every mount point in /proc/self/mounts (field 2), decoded, in mount order."""
-    return [fields[1] for fields in lines(table) if len(fields) > 2]
+    return [point for point, _ in mounts()]
 
 
-def mounts(table: Path = MOUNTS) -> list[tuple[str, str]]:
-    """(mount point, file system type) of every mount, decoded, in mount order."""
-    return [(fields[1], fields[2]) for fields in lines(table) if len(fields) > 2]
+def mounts() -> list[tuple[str, str]]:
+    """(mount point, file system type) of every mount in /proc/self/mounts, decoded, in order."""
+    return [(fields[1], fields[2]) for fields in lines(MOUNTS) if len(fields) > 2]

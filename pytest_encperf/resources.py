@@ -450,7 +450,9 @@ def _release_path(resource: Resource) -> str:
         for mountpoint in sorted(host.mounts_under(path), key=lambda p: len(p.parts), reverse=True):
             _release_mount(Resource("mount", str(mountpoint)))
         for device in host.loops_backed_by(path):
-            host.detach_loop(device)
+            backing = host.loop_backing_file(device)  # still the file under path, checked on its descriptor
+            if backing is not None:
+                host.detach_loop(device, Path(backing.removesuffix(host.DELETED)))
         inside = host.mounts_under(path)
         if inside:  # never delete through a mount that failed to come off
             raise HostError(f"not removing {path}: still mounted at {', '.join(map(str, inside))}")
