@@ -45,6 +45,10 @@ def test_a_session_in_a_directory_named_with_escaped_characters_leaves_nothing(
         assert result.ret == 0, result.stdout.str()
         assert ours_in_the_tables(directory) == []
         assert mounts_and_loops_left(directory) == []
+        if not host.missing_tools("fio"):  # fio's JSON report names the file unescaped
+            result = tiny_session(pytester, directory, "--encperf-backends=plain", "--encperf-engine=fio")
+            assert result.ret == 1 and "fio's JSON report does not parse" in result.stdout.str()
+            assert ours_in_the_tables(directory) == []
 
 
 def test_encperf_cleanup_releases_a_killed_run_s_leftovers_there(pytester: pytest.Pytester) -> None:
