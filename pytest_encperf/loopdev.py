@@ -135,8 +135,12 @@ def backs(bound: LoopStatus, named: str | None, backing_file: Path) -> bool:
         return True  # removed while attached: its name is all there is left to compare
     try:
         return bound.backs(os.lstat(backing_file))
-    except OSError:
+    except FileNotFoundError:
         return False
+    except OSError:
+        # a file the kernel names exactly that cannot be looked at (ENOTCONN: on a FUSE export
+        # whose daemon died): the name is all there is to compare, as for a removed file
+        return named is not None
 
 
 def detach(device: Path, backing_file: Path | None, *, timeout: float) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -69,3 +70,20 @@ def test_a_device_backs_the_file_of_its_device_and_inode_and_name(tmp_path: Path
     )
     image.unlink()
     assert not loopdev.backs(same, str(image), image), "no file to compare: never assumed"
+
+
+def test_a_file_that_cannot_be_looked_at_is_compared_by_the_kernel_s_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A FUSE export whose daemon died answers ENOTCONN: its device is still the run's if the
+    kernel names that file exactly."""
+
+    def not_connected(path: object) -> os.stat_result:
+        raise OSError(errno.ENOTCONN, os.strerror(errno.ENOTCONN))
+
+    monkeypatch.setattr(loopdev.os, "lstat", not_connected)
+    status = LoopStatus.unpack(loop_info64(1, 2))
+    export = tmp_path / "export.raw"
+    assert loopdev.backs(status, str(export), export)
+    assert not loopdev.backs(status, str(tmp_path / "other.raw"), export)
+    assert not loopdev.backs(status, None, export), "neither the name nor the file to compare"
