@@ -641,18 +641,21 @@ def test_a_dead_run_s_dm_name_must_carry_its_pid_and_run_token(
         f"dm {name}: dm target {name!r} is not one of this run's (encperf-{pid}-{TOKEN}-N)" for name in others
     )
     released.clear()
-    for token in (None, "not-hex", 7):
+    write_journal(tmp_path, pid, 1.0, [{"kind": "dm", "ident": f"encperf-{pid}-0"}])  # no token
+    (dead,) = journal.release_dead_runs(tmp_path)
+    assert dead.refused == [
+        f"dm encperf-{pid}-0: dm target 'encperf-{pid}-0': cannot tell it is this run's (its journal, "
+        "of an older version, records no run token, and the pid may be another run's now)"
+    ]
+    # not one a run writes: the whole journal is refused (journalschema)
+    for token, why in (("not-hex", "look like [0-9a-f]{16}"), (7, "be a string")):
         write_journal(tmp_path, pid, 1.0, [{"kind": "dm", "ident": f"encperf-{pid}-0"}])
-        if token is not None:
-            path = journal.journals(tmp_path)[0]
-            document = json.loads(path.read_text())
-            path.write_text(json.dumps({**document, "token": token}))
+        path = journal.journals(tmp_path)[0]
+        path.write_text(json.dumps({**json.loads(path.read_text()), "token": token}))
         (dead,) = journal.release_dead_runs(tmp_path)
-        assert dead.refused == [
-            f"dm encperf-{pid}-0: dm target 'encperf-{pid}-0': cannot tell it is this run's (its journal, "
-            "of an older version, records no run token, and the pid may be another run's now)"
-        ]
-        assert released == []
+        assert dead.refused == [f"journal left alone: token must {why}"]
+        path.unlink()
+    assert released == []
 
 
 def test_a_run_s_dm_names_carry_its_pid_and_the_token_its_journal_records(tmp_path: Path) -> None:
