@@ -13,20 +13,15 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
-import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from . import host
+from . import host, loopdev
+from .loopdev import LOOP_GET_STATUS64, LOOP_INFO64
 from .workloads import MiB
 
 if TYPE_CHECKING:
     from .targets import BlockStack, Step
-
-LOOP_GET_STATUS64 = 0x4C05  # <linux/loop.h>
-# struct loop_info64: lo_device, lo_inode, lo_rdevice, lo_offset, lo_sizelimit (u64), lo_number,
-# lo_encrypt_type, lo_encrypt_key_size, lo_flags (u32), file name, crypt name, key, lo_init[2]
-LOOP_INFO64 = struct.Struct("=5Q4I64s64s32s2Q")
 
 
 class LoopRecord(NamedTuple):
@@ -38,9 +33,7 @@ class LoopRecord(NamedTuple):
 
 def decode_device_number(value: int) -> int:
     """The kernel's ``huge_encode_dev`` (loop_info64's numbers) as ``os.makedev`` encodes it."""
-    major = (value & 0xFFF00) >> 8
-    minor = (value & 0xFF) | ((value >> 12) & 0xFFF00)
-    return os.makedev(major, minor)
+    return os.makedev(*loopdev.decode_device(value))
 
 
 def parse_status(raw: bytes) -> int:
