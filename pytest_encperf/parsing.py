@@ -37,21 +37,28 @@ def parse_choice(choices: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
-def parse_int(low: int, high: int | None = None, *, multiple_of: int = 1) -> Callable[[str], int]:
-    """A whole number from ``low`` to ``high`` (no upper limit when None), a multiple of
-    ``multiple_of``."""
-    accepted = f"a whole number from {low} to {high}" if high is not None else f"a whole number >= {low}"
+def whole_number(text: str, max_digits: int) -> int | None:
+    """``text`` as a whole number of ASCII digits (leading zeros aside, at most ``max_digits``
+    of them), else None: int() never sees a huge string (Python refuses over 4300 digits, slowly
+    before that) and "+5", "1_000" or "٣" are not numbers a user means."""
+    value = str(text).strip()
+    if not (value.isascii() and value.isdigit()) or len(value.lstrip("0")) > max_digits:
+        return None
+    return int(value)
+
+
+def parse_int(low: int, high: int, *, multiple_of: int = 1) -> Callable[[str], int]:
+    """A whole number from ``low`` to ``high``, a multiple of ``multiple_of``. Every number has an
+    upper limit: a 400-digit one must be refused here, not overflow in a tool or a C call."""
+    accepted = f"a whole number from {low} to {high}"
     if multiple_of != 1:
         accepted += f", a multiple of {multiple_of}"
 
     def parse(text: str) -> int:
-        try:
-            value = int(str(text).strip())
-        except ValueError:
-            value = None
-        if value is None or value < low or (high is not None and value > high) or value % multiple_of:
+        number = whole_number(text, len(str(high)))
+        if number is None or number < low or number > high or number % multiple_of:
             raise ValueError(f"bad value {text!r}: expected {accepted}")
-        return value
+        return number
 
     parse.__doc__ = accepted
     return parse
@@ -62,10 +69,10 @@ def parse_int_choice(choices: tuple[int, ...]) -> Callable[[str], int]:
     accepted = ", ".join(str(choice) for choice in choices)
 
     def parse(text: str) -> int:
-        value = str(text).strip()
-        if not value.isdigit() or int(value) not in choices:
+        number = whole_number(text, max(len(str(choice)) for choice in choices))
+        if number is None or number not in choices:
             raise ValueError(f"bad value {text!r}: expected one of {accepted}")
-        return int(value)
+        return number
 
     parse.__doc__ = " | ".join(str(choice) for choice in choices)
     return parse

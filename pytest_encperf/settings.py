@@ -18,6 +18,7 @@ Parsers raise ValueError whose message lists the accepted forms; the plugin turn
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tempfile
@@ -31,7 +32,7 @@ from .backends import PLANNED, BackendSpec, known_names, parse_backend_list
 from .compare import LIFECYCLE_METRIC, MIN_HISTORY, MIN_LIFECYCLE_CYCLES, Rule, parse_rules
 from .engines import ENGINES
 from .html import matplotlib_problem
-from .parsing import parse_bool, parse_choice, parse_path
+from .parsing import parse_bool, parse_choice, parse_path, whole_number
 from .sweep import DEFAULT_MARGIN, SWEEPS, sweep_specs
 from .targets import KINDS
 from .workloads import KDF_PROFILE, PROFILE_NAMES, GiB, KiB, MiB
@@ -43,80 +44,79 @@ _UNITS = {
     "t": 1024 * GiB, "tib": 1024 * GiB, "tb": 1000**4,
 }  # fmt: skip
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+# Upper limits: every number a user types has one, so a 400-digit value is a usage error that
+# names the range, never an OverflowError (or a run that never ends) later.
+MAX_SIZE = 1024**5  # 1 PiB: a workload file or tree far beyond any disk this measures
+MAX_PROJECT_SIZE = 1000**6  # 1 EB
+MAX_SECONDS = 86400.0  # a day: one round, or one budget of extra rounds
+MAX_ROUNDS = 10000
+MAX_CYCLES = 1000
+MAX_HISTORY = 1000
+MAX_SEED = 2**63 - 1
 
 
-def parse_size(text: str) -> int:
-    """``256MiB``, ``1GiB``, ``512M`` (binary), ``300MB`` (decimal) or bytes; a whole number of MiB."""
+def _amount(text: str) -> float | None:
+    """The bytes ``text`` names (``256MiB``, ``1TB``, a byte count), None when it names none."""
     match = _SIZE.match(str(text))
     unit = match.group(2).lower() if match else None
     if not match or unit not in _UNITS:
+        return None
+    return float(match.group(1)) * _UNITS[unit]  # inf for a 400-digit number: refused by range
+
+
+def parse_size(text: str) -> int:
+    """``256MiB``, ``1GiB``, ``512M`` (binary), ``300MB`` (decimal) or bytes; a whole number of MiB
+    from 1MiB to 1PiB."""
+    amount = _amount(text)
+    if amount is None:
         raise ValueError(f"bad size {text!r}: expected e.g. 256MiB, 1GiB, 512M or a byte count")
-    value = int(float(match.group(1)) * _UNITS[unit])
-    if value < MiB or value % MiB:
-        raise ValueError(f"bad size {text!r}: must be a whole number of MiB, at least 1MiB")
-    return value
+    if not MiB <= amount <= MAX_SIZE or amount % MiB:
+        raise ValueError(f"bad size {text!r}: must be a whole number of MiB, at least 1MiB and at most 1PiB")
+    return int(amount)
 
 
 def parse_project_size(text: str) -> int:
-    """A size to project a throughput to: ``1TB``, ``500GB`` (decimal), ``2TiB``, ``512GiB`` or bytes."""
-    match = _SIZE.match(str(text))
-    unit = match.group(2).lower() if match else None
-    value = int(float(match.group(1)) * _UNITS[unit]) if match and unit in _UNITS else 0
-    if value <= 0:
-        raise ValueError(f"bad size {text!r}: expected e.g. 1TB, 500GB, 2TiB or a byte count")
-    return value
+    """A size to project a throughput to: ``1TB``, ``500GB`` (decimal), ``2TiB``, ``512GiB`` or bytes,
+    up to 1EB."""
+    amount = _amount(text)
+    if amount is None or not 1 <= amount <= MAX_PROJECT_SIZE:
+        raise ValueError(
+            f"bad size {text!r}: expected e.g. 1TB, 500GB, 2TiB or a byte count, from 1 byte to 1EB"
+        )
+    return int(amount)
 
 
 def parse_duration(text: str) -> float:
-    """Seconds: ``2``, ``2s``, ``1.5s``, ``500ms``; more than zero."""
+    """Seconds: ``2``, ``2s``, ``1.5s``, ``500ms``; more than zero, at most a day."""
     match = re.match(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)?\s*$", str(text))
     if not match:
         raise ValueError(f"bad duration {text!r}: expected seconds such as 2, 1.5s or 500ms")
     seconds = float(match.group(1)) / (1000 if match.group(2) == "ms" else 1)
-    if seconds <= 0:
-        raise ValueError(f"bad duration {text!r}: must be more than zero")
+    if not 0 < seconds <= MAX_SECONDS or not math.isfinite(seconds):
+        raise ValueError(
+            f"bad duration {text!r}: must be more than zero and at most {MAX_SECONDS:.0f}s (a day)"
+        )
     return seconds
 
 
-def parse_rounds(text: str) -> int:
-    """A whole number of rounds, at least 1."""
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"bad rounds {text!r}: expected a whole number >= 1")
-    return value
-
-
-def parse_count(what: str) -> Callable[[str], int]:
-    """A whole number of ``what``, 0 or more."""
+def parse_whole(what: str, low: int, high: int) -> Callable[[str], int]:
+    """A whole number of ``what`` from ``low`` to ``high``."""
 
     def parse(text: str) -> int:
-        try:
-            value = int(str(text).strip())
-        except ValueError:
-            value = -1
-        if value < 0:
-            raise ValueError(f"bad {what} {text!r}: expected a whole number >= 0")
-        return value
+        number = whole_number(text, len(str(high)))
+        if number is None or not low <= number <= high:
+            raise ValueError(f"bad {what} {text!r}: expected a whole number from {low} to {high}")
+        return number
 
-    parse.__doc__ = f"a whole number of {what}, 0 or more"
+    parse.__doc__ = f"a whole number of {what}, {low} to {high}"
     return parse
 
 
-parse_warmup = parse_count("warm-up rounds")
-
-
-def parse_cycles(text: str) -> int:
-    """A whole number of life cycles, at least 1 (the benchmark volume's own)."""
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"bad cycles {text!r}: expected a whole number >= 1")
-    return value
+parse_rounds = parse_whole("rounds", 1, MAX_ROUNDS)
+parse_warmup = parse_whole("warm-up rounds", 0, MAX_ROUNDS)
+parse_cycles = parse_whole("cycles", 1, MAX_CYCLES)  # at least the benchmark volume's own
+parse_history = parse_whole("saved runs", 0, MAX_HISTORY)
+parse_seed = parse_whole("seed", 0, MAX_SEED)
 
 
 def parse_budget(text: str) -> float:
@@ -138,10 +138,21 @@ def parse_steady_cv(text: str) -> float | None:
     return number
 
 
+def comma_items(what: str, text: str) -> list[str]:
+    """The items of a comma list, stripped; "" gives none. An empty item (``a,,b``, ``a,``) is
+    refused: a typo must not quietly drop what was meant there."""
+    if not str(text).strip():
+        return []
+    items = [item.strip() for item in str(text).split(",")]
+    if "" in items:
+        raise ValueError(f"bad {what} list {text!r}: an empty item (two commas in a row, or one at an end)")
+    return items
+
+
 def parse_profiles(text: str) -> list[str]:
     names = [name.strip() for name in str(text).split(",") if name.strip()]
     unknown = [name for name in names if name not in PROFILE_NAMES]
-    if not names or unknown:
+    if not names or unknown or "" in [name.strip() for name in str(text).split(",")]:
         raise ValueError(f"bad profile {text!r}: expected a comma list of {', '.join(PROFILE_NAMES)}")
     return names
 
@@ -158,7 +169,7 @@ def parse_margin(text: str) -> float:
 
 def parse_sweeps(text: str) -> list[str]:
     """Ready-made sweeps: "" = none."""
-    names = [name.strip() for name in str(text).split(",") if name.strip()]
+    names = comma_items("sweep", text)
     unknown = [name for name in names if name not in SWEEPS]
     if unknown:
         raise ValueError(f"bad sweep {unknown[0]!r}: expected a comma list of {', '.join(SWEEPS)}")
@@ -208,6 +219,7 @@ def rule_backend_names() -> list[str]:
 
 
 def parse_fail_rules(text: str) -> list[Rule]:
+    comma_items("expression", text)
     return parse_rules(text, rule_backend_names())
 
 
@@ -304,7 +316,7 @@ OPTIONS: tuple[Option, ...] = (
            "sizes that archive and copy use (untar and metadata use a source tree a quarter of it)",
            parse_size, "64MiB"),
     Option("tree-seed", "N", "realwork profile: the seed the reference tree is generated from (the same "
-           "seed and size give a byte-identical tree)", parse_count("seed"), "1"),
+           "seed and size give a byte-identical tree)", parse_seed, "1"),
     Option("runtime", "SECONDS", "duration of one measured round", parse_duration, "1.5s"),
     Option("rounds", "N", "measured rounds per workload, alternating with the baseline", parse_rounds, "3"),
     Option("save-rounds", "N",
@@ -343,7 +355,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("history", "N",
            "judge absolute numbers (plain's throughput, latency, CPU) against the run-to-run spread of "
            f"up to N comparable saved runs (at least {MIN_HISTORY} are needed; 0 = off)",
-           parse_count("saved runs"), "5"),
+           parse_history, "5"),
     Option("strict", "BOOL",
            "fail the gate (exit 7) when it cannot check what it was asked to: no usable baseline, a "
            "backend x workload of the baseline missing now, settings that differ (bare flag = yes)",
@@ -448,6 +460,7 @@ def resolve(
             (option.ini, ini.get(option.name)),
             ("default", option.default_text()),
         )
+        check_not_empty(option, candidates)
         given = [(src, val) for src, val in candidates if val not in (None, "")]
         source, raw = given[0] if given else ("default", "")  # "" = an optional option left off
         try:
@@ -467,6 +480,27 @@ def resolve(
         values["rounds"] = values["save_rounds"]  # a baseline: more rounds, see --encperf-save-rounds
         sources["rounds"] = "--encperf-save-rounds (saving a baseline)"
     return Settings(**values, sources=sources)
+
+
+def check_not_empty(option: Option, candidates: tuple[tuple[str, str | None], ...]) -> None:
+    """An empty value typed on the command line (``--encperf-target=``, ``--encperf-device=``) is
+    a mistake, never a silent default: a usage error with the accepted forms. In the ini file
+    an empty value is refused where it is not a value of the option (``encperf_target =``) and
+    means off where off is one (``encperf_json =``). An empty environment variable counts as
+    unset, as shells and CI templates make them."""
+    for source, value in candidates:
+        if source in (option.flag, option.ini) and value is not None and not str(value).strip():
+            where = option.flag if source == option.flag else f"{option.flag} (from {source})"
+            try:
+                option.parse("")
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
+            if source == option.ini:
+                continue
+            raise ValueError(
+                f"{where}: empty value: give one ({option.metavar}) or leave the option out "
+                f"(default: {option.default_display()})"
+            )
 
 
 def check_consent_source(

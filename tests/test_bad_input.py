@@ -15,6 +15,7 @@ def test_workload(encperf, encperf_workload):
 """
 
 PLANNED = backends.PLANNED[-1] if backends.PLANNED else None
+HUGE = "9" * 400  # a number no option or parameter takes: it overflowed a float before
 
 
 @dataclass(frozen=True)
@@ -40,15 +41,34 @@ TABLE: dict[str, Bad] = {
         ("--encperf-target=directory", "--encperf-size=100000GiB"),
         "MiB free, this run needs 204800000 MiB (the baseline and one backend volume of 102400000 MiB each)",
     ),
+    "size-400-digits": Bad(
+        (f"--encperf-size={HUGE}",),
+        f"--encperf-size: bad size '{HUGE}': must be a whole number of MiB, at least 1MiB and at most 1PiB",
+    ),
+    "project-size-400-digits": Bad(
+        (f"--encperf-project-size={HUGE}",),
+        "': expected e.g. 1TB, 500GB, 2TiB or a byte count, from 1 byte to 1EB",
+    ),
     # durations and counts
+    "runtime-400-digits": Bad(
+        (f"--encperf-runtime={HUGE}",),
+        f"--encperf-runtime: bad duration '{HUGE}': must be more than zero and at most 86400s (a day)",
+    ),
+    "rounds-400-digits": Bad(
+        (f"--encperf-rounds={HUGE}",), f"bad rounds '{HUGE}': expected a whole number from 1 to 10000"
+    ),
     "runtime-word": Bad(
         ("--encperf-runtime=soon",), "bad duration 'soon': expected seconds such as 2, 1.5s or 500ms"
     ),
     "runtime-zero": Bad(("--encperf-runtime=0",), "bad duration '0': must be more than zero"),
     "runtime-minutes": Bad(("--encperf-runtime=5min",), "bad duration '5min': expected seconds"),
-    "rounds-negative": Bad(("--encperf-rounds=-2",), "bad rounds '-2': expected a whole number >= 1"),
-    "rounds-zero": Bad(("--encperf-rounds=0",), "bad rounds '0': expected a whole number >= 1"),
-    "rounds-fraction": Bad(("--encperf-rounds=2.5",), "bad rounds '2.5': expected a whole number >= 1"),
+    "rounds-negative": Bad(
+        ("--encperf-rounds=-2",), "bad rounds '-2': expected a whole number from 1 to 10000"
+    ),
+    "rounds-zero": Bad(("--encperf-rounds=0",), "bad rounds '0': expected a whole number from 1 to 10000"),
+    "rounds-fraction": Bad(
+        ("--encperf-rounds=2.5",), "bad rounds '2.5': expected a whole number from 1 to 10000"
+    ),
     # choices, lists, switches
     "target": Bad(
         ("--encperf-target=cloud",), "bad value 'cloud': expected one of container, partition, directory"
@@ -58,6 +78,26 @@ TABLE: dict[str, Bad] = {
     "profile-empty": Bad(("--encperf-profile=,",), "bad profile ',': expected a comma list of"),
     "verify": Bad(
         ("--encperf-verify=maybe",), "bad switch value 'maybe': expected 1/true/yes/on or 0/false/no/off"
+    ),
+    # empty values: never a silent default
+    "target-empty": Bad(
+        ("--encperf-target=",),
+        "--encperf-target: bad value '': expected one of container, partition, directory",
+    ),
+    "backends-empty": Bad(("--encperf-backends=",), "--encperf-backends: empty backend list: expected e.g."),
+    "device-empty": Bad(
+        ("--encperf-device=",),
+        "--encperf-device: empty value: give one (DEV) or leave the option out (default: off)",
+    ),
+    "json-empty": Bad(("--encperf-json=",), "--encperf-json: empty value: give one (PATH)"),
+    "profile-empty-item": Bad(
+        ("--encperf-profile=cdm,,cdm",), "bad profile 'cdm,,cdm': expected a comma list"
+    ),
+    "fail-empty-item": Bad(
+        ("--encperf-fail=10%,,5%",), "--encperf-fail: bad expression list '10%,,5%': an empty item"
+    ),
+    "ini-target-empty": Bad(
+        (), "--encperf-target (from encperf_target): bad value '': expected one of", ini="encperf_target ="
     ),
     # directories
     "dir-missing": Bad(("--encperf-dir=/nonexistent/encperf",), "'/nonexistent/encperf': it does not exist"),
@@ -70,7 +110,18 @@ TABLE: dict[str, Bad] = {
         ("--encperf-backends=Fscrypt",), "bad backend spec 'Fscrypt': expected name[:key=value"
     ),
     "backend-empty-item": Bad(
-        ("--encperf-backends=plain,,",), "bad backend spec '': expected name[:key=value,...]"
+        ("--encperf-backends=plain,,",), "bad backend list 'plain,,': an empty item (two commas in a row"
+    ),
+    "backend-empty-middle": Bad(
+        ("--encperf-backends=plain,,luks2",), "bad backend list 'plain,,luks2': an empty item"
+    ),
+    "backend-colon-only": Bad(
+        ("--encperf-backends=luks2:",),
+        "bad backend spec 'luks2:': a ':' with no parameters after it: write luks2 alone, or luks2:key=value",
+    ),
+    "param-400-digits": Bad(
+        (f"--encperf-backends=luks2:key-size={HUGE}",),
+        "': expected a whole number from 8 to 4096, a multiple of 8",
     ),
     "param-no-value": Bad(
         ("--encperf-backends=fscrypt:contents",),

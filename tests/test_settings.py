@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf.backends import BackendSpec, parse_backend_list
-from pytest_encperf.settings import parse_duration, parse_rounds, parse_size, resolve
+from pytest_encperf.settings import OPTIONS, parse_duration, parse_rounds, parse_size, resolve
 from pytest_encperf.workloads import GiB, MiB
 
 
@@ -45,7 +45,7 @@ def test_parse_duration_rejects(text: str) -> None:
 
 @pytest.mark.parametrize("text", ["0", "-3", "two", "1.5"])
 def test_parse_rounds_rejects(text: str) -> None:
-    with pytest.raises(ValueError, match=r"whole number >= 1"):
+    with pytest.raises(ValueError, match=r"whole number from 1 to 10000"):
         parse_rounds(text)
 
 
@@ -202,7 +202,9 @@ def test_lifecycle_cycles_default_to_one_and_follow_the_precedence() -> None:
 
 @pytest.mark.parametrize("value", ["0", "-2", "two", "1.5"])
 def test_lifecycle_cycles_refuse_anything_but_a_whole_number_from_one(value: str) -> None:
-    with pytest.raises(ValueError, match=r"--encperf-lifecycle-cycles.*expected a whole number >= 1"):
+    with pytest.raises(
+        ValueError, match=r"--encperf-lifecycle-cycles.*expected a whole number from 1 to 1000"
+    ):
         resolve({"lifecycle-cycles": value}, {}, environ={})
 
 
@@ -212,3 +214,81 @@ def test_max_overhead_refuses_a_lifecycle_rule_and_says_where_it_belongs() -> No
     ):
         resolve({"max-overhead": "lifecycle:50%"}, {}, {})
     assert resolve({"fail": "lifecycle:50%"}, {}, {}).fail[0].metric == "lifecycle"
+
+
+HUGE = "9" * 400
+
+# every numeric option: a number beyond its range is refused naming the option and the range
+RANGES = {
+    "size": "at least 1MiB and at most 1PiB",
+    "tree-size": "at least 1MiB and at most 1PiB",
+    "project-size": "from 1 byte to 1EB",
+    "runtime": "more than zero and at most 86400s",
+    "steady-budget": "more than zero and at most 86400s",
+    "confirm-budget": "more than zero and at most 86400s",
+    "rounds": "from 1 to 10000",
+    "save-rounds": "from 1 to 10000",
+    "warmup": "from 0 to 10000",
+    "lifecycle-cycles": "from 1 to 1000",
+    "history": "from 0 to 1000",
+    "tree-seed": "from 0 to 9223372036854775807",
+    "steady-cv": "expected off, or a CV",
+    "sweep-margin": "expected a relative difference",
+}
+
+
+@pytest.mark.parametrize("option", RANGES)
+@pytest.mark.parametrize("value", [HUGE, HUGE + ".5", "9" * 5000])
+def test_a_huge_number_is_refused_naming_the_option_and_its_range(option: str, value: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        resolve({option: value}, {}, environ={})
+    assert str(refused.value).startswith(f"--encperf-{option}: bad ")
+    assert RANGES[option] in str(refused.value)
+
+
+@pytest.mark.parametrize("option", ["size", "tree-size", "project-size"])
+def test_a_huge_size_with_a_unit_is_refused_naming_the_range(option: str) -> None:
+    with pytest.raises(ValueError, match=RANGES[option]):
+        resolve({option: HUGE + "TiB"}, {}, environ={})
+
+
+def test_every_numeric_option_has_a_range() -> None:
+    """Each option that reads a number is in RANGES, so the test above covers a new one too."""
+    numeric = set()
+    for option in OPTIONS:
+        for text in ("1", "1048576", "0.5"):  # a count, a size in bytes, a fraction
+            try:
+                value = option.parse(text)
+            except ValueError:
+                continue
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                numeric.add(option.name)
+    assert numeric == set(RANGES)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (f"luks2:key-size={HUGE}", "luks2: key-size: bad value"),
+        (f"luks2:sector-size={HUGE}", "luks2: sector-size: bad value"),
+        (f"veracrypt:pim={HUGE}", "expected a whole number from 0 to 2147468"),
+        (f"ecryptfs:key-bytes={HUGE}", "expected a whole number from 1 to 64"),
+        (f"gocryptfs:scryptn={HUGE}", "expected a whole number from 10 to 28"),
+        (f"qemu-luks:key-size={HUGE}", "expected one of 128, 256, 384, 512"),
+        (f"tcrypt:device=/dev/x,veracrypt-pim={HUGE}", "expected a whole number from 0 to 2147468"),
+        (f"dm-plain:key-size={HUGE}", "expected a whole number from 8 to 512, a multiple of 8"),
+        (f"cryfs:blocksize={HUGE}", "expected a whole number from 4096 to 16777216"),
+        (f"securefs:format={HUGE}", "expected a whole number from 1 to 4"),
+    ],
+)
+def test_a_huge_backend_parameter_is_refused_naming_its_range(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=f"^--encperf-backends: .*{message}"):
+        resolve({"backends": spec}, {}, environ={})
+
+
+def test_luks_key_size_has_an_upper_limit() -> None:
+    with pytest.raises(ValueError, match="expected a whole number from 8 to 4096, a multiple of 8"):
+        resolve({"backends": "luks2:key-size=8192"}, {}, environ={})
+    assert (
+        str(resolve({"backends": "luks2:key-size=512"}, {}, environ={}).backends[0]) == "luks2:key-size=512"
+    )

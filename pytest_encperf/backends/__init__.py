@@ -55,6 +55,10 @@ BASELINE = "plain"
 # made, which need its image or device and password file as parameters.
 NOT_IN_AUTO: tuple[str, ...] = ("luks", "tcrypt", "bitlk", "bitlocker")
 
+# VeraCrypt's largest PIM for a volume that is not a system disk: spec parameters give every
+# number an upper limit (parsing.parse_int), so a huge one is a usage error, not a tool's failure.
+MAX_PIM = 2147468
+
 _NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 _KEY = re.compile(r"^[a-z][a-z0-9-]*$")
 
@@ -73,9 +77,14 @@ class BackendSpec:
     @classmethod
     def parse(cls, text: str) -> BackendSpec:
         text = text.strip()
-        name, _, rest = text.partition(":")
+        name, colon, rest = text.partition(":")
         if not _NAME.match(name):
             raise ValueError(f"bad backend spec {text!r}: expected name[:key=value,...], e.g. fscrypt")
+        if colon and not rest.strip():
+            raise ValueError(
+                f"bad backend spec {text!r}: a ':' with no parameters after it: "
+                f"write {name} alone, or {name}:key=value"
+            )
         params: dict[str, str] = {}
         if rest:
             for item in rest.split(","):
@@ -558,6 +567,11 @@ def parse_backend_list(text: str) -> list[BackendSpec]:
     items: list[str] = []
     for part in text.split(","):
         part = part.strip()
+        if not part:
+            raise ValueError(
+                f"bad backend list {text!r}: an empty item (two commas in a row, or one at an end): "
+                "expected specs name[:key=value,...] separated by single commas"
+            )
         if "=" in part and ":" not in part and items:
             items[-1] += "," + part
         else:

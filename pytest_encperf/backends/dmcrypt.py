@@ -36,6 +36,7 @@ from ..targets import Target, wipe_own_signature
 from . import (
     KDF_PARAM,
     KDF_SETTINGS,
+    MAX_PIM,
     BackendBase,
     BackendError,
     BackendSpec,
@@ -51,6 +52,9 @@ FAST_KDF = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"]
 # shifted into, so the LUKS2 header (16 MiB, half of it as cryptsetup advises) fits in front
 REDUCE_DEVICE_SIZE = 32 * 1024 * 1024
 KEY_BYTES = 64  # enough for the largest key size (512-bit XTS); cryptsetup reads what it needs
+# LUKS's volume key is cryptsetup's own (not read from our key file): 512 bytes at most here,
+# whatever the cipher takes is cryptsetup's to say
+MAX_LUKS_KEY_BITS = 4096
 
 _names = itertools.count()
 
@@ -266,7 +270,11 @@ class LuksBackend(CryptsetupBackend):
 
     params = (
         Param("cipher", help="cipher spec, e.g. aes-xts-plain64 (cryptsetup's default), serpent-xts-plain64"),
-        Param("key-size", parse_int(8, multiple_of=8), help="key bits, e.g. 256 or 512 (XTS: two keys)"),
+        Param(
+            "key-size",
+            parse_int(8, MAX_LUKS_KEY_BITS, multiple_of=8),
+            help="key bits, e.g. 256 or 512 (XTS: two keys)",
+        ),
         Param("hash", help="hash for the key derivation and anti-forensic splitter, e.g. sha256"),
         Param("sector-size", SECTOR_SIZES, help="encryption sector bytes, 512..4096 (LUKS2 only)"),
         *PERF_PARAMS,
@@ -622,7 +630,7 @@ class TcryptBackend(ExistingVolumeBackend):
             "TrueCrypt/VeraCrypt keyfiles, separated by ':' (cryptsetup --key-file)",
         ),
         Param("veracrypt", parse_bool, True, "1 (default): also try VeraCrypt's format; 0: TrueCrypt only"),
-        Param("veracrypt-pim", parse_int(0), help="VeraCrypt PIM (personal iterations multiplier)"),
+        Param("veracrypt-pim", parse_int(0, MAX_PIM), help="VeraCrypt PIM (personal iterations multiplier)"),
         Param("hash", help="header key derivation hash, to skip trying the others (e.g. sha512)"),
         Param("hidden", parse_bool, False, "1: open the hidden volume"),
     )

@@ -291,7 +291,7 @@ class EcryptfsBackend(BackendBase):
         Param("cipher", parse_choice(tuple(CIPHERS)), "aes", "file contents (and names) cipher, CBC mode"),
         Param(
             "key-bytes",
-            parse_int(1),
+            parse_int(1, MAX_KEY_BYTES),
             None,
             "key size in bytes: aes, twofish, cast6 16/24/32, blowfish 16-56, des3_ede 24, cast5 16 "
             "(default: the cipher's smallest, 16 for aes as mount.ecryptfs)",

@@ -40,7 +40,7 @@ from .. import host, resources
 from ..parsing import parse_bool, parse_choice, parse_int
 from ..resources import Cleanup, Resource
 from ..targets import Target
-from . import KDF_PARAM, KDF_SETTINGS, BackendSpec, Param, Volume
+from . import KDF_PARAM, KDF_SETTINGS, MAX_PIM, BackendSpec, Param, Volume
 from .dmcrypt import CryptsetupBackend, device_mapper_problems, mapping_name
 from .ext4 import make_ext4, mount_ext4
 from .fusedaemon import boot_ticks, foreign_daemon_pids
@@ -93,7 +93,7 @@ class VeracryptBackend(CryptsetupBackend):
         ),
         Param(
             "pim",
-            parse_int(0),
+            parse_int(0, MAX_PIM),
             None,
             f"VeraCrypt PIM (default {DEFAULT_PIM}: fast, benchmark only; 0 = VeraCrypt's default)",
         ),
