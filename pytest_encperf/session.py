@@ -35,6 +35,7 @@ from . import (
     ladder,
     layer,
     machine,
+    outputs,
     realwork,
     resources,
     storage,
@@ -93,6 +94,9 @@ class EncperfSession:
             self.engine: Engine = select_engine(settings.engine)
         except ValueError as exc:
             raise pytest.UsageError(f"--encperf-engine: {exc}") from None
+        self.is_worker = hasattr(config, "workerinput")  # an xdist worker: the controller decides
+        if not self.is_worker:
+            self.check_outputs()  # before any volume: finding out at the end would waste the run
         room = settings.size + self.task_room  # the test file, and what a real-work task puts there
         size = container_size(room) if settings.target == "container" else settings.size
         self.target = Target(
@@ -115,7 +119,6 @@ class EncperfSession:
         self._worker_order: list[int] = []  # their workers' numbers (gw0 -> 0)
         self._no_room = ""  # on an xdist worker: why the target has no room (check_room)
         self.lost_workers: list[str] = []  # on the controller: workers whose results never came
-        self.is_worker = hasattr(config, "workerinput")  # an xdist worker: the controller decides
         self._previous_handlers: dict[int, object] = {}
         self.journal = journal.Journal(settings.dir)
         self.cleaned: list[str] = []  # what the start-up cleanup released of dead runs
@@ -149,6 +152,21 @@ class EncperfSession:
         self._interrupted_wait_left = INTERRUPTED_LOCK_WAIT  # seconds (teardown_lock)
 
     # ------------------------------------------------------------- selection
+
+    def check_outputs(self) -> None:
+        """Refuse (a usage error) a saved-run directory or report file that cannot be written."""
+        s = self.settings
+        asked: list[tuple[str, Path, str]] = []
+        if s.save or s.autosave:
+            asked.append(("--encperf-storage", s.storage, "directory"))
+        reports = (("--encperf-json", s.json), ("--encperf-markdown", s.markdown), ("--encperf-html", s.html))
+        asked += [(option, path, "file") for option, path in reports if path is not None]
+        problems = outputs.output_problems(asked)
+        if problems:
+            raise pytest.UsageError(
+                "; ".join(problems)
+                + " (checked before anything is measured: give a path this user can write)"
+            )
 
     @property
     def backend_specs(self) -> list[str]:

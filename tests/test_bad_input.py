@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from pytest_encperf import backends
+from pytest_encperf.html import matplotlib_problem
 
 BENCHMARK = """
 def test_workload(encperf, encperf_workload):
@@ -99,6 +100,30 @@ TABLE: dict[str, Bad] = {
     "ini-target-empty": Bad(
         (), "--encperf-target (from encperf_target): bad value '': expected one of", ini="encperf_target ="
     ),
+    # outputs that cannot be written: found before the first volume, not after the run
+    "json-under-a-file": Bad(
+        ("--encperf-json=test_bench.py/out.json",),
+        "--encperf-json test_bench.py/out.json: cannot be written: test_bench.py is a regular file, "
+        "not a directory (checked before anything is measured",
+    ),
+    "markdown-is-a-directory": Bad(
+        ("--encperf-markdown=.",),
+        "--encperf-markdown .: cannot be written: . is a directory, not a regular file",
+    ),
+    "html-in-proc": Bad(
+        ("--encperf-html=/proc/encperf.html",),
+        "--encperf-html /proc/encperf.html: cannot be written: /proc: a file cannot be created there",
+    ),
+    "storage-is-a-file": Bad(
+        ("--encperf-save=main", "--encperf-storage=test_bench.py"),
+        "--encperf-storage test_bench.py: cannot be written: test_bench.py is a regular file, "
+        "not a directory",
+    ),
+    "storage-in-proc": Bad(
+        ("--encperf-autosave", "--encperf-storage=/proc/encperf/runs"),
+        "--encperf-storage /proc/encperf/runs: cannot be written: /proc: a directory (for "
+        "/proc/encperf/runs) cannot be created there",
+    ),
     # directories
     "dir-missing": Bad(("--encperf-dir=/nonexistent/encperf",), "'/nonexistent/encperf': it does not exist"),
     "dir-is-a-file": Bad(
@@ -173,6 +198,8 @@ def test_table_is_large_enough() -> None:
 def test_bad_input_is_a_usage_error_with_accepted_forms(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, case: Bad
 ) -> None:
+    if any(arg.startswith("--encperf-html") for arg in case.args) and matplotlib_problem():
+        pytest.skip(f"--encperf-html needs matplotlib: {matplotlib_problem()}")
     pytester.makepyfile(test_bench=BENCHMARK)
     if case.ini:
         pytester.makeini(f"[pytest]\n{case.ini}\n")
@@ -194,6 +221,17 @@ def test_room_is_not_checked_when_only_collecting(pytester: pytest.Pytester) -> 
         "--encperf-target=directory", f"--encperf-dir={pytester.path}", "--encperf-size=100000GiB", "--co"
     )
     assert result.ret == pytest.ExitCode.OK
+
+
+def test_the_saved_run_directory_is_checked_only_when_the_run_saves(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_other="def test_x():\n    pass\n")
+    result = pytester.runpytest("--encperf-storage=/proc/encperf", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK
+    result = pytester.runpytest(
+        "--encperf-storage=/proc/encperf", "--encperf-save=x", "-p", "no:cacheprovider"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--encperf-storage /proc/encperf: cannot be written" in result.stderr.str()
 
 
 HANGING_CONFTEST = """
