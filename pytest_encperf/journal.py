@@ -55,7 +55,7 @@ from typing import Any
 
 import psutil
 
-from . import host, journalschema, resources
+from . import host, journalschema, outputs, resources
 from .journalschema import Document, Entry, Malformed, start_json, start_of
 from .resources import Resource
 
@@ -213,10 +213,27 @@ def _journal_refusal(directory: Path, real: Path) -> str | None:
         return f"{head}. Make it private: `chmod 700 {runs}`"
     owner = f"uid {info.st_uid}" + (f" ({_user_name(info.st_uid)})" if _user_name(info.st_uid) else "")
     own = f"{real}/encperf-{_user_name(me) or me}"
+    elsewhere = (
+        f"or use a directory of your own: `mkdir -m 700 {own}` (it fails if someone made it first) "
+        f"and --encperf-dir={own}"
+    )
+    if stat.S_ISLNK(info.st_mode):  # whoever made it: a link is never followed, even root's own
+        try:
+            target = f" to {os.readlink(runs)}"
+        except OSError:
+            target = ""
+        return (
+            f"{head}. {runs} is a symbolic link{target} (made by {owner}), and the journal is never "
+            f"reached through one: remove the link (`rm {runs}`; what it points to stays), {elsewhere}"
+        )
+    if not stat.S_ISDIR(info.st_mode):
+        return (
+            f"{head}. {runs} is not a directory (made by {owner}): look at it and remove it "
+            f"(`ls -la {runs}; rm {runs}`), {elsewhere}"
+        )
     return (
         f"{head}. {runs} was made by {owner}, not by this user: look at what it holds and remove "
-        f"it (`ls -la {runs}; rm -r {runs}`), or use a directory of your own: `mkdir -m 700 {own}` "
-        f"(it fails if someone made it first) and --encperf-dir={own}"
+        f"it (`ls -la {runs}; rm -r {runs}`), {elsewhere}"
     )
 
 
@@ -433,6 +450,10 @@ def _read_journal(runs_fd: int, name: str) -> Document:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise Refused("it is a symbolic link") from None
+        # opening a socket fails with "No such device or address": say what the file is instead
+        mode = _lstat_mode(runs_fd, name)
+        if mode is not None and not stat.S_ISREG(mode):
+            raise Refused(f"it is {outputs.kind_of(mode)}, not a regular file") from None
         raise Refused(exc.strerror or str(exc)) from None
     with os.fdopen(fd, "rb") as handle:
         if os.fstat(fd).st_size > journalschema.MAX_BYTES:  # refused before it is read
@@ -445,6 +466,13 @@ def _read_journal(runs_fd: int, name: str) -> Document:
         return journalschema.read(text)
     except Malformed as exc:
         raise Refused(str(exc)) from None
+
+
+def _lstat_mode(dir_fd: int, name: str) -> int | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+    except OSError:
+        return None
 
 
 def _release_entries(dead: DeadRun, document: Document, bases: list[Path], dry_run: bool) -> list[Entry]:
@@ -461,6 +489,9 @@ def _release_entries(dead: DeadRun, document: Document, bases: list[Path], dry_r
             return ordered[index:]
         try:
             reason = kind.check(resource, scope)
+        except resources.Reused as reused:
+            dead.done.append(f"{what}: {reused}")
+            continue
         except resources.Gone:
             dead.done.append(f"{what}: already gone")
             continue

@@ -130,6 +130,12 @@ class Gone(Exception):
     """A dead run's path whose directory no longer exists: nothing there to release."""
 
 
+class Reused(Gone):
+    """A dead run's resource whose name now belongs to something else (its loop device is
+    attached to another file): nothing of the run's is there, and it is left alone. The
+    message says so."""
+
+
 @dataclass(frozen=True)
 class Kind:
     """How resources of one kind are released, and what a dead run's journal may say of them.
@@ -390,12 +396,19 @@ def _check_loop(resource: Resource, scope: RunScope) -> str | None:
     again (as a link into another run's directory, say) is no longer the run's."""
     if not re.fullmatch(r"/dev/loop[0-9]+", resource.ident):
         return f"{resource.ident} is not a loop device"
+    attached = host.loop_backing_file(Path(resource.ident))
+    reused = attached is not None and attached.removesuffix(host.DELETED) != resource.detail
     try:
-        return scope.unsafe(resource.detail)
+        reason = scope.unsafe(resource.detail)
     except Gone:
-        if host.loop_backing_file(Path(resource.ident)) == resource.detail + host.DELETED:
+        if attached == resource.detail + host.DELETED:
             return None  # its file went with its directory while attached: still the run's
+        if reused:
+            raise Reused(f"{resource.ident} now belongs to another file ({attached}): left alone") from None
         raise
+    if not reason and reused:  # detach_loop would not touch it either: say why, not "not attached"
+        raise Reused(f"{resource.ident} now belongs to another file ({attached}): left alone")
+    return reason
 
 
 TOKEN_PATTERN = "[0-9a-f]{16}"

@@ -1016,3 +1016,99 @@ def test_a_session_says_in_its_header_what_it_refused_to_release(pytester: pytes
     head = f"encperf: cleanup of dead runs: run pid {pid} (run-{pid}-beef.json)"
     result.stdout.fnmatch_lines([f"{head}: REFUSED path /etc: /etc is outside the run's own directories*"])
     assert Path("/etc/passwd").exists()
+
+
+def test_a_socket_in_place_of_a_journal_is_said_to_be_no_regular_file(
+    tmp_path: Path, released: list[Resource]
+) -> None:
+    """Opening a socket fails with "No such device or address", which said nothing useful."""
+    import socket
+
+    pid = dead_pid()
+    runs = tmp_path / journal.RUNS_DIR
+    runs.mkdir(mode=0o700)
+    name = f"run-{pid}-{'0' * 16}.json"
+    listener = socket.socket(socket.AF_UNIX)
+    runs_fd = os.open(runs, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        listener.bind(f"/proc/self/fd/{runs_fd}/{name}")  # the socket path limit is 108 bytes
+    finally:
+        os.close(runs_fd)
+    try:
+        (dead,) = journal.release_dead_runs(tmp_path)
+    finally:
+        listener.close()
+    assert dead.refused == ["journal left alone: it is a socket, not a regular file"]
+    assert released == [] and (runs / name).exists()
+
+
+def test_a_fifo_in_place_of_a_journal_is_said_to_be_no_regular_file(
+    tmp_path: Path, released: list[Resource]
+) -> None:
+    pid = dead_pid()
+    runs = tmp_path / journal.RUNS_DIR
+    runs.mkdir(mode=0o700)
+    os.mkfifo(runs / f"run-{pid}-{'0' * 16}.json", 0o600)
+    (dead,) = journal.release_dead_runs(tmp_path)
+    assert dead.refused == ["journal left alone: it is a named pipe (FIFO), not a regular file"]
+
+
+@pytest.mark.parametrize("made_by", ["root", "nobody"])
+def test_a_symbolic_link_in_place_of_the_journal_directory_is_called_one(
+    tmp_path: Path, made_by: str
+) -> None:
+    """Whoever made it, the refusal says it is a link (it said "made by uid 0 (root), not by this
+    user" of root's own link)."""
+    if made_by == "nobody" and os.geteuid() != 0:
+        pytest.skip("needs root (a link of another user)")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    runs = shared / journal.RUNS_DIR
+    runs.symlink_to(elsewhere)
+    if made_by == "nobody":
+        os.lchown(runs, NOBODY, NOBODY)
+    owner = f"uid {os.lstat(runs).st_uid} ({pwd.getpwuid(os.lstat(runs).st_uid).pw_name})"
+    refusal = journal.directory_refusal(shared)
+    assert refusal is not None
+    assert (
+        f"{runs} is a symbolic link to {elsewhere} (made by {owner}), and the journal is never reached "
+        f"through one: remove the link (`rm {runs}`; what it points to stays), or use a directory of your "
+        f"own: `mkdir -m 700 {shared}/encperf-"
+    ) in refusal
+    assert "not by this user" not in refusal
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_file_in_place_of_the_journal_directory_is_said_to_be_no_directory(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    (shared / journal.RUNS_DIR).write_text("")
+    refusal = journal.directory_refusal(shared)
+    assert refusal is not None and f"{shared / journal.RUNS_DIR} is not a directory (made by uid" in refusal
+    assert "not by this user" not in refusal
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("run_directory", ["gone", "still there"])
+def test_a_loop_entry_whose_device_now_backs_another_file_says_so_and_leaves_it(
+    tmp_path: Path, released: list[Resource], run_directory: str
+) -> None:
+    """The device number was reused for someone else's file: it said "already gone"."""
+    from tests.support import loop_device
+
+    pid = dead_pid()
+    run = run_dir(tmp_path, pid)
+    ours = run / "container.img"
+    if run_directory == "gone":
+        run.rmdir()
+    with loop_device(tmp_path / "someone-elses.img", 1 << 20) as device:
+        write_journal(tmp_path, pid, 1.0, [{"kind": "loop", "ident": str(device), "detail": str(ours)}])
+        (dead,) = journal.release_dead_runs(tmp_path)
+        assert host.loop_backing_file(device) == str(tmp_path / "someone-elses.img")
+    assert dead.done == [
+        f"loop {device}: {device} now belongs to another file ({tmp_path / 'someone-elses.img'}): left alone"
+    ]
+    assert dead.refused == [] and dead.failed == [] and released == []
+    assert "already gone" not in "\n".join(dead.lines())

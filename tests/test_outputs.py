@@ -46,7 +46,11 @@ def test_what_is_not_a_regular_file_is_not_replaced(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
     listener = socket.socket(socket.AF_UNIX)
-    listener.bind(str(tmp_path / "sock"))
+    directory_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        listener.bind(f"/proc/self/fd/{directory_fd}/sock")  # the socket path limit is 108 bytes
+    finally:
+        os.close(directory_fd)
     try:
         for name, kind in [
             ("dir", "a directory"),
