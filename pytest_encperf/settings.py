@@ -9,8 +9,9 @@ Precedence, highest first:
 4. the default below.
 
 The consent to erase a device (``--encperf-allow-destroy``, ``--encperf-force``) is taken from the
-command line typed for this run only: a value in the environment, an ini file or ``addopts``
-(``PYTEST_ADDOPTS``) is a usage error, so a forgotten setting never erases a disk.
+command line typed for this run only: a value in the environment, an ini file, ``addopts``
+(``PYTEST_ADDOPTS``) or an ``@file`` argument file is a usage error, so a forgotten setting never
+erases a disk.
 
 Parsers raise ValueError whose message lists the accepted forms; the plugin turns it into
 ``pytest.UsageError``.
@@ -517,14 +518,40 @@ def check_consent_source(
     if ini.get(option.name) not in (None, ""):
         elsewhere.append(f"the ini file ({option.ini})")
     given = cli.get(option.name) not in (None, "")
-    typed_here = typed is None or any(a == option.flag or a.startswith(f"{option.flag}=") for a in typed)
+    typed_here = typed is None or any(_names(option.flag, a) for a in typed)
     if given and not typed_here:
-        elsewhere.append("addopts or PYTEST_ADDOPTS")
+        files = argument_files_naming(option.flag, typed or [])
+        if files:
+            elsewhere.append(f"the argument file {' or '.join(files)}")
+        elif any(arg.startswith("@") for arg in typed or []):
+            elsewhere.append("addopts, PYTEST_ADDOPTS or an argument file (@file)")
+        else:
+            elsewhere.append("addopts or PYTEST_ADDOPTS")
     if elsewhere:
         raise ValueError(
             f"{option.flag}: consent to erase a device is taken from this run's command line only, "
             f"not from {' or '.join(elsewhere)}: remove it there and type {option.flag}=... with the command"
         )
+
+
+def _names(flag: str, argument: str) -> bool:
+    return argument == flag or argument.startswith(f"{flag}=")
+
+
+def argument_files_naming(flag: str, typed: Sequence[str], depth: int = 0) -> list[str]:
+    """The ``@file`` arguments among ``typed`` that give ``flag``: pytest (argparse) reads an
+    argument file one argument a line, and one may name another."""
+    found = []
+    for argument in typed:
+        if not argument.startswith("@") or depth > 8:
+            continue
+        try:
+            lines = Path(argument[1:]).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        if any(_names(flag, line) for line in lines) or argument_files_naming(flag, lines, depth + 1):
+            found.append(argument)
+    return found
 
 
 def check_partition_options(values: dict[str, Any]) -> None:

@@ -279,3 +279,22 @@ def test_hung_backend_tool_is_killed_with_a_clear_message(pytester: pytest.Pytes
     result.stdout.fnmatch_lines(["*hanging: sh -c sleep 60 & sleep 60: no answer after 0.5 s (killed*"])
     assert not list(pytester.path.glob("encperf-*")), "run directory left behind"
     assert not list(pytester.path.glob(".encperf-runs/run-*.json")), "journal left behind"
+
+
+def test_consent_in_an_argument_file_is_refused_naming_the_file(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=BENCHMARK)
+    pytester.makefile(".txt", args="--encperf-force=1\n")
+    result = pytester.runpytest(
+        "--encperf-target=partition",
+        "--encperf-device=/dev/sdz1",
+        "--encperf-allow-destroy=/dev/sdz1",
+        "@args.txt",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--encperf-force: consent to erase a device is taken from this run's command line only, " in (
+        result.stderr.str()
+    )
+    assert "not from the argument file @args.txt: remove it there" in result.stderr.str()
+    assert "addopts" not in result.stderr.str()

@@ -292,3 +292,41 @@ def test_luks_key_size_has_an_upper_limit() -> None:
     assert (
         str(resolve({"backends": "luks2:key-size=512"}, {}, environ={}).backends[0]) == "luks2:key-size=512"
     )
+
+
+PARTITION = {"target": "partition", "device": "/dev/sdz1", "allow-destroy": "/dev/sdz1"}
+TYPED = ["--encperf-target=partition", "--encperf-device=/dev/sdz1", "--encperf-allow-destroy=/dev/sdz1"]
+
+
+def test_consent_from_an_argument_file_names_the_file(tmp_path: Path) -> None:
+    """It was said to come from addopts."""
+    args = tmp_path / "args.txt"
+    args.write_text("--encperf-force=1\n")
+    outer = tmp_path / "outer.txt"
+    outer.write_text(f"-q\n@{args}\n")
+    for typed_file in (f"@{args}", f"@{outer}"):
+        with pytest.raises(ValueError) as refused:
+            resolve({**PARTITION, "force": "1"}, {}, {}, typed=[*TYPED, typed_file])
+        assert str(refused.value) == (
+            "--encperf-force: consent to erase a device is taken from this run's command line only, "
+            f"not from the argument file {typed_file}: remove it there and type --encperf-force=... "
+            "with the command"
+        )
+
+
+def test_consent_from_an_argument_file_with_the_value_on_its_own_line(tmp_path: Path) -> None:
+    args = tmp_path / "args.txt"
+    args.write_text(
+        "--encperf-target=partition\n--encperf-device=/dev/sdz1\n--encperf-allow-destroy\n/dev/sdz1\n"
+    )
+    with pytest.raises(ValueError, match=f"--encperf-allow-destroy: .* not from the argument file @{args}:"):
+        resolve(PARTITION, {}, {}, typed=[f"@{args}"])
+
+
+def test_consent_not_found_in_an_argument_file_names_every_place_it_can_have_come_from(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ValueError, match=r"not from addopts, PYTEST_ADDOPTS or an argument file \(@file\):"):
+        resolve({**PARTITION, "force": "1"}, {}, {}, typed=[*TYPED, f"@{tmp_path / 'unreadable'}"])
+    with pytest.raises(ValueError, match=r"not from addopts or PYTEST_ADDOPTS:"):
+        resolve({**PARTITION, "force": "1"}, {}, {}, typed=TYPED)
