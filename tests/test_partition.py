@@ -609,3 +609,59 @@ def test_real_work_tasks_are_skipped_on_the_partition_saying_why(
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*archive: real-work tasks need the plain volume beside the volume*"])
     assert not (pytester.path / "lifecycle.log").exists()  # no volume was made for them
+
+
+SHIPPED_BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "test_crystaldiskmark.py"
+PLAIN_ONLY_REASON = (
+    "plain: measured (its numbers are in the summary), compared with nothing: on the partition target "
+    "plain's volume is the baseline itself; name an encrypted backend in --encperf-backends for a comparison"
+)
+
+
+def run_shipped_benchmark(pytester: pytest.Pytester, backends: str, *target: str) -> pytest.RunResult:
+    pytester.makepyfile(test_crystaldiskmark=SHIPPED_BENCHMARK.read_text())
+    return pytester.runpytest(
+        *target,
+        f"--encperf-dir={pytester.path}",
+        f"--encperf-backends={backends}",
+        "--encperf-size=4MiB",
+        "--encperf-runtime=0.02",
+        "--encperf-rounds=2",
+        "--encperf-warmup=0",
+        "-k",
+        "SEQ1M-Q1T1-read",
+        "-rs",
+        "-p",
+        "no:cacheprovider",
+    )
+
+
+def test_the_shipped_benchmark_reports_plain_alone_on_the_partition(
+    pytester: pytest.Pytester, partition: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plain alone failed the shipped benchmark there (no baseline rounds to compare with)."""
+    monkeypatch.setenv("ENCPERF_TEST_PARTITION", str(partition))
+    pytester.makeconftest(SEQUENTIAL_CONFTEST)
+    consent = (
+        "--encperf-target=partition",
+        f"--encperf-device={partition}",
+        f"--encperf-allow-destroy={partition}",
+    )
+    result = run_shipped_benchmark(pytester, "plain", *consent)
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["plain * SEQ1M-Q1T1-read *", f"SKIPPED*{PLAIN_ONLY_REASON}"])
+    # beside a backend, plain is still the baseline the backend is compared with, and skipped itself
+    result = run_shipped_benchmark(pytester, "plain,recording", *consent)
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=1, skipped=1)
+    rounds = json.loads((pytester.path / "rounds.json").read_text())
+    assert rounds["recording SEQ1M-Q1T1-read"][:2] == [2, 4]  # before and after the volume
+    assert rounds["plain SEQ1M-Q1T1-read"][:2] == [2, 0]
+
+
+def test_the_shipped_benchmark_runs_plain_alone_on_the_default_target(pytester: pytest.Pytester) -> None:
+    result = run_shipped_benchmark(pytester, "plain")
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=1)  # a second plain volume is its baseline: an A/A comparison
+    result.stdout.fnmatch_lines(["plain * SEQ1M-Q1T1-read *"])
