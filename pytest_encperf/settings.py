@@ -54,6 +54,7 @@ MAX_ROUNDS = 10000
 MAX_CYCLES = 1000
 MAX_HISTORY = 1000
 MAX_SEED = 2**63 - 1
+MAX_RUN_NUMBER = 999_999_999  # saved runs are numbered 0001, 0002, ... per machine
 
 
 def _amount(text: str) -> float | None:
@@ -211,6 +212,13 @@ def parse_compare(text: str) -> str:
             f"bad baseline {text!r}: expected latest, a run number (3), a run name (main), "
             "<machine-id>/<number or name> or a .json path"
         )
+    number = value.rpartition("/")[2]
+    if (
+        not value.endswith(".json")
+        and number.isdigit()
+        and len(number.lstrip("0")) > len(str(MAX_RUN_NUMBER))
+    ):
+        raise ValueError(f"bad baseline {text!r}: a run number is a whole number from 1 to {MAX_RUN_NUMBER}")
     return value
 
 

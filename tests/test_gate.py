@@ -412,7 +412,7 @@ def test_corrupted_baseline_names_the_file_and_overwrites_nothing(gate: pytest.P
         ("--encperf-max-overhead=luks2:seq-read:-5%", "it must end with a percentage"),
         ("--encperf-save=../escape", "bad run name '../escape'"),
         ("--encperf-confirm-budget=soon", "bad duration 'soon'"),
-        ("--encperf-history=-1", "bad saved runs '-1': expected a whole number >= 0"),
+        ("--encperf-history=-1", "bad saved runs '-1': expected a whole number from 0 to 1000"),
         ("--encperf-save-rounds=0", "bad rounds '0'"),
     ],
 )

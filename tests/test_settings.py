@@ -246,6 +246,14 @@ def test_a_huge_number_is_refused_naming_the_option_and_its_range(option: str, v
     assert RANGES[option] in str(refused.value)
 
 
+@pytest.mark.parametrize("value", [HUGE, f"x86_64-0d4169638225/{HUGE}", "9" * 5000])
+def test_a_huge_run_number_to_compare_with_is_refused(value: str) -> None:
+    """It reached int() at the end of the run (over 4300 digits: a ValueError there)."""
+    with pytest.raises(ValueError, match=r"a run number is a whole number from 1 to 999999999$"):
+        resolve({"compare": value}, {}, environ={})
+    assert resolve({"compare": "x86_64-0d4169638225/12"}, {}, environ={}).compare == "x86_64-0d4169638225/12"
+
+
 @pytest.mark.parametrize("option", ["size", "tree-size", "project-size"])
 def test_a_huge_size_with_a_unit_is_refused_naming_the_range(option: str) -> None:
     with pytest.raises(ValueError, match=RANGES[option]):
@@ -330,3 +338,19 @@ def test_consent_not_found_in_an_argument_file_names_every_place_it_can_have_com
         resolve({**PARTITION, "force": "1"}, {}, {}, typed=[*TYPED, f"@{tmp_path / 'unreadable'}"])
     with pytest.raises(ValueError, match=r"not from addopts or PYTEST_ADDOPTS:"):
         resolve({**PARTITION, "force": "1"}, {}, {}, typed=TYPED)
+
+
+def test_empty_values_the_readme_describes() -> None:
+    """Command line: always refused. Ini: refused unless off is a value of the option. An empty
+    environment variable: unset."""
+    for option in ("target", "backends", "device", "json", "verify", "size"):
+        with pytest.raises(ValueError, match=f"^--encperf-{option}: "):
+            resolve({option: ""}, {}, environ={})
+    with pytest.raises(ValueError, match=r"^--encperf-size \(from encperf_size\): bad size ''"):
+        resolve({}, {"size": ""}, environ={})
+    assert resolve({}, {"json": " "}, environ={}).json is None
+    from_env = resolve({}, {}, environ={"ENCPERF_TARGET": "", "ENCPERF_SIZE": ""})
+    assert (from_env.target, from_env.size) == ("container", 256 * MiB)
+    assert from_env.sources["target"] == "default"
+    with pytest.raises(ValueError, match=r"^--encperf-profile: bad profile 'cdm,': expected a comma list"):
+        resolve({"profile": "cdm,"}, {}, environ={})

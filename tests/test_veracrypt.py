@@ -261,7 +261,7 @@ def test_native_limits_are_skip_reasons(spec: str, problem: str, tmp_path: Path)
     ("spec", "message"),
     [
         ("veracrypt:mode=turbo", "veracrypt: mode: bad value 'turbo': expected one of kernel, fuse"),
-        ("veracrypt:pim=-1", "veracrypt: pim: bad value '-1': expected a whole number >= 0"),
+        ("veracrypt:pim=-1", "veracrypt: pim: bad value '-1': expected a whole number from 0 to 2147468"),
         ("veracrypt:hash=MD5", "veracrypt: hash: bad value 'MD5': expected one of SHA-512, SHA-256"),
         ("veracrypt:tool=gui", "veracrypt: tool: bad value 'gui': expected one of auto, cli, native"),
     ],
