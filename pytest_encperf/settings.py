@@ -212,7 +212,7 @@ def parse_compare(text: str) -> str:
             f"bad baseline {text!r}: expected latest, a run number (3), a run name (main), "
             "<machine-id>/<number or name> or a .json path"
         )
-    number = value.rpartition("/")[2]
+    number = value.removesuffix("!").rpartition("/")[2]
     if (
         not value.endswith(".json")
         and number.isdigit()

@@ -246,7 +246,7 @@ def test_a_huge_number_is_refused_naming_the_option_and_its_range(option: str, v
     assert RANGES[option] in str(refused.value)
 
 
-@pytest.mark.parametrize("value", [HUGE, f"x86_64-0d4169638225/{HUGE}", "9" * 5000])
+@pytest.mark.parametrize("value", [HUGE, f"x86_64-0d4169638225/{HUGE}", "9" * 5000, f"{HUGE}!"])
 def test_a_huge_run_number_to_compare_with_is_refused(value: str) -> None:
     """It reached int() at the end of the run (over 4300 digits: a ValueError there)."""
     with pytest.raises(ValueError, match=r"a run number is a whole number from 1 to 999999999$"):
