@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import stat
 from collections.abc import Callable, Iterator
@@ -23,8 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from . import host, loopbacking, resources
-from .mounttable import unescape as _unescape
+from . import host, loopbacking, mounttable, resources
 from .workloads import MiB
 
 KINDS = ("container", "partition", "directory")
@@ -273,19 +273,18 @@ class BlockStack:
         """One entry per mountinfo line, with the devices it is on (by device number and by source)."""
         for path in files:
             try:
-                lines = path.read_text().splitlines()
+                rows = mounttable.lines(path)  # split on single spaces, decoded: any name is found
             except OSError:
                 continue
-            for line in lines:
-                fields = line.split()
+            for fields in rows:
                 if "-" not in fields[6:]:
                     continue
                 separator = fields.index("-", 6)
                 fstype = fields[separator + 1] if len(fields) > separator + 1 else ""
-                source = _unescape(fields[separator + 2]) if len(fields) > separator + 2 else ""
+                source = fields[separator + 2] if len(fields) > separator + 2 else ""
                 names = [self.by_number(fields[2]), self.by_source(source)]
                 yield MountEntry(
-                    _unescape(fields[4]),
+                    fields[4],
                     fstype,
                     source,
                     [name for name in dict.fromkeys(names) if name is not None],
@@ -315,9 +314,10 @@ class BlockStack:
         """Device name -> the swap area /proc/swaps names on it."""
         found = {}
         with contextlib.suppress(OSError):
-            for line in self.swaps.read_text().splitlines()[1:]:
-                if line.strip():
-                    source = _unescape(line.split()[0])
+            # the name is escaped like a mount table's (no space or tab in it), then padded
+            for row in self.swaps.read_bytes().split(b"\n")[1:]:
+                if row.strip():
+                    source = mounttable.unescape(re.split(rb"[ \t]", row, maxsplit=1)[0])
                     name = self.by_source(source)
                     if name is not None:
                         found[name] = source

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_encperf.mounttable import escape
 from pytest_encperf.targets import BlockStack, partition_problems, stack_problems
 from pytest_encperf.workloads import MiB
 
@@ -75,13 +76,15 @@ def layout(
     mountinfo = tmp_path / "mountinfo"
     mountinfo.write_text(
         "".join(
-            f"{20 + i} 1 {numbers} / {point} rw,relatime shared:1 - {fstype} {source} rw\n"
+            f"{20 + i} 1 {numbers} / {escape(point)} rw,relatime shared:1 - {fstype} {escape(source)} rw\n"
             for i, (numbers, point, fstype, source) in enumerate(mounts)
         )
     )
     swaps_file = tmp_path / "swaps"
     swaps_file.write_text(
-        "Filename\tType\tSize\tUsed\tPriority\n" + "".join(f"{s}\tpartition\t1024\t0\t-2\n" for s in swaps)
+        # as the kernel writes it: the escaped name padded to 40 columns with at least one space
+        "Filename\t\t\t\tType\t\tSize\tUsed\tPriority\n"
+        + "".join(f"{escape(s):<39} partition\t1024\t0\t-2\n" for s in swaps)
     )
     btrfs_dir = tmp_path / "btrfs"
     for fsid, members in (btrfs or {}).items():
@@ -202,7 +205,7 @@ def test_md_member_and_a_file_system_on_the_array(tmp_path: Path) -> None:
     stack = layout(
         tmp_path,
         devices,
-        [("254:0", "/", "ext4", "/dev/vda"), ("9:0", "/srv/raid\\040data", "ext4", "/dev/md0")],
+        [("254:0", "/", "ext4", "/dev/vda"), ("9:0", "/srv/raid data", "ext4", "/dev/md0")],
     )
     # the whole disk: holders of its partitions count, and what is built on them is mounted
     assert check(stack, "sdb") == [
@@ -433,3 +436,21 @@ def test_force_overrides_no_rule_but_the_signature(
     """--encperf-force is consent to erase a signature, never to take a device that is in use."""
     stack = layout(tmp_path, devices, [ROOT_MOUNT, *mounts], swaps=swaps)
     assert rules(partition_problems(Path(f"/dev/{name}"), force=True, stack=stack)) == refused
+
+
+@pytest.mark.parametrize("odd", [" ", "\t", "\n", "\\", "\u2028", "\r", "\xa0", "é"])
+def test_mount_points_and_swap_files_with_any_character_are_found(tmp_path: Path, odd: str) -> None:
+    # the kernel escapes space, tab, newline and backslash only; any other byte stands as it is
+    # and must not split a field (str.split() would cut at U+2028, a carriage return or NBSP)
+    devices = {"vda": Dev("254:0"), "loop1": Dev("7:1"), "loop2": Dev("7:2")}
+    point = f"/var/tmp/a{odd}b/mnt"
+    swap_source = f"/dev/by{odd}name/loop2"  # found by its last name only when read whole
+    stack = layout(
+        tmp_path,
+        devices,
+        [("254:0", "/", "ext4", "/dev/vda"), ("7:1", point, "ext4", "/dev/loop1")],
+        swaps=[swap_source],
+    )
+    assert stack.mounts()["loop1"] == [point]
+    assert check(stack, "loop1") == [f"partition rule 'not mounted': /dev/loop1 is mounted on {point}"]
+    assert stack.swaps_on() == {"loop2": swap_source}
