@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 # pytester's in-process runs remove from sys.modules what was first imported during them, and
 # cryptography's OpenSSL bindings do not survive a second import (AES-XTS then reports itself
@@ -10,7 +12,20 @@ import os
 import cryptography.hazmat.primitives.ciphers  # noqa: F401
 import pytest
 
+from pytest_encperf import host
+
 pytest_plugins = ["pytester"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite measures under locks of its own, never the machine-wide ones: a benchmark run
+    beside it (or another checkout's suite) neither waits for it nor makes it wait. xdist workers
+    and the sessions the tests start inherit the variable; a directory given from outside wins."""
+    if os.environ.get(host.LOCK_DIR_ENV) or hasattr(config, "workerinput"):
+        return
+    directory = tempfile.mkdtemp(prefix="encperf-test-locks-")  # 0700, this user's
+    os.environ[host.LOCK_DIR_ENV] = directory
+    config.add_cleanup(lambda: shutil.rmtree(directory, ignore_errors=True))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

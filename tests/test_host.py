@@ -135,6 +135,7 @@ def test_the_wait_is_what_is_yielded_and_locks_are_private(tmp_path: Path) -> No
 def test_the_locks_live_where_only_this_user_can_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv(host.LOCK_DIR_ENV, raising=False)  # the suite's own (conftest.py)
     monkeypatch.setattr(host, "is_root", lambda: True)
     assert host.lock_directory() == Path("/run/encperf")
     monkeypatch.setattr(host, "is_root", lambda: False)
@@ -147,3 +148,9 @@ def test_the_locks_live_where_only_this_user_can_write(
     assert host.lock_directory() == tmp_path / "home" / ".cache" / "encperf"
     monkeypatch.setenv("XDG_RUNTIME_DIR", "relative/dir")
     assert host.lock_directory() == tmp_path / "home" / ".cache" / "encperf"
+
+
+def test_the_suite_measures_under_locks_of_its_own() -> None:
+    # conftest.py: a benchmark beside the suite never waits for it, nor it for the benchmark
+    assert host.lock_directory() != Path("/run/encperf")
+    assert host.private_directory(str(host.lock_directory()))
