@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host, resources
+from pytest_encperf import host, mounttable, resources
 from pytest_encperf.backends import BackendSpec, make_backend, vcformat
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
@@ -120,9 +120,8 @@ def veracrypt_leftovers(base: Path, state: Path) -> list[str]:
     over its ``volume`` file, and the stand-in's record of the mapping (in ``state``)."""
     slots = sorted(state.glob("slot[0-9]*.json"))
     aux = {json.loads(path.read_text())["aux"] for path in slots}
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        fields = line.split()
-        mountpoint = fields[4].replace("\\040", " ")
+    for fields in mounttable.lines(Path("/proc/self/mountinfo")):
+        mountpoint = fields[4]
         if mountpoint.startswith("/tmp/.veracrypt_aux_mnt") and base.name in fields[3]:
             aux.add(str(Path(mountpoint).parent))  # the container of this test bound on "volume"
     found = [f"stand-in mapping {path.name}" for path in slots]
