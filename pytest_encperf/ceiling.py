@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import children
+
 CHUNK = 64 * 1024  # one AF_ALG request (well under the socket's send buffer)
 USER_CHUNK = 1024 * 1024  # one user-space encryption call (its per-call cost is then negligible)
 GCM_TAG = 16
@@ -186,7 +188,12 @@ def _gocryptfs_mb_per_s(algorithm: str) -> tuple[float | None, str]:
     Go one; ``AES-SIV-512``: Go), from its own benchmark."""
     try:
         proc = subprocess.run(
-            ["gocryptfs", "-speed"], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+            ["gocryptfs", "-speed"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+            **children.popen_options(),  # type: ignore[arg-type]
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"not measured: gocryptfs -speed: {exc}"

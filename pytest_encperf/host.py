@@ -25,7 +25,7 @@ from types import FrameType
 
 import psutil
 
-from . import loopdev, mounttable
+from . import children, loopdev, mounttable
 
 DEFAULT_TIMEOUT = 120.0
 
@@ -89,6 +89,7 @@ def run(
     timeout: float = DEFAULT_TIMEOUT,
     env: dict[str, str] | None = None,
     secrets: Sequence[bytes | str] = (),
+    daemons: bool = False,
 ) -> str:
     """Run a command non-interactively (stdin closed unless ``input``), return its stdout.
 
@@ -97,7 +98,10 @@ def run(
     an error message shows <secret> instead of it, as it does for what went to stdin.
     The command runs in its own process group: a tool that hangs (a password prompt, a stuck
     device) is killed with everything it started after ``timeout``, and so is it when this
-    process is interrupted (Ctrl-C, SIGTERM) while waiting for it.
+    process is interrupted (Ctrl-C, SIGTERM) while waiting for it. It dies with this process
+    (SIGKILL: a run killed outright never has a tool finish after it) and carries the run's
+    mark (children.py); ``daemons``: the tool leaves daemons running on purpose, which a dead
+    run's cleanup lets live until the resource they serve is released.
     """
     __tracebackhide__ = True  # its locals hold stdin and argv, which may carry a secret
     args = [os.fspath(a) for a in argv]
@@ -108,8 +112,8 @@ def run(
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=env,
             start_new_session=True,
+            **children.popen_options(env, daemons=daemons),  # type: ignore[arg-type]
         )
     except FileNotFoundError as exc:
         raise HostError(f"{args[0]}: not installed") from exc
@@ -681,7 +685,13 @@ def drop_page_cache(path: Path | None = None) -> bool:
 def tool_version(argv: Sequence[str]) -> str:
     """First version-looking word a tool prints about itself (stdout or stderr), or "unknown"."""
     try:
-        proc = subprocess.run(list(argv), capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            list(argv),
+            capture_output=True,
+            timeout=10,
+            stdin=subprocess.DEVNULL,
+            **children.popen_options(),  # type: ignore[arg-type]
+        )
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     text = (proc.stdout + proc.stderr).decode(errors="replace")

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import host
+from .. import children, host
 from ..model import LATENCY_TOTAL, Measurement
 from ..workloads import ROUND_DEFINITION, Workload, io_plan
 from .native import NativeEngine, probe_io_mode
@@ -261,7 +261,8 @@ class FioEngine:
                 stdin=subprocess.DEVNULL,
                 timeout=runtime * 10 + 120,
                 check=False,
-                env=fio_environment(os.environ),
+                # dies with the run; its job processes (forks) carry the run's mark (children.py)
+                **children.popen_options(fio_environment(os.environ)),  # type: ignore[arg-type]
             )
         except subprocess.TimeoutExpired as exc:
             raise FioError(f"{' '.join(args)}: no answer (killed)") from exc
