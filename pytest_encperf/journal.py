@@ -48,6 +48,7 @@ import re
 import secrets
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +56,7 @@ from typing import Any
 
 import psutil
 
-from . import host, journalschema, outputs, resources
+from . import children, host, journalschema, outputs, resources
 from .journalschema import Document, Entry, Malformed, start_json, start_of
 from .resources import Resource
 
@@ -289,6 +290,8 @@ def entry_of(resource: Resource, label: str, token: int) -> dict[str, Any]:
     entry.update(detail=resource.detail, label=label)
     if resource.kind == "process":
         entry.update(start_json(resource.started), wait=resource.wait)
+    elif resource.kind == "daemon":
+        entry.update(wait=resource.wait)
     return entry
 
 
@@ -297,6 +300,18 @@ def resource_of(entry: dict[str, Any]) -> Resource:
     are checked by journalschema instead."""
     started = start_of(entry)
     return Resource(entry["kind"], entry["ident"], entry["detail"], started, entry.get("wait", 0.0))
+
+
+TEST_DELAY_VARIABLE = "ENCPERF_TEST_JOURNAL_DELAY"
+
+
+def test_delay() -> None:
+    """Test hook, for tests/test_chaos_integration.py only: ``ENCPERF_TEST_JOURNAL_DELAY=<seconds>``
+    sleeps before every journal write, widening the window between a tool's start and the
+    entry that records it, so that a test can kill the run inside it."""
+    delay = os.environ.get(TEST_DELAY_VARIABLE)
+    if delay:
+        time.sleep(float(delay))
 
 
 class Journal:
@@ -344,6 +359,7 @@ class Journal:
         """Write the journal; a failure (disk full, read-only, a directory that is not ours) is
         remembered, never raised: the in-process teardown does not need the file, and a stale
         entry is harmless to a later cleanup (releasing what is already gone is a no-op)."""
+        test_delay()
         try:
             fd = open_runs_dir(self.directory, create=True)
         except Refused as exc:
@@ -363,6 +379,7 @@ class Journal:
                 **start_json(self.start),
                 "token": self.token,
                 "directory": str(self.directory),
+                "children": children.run_mark(),  # the mark its tools carry (children.py)
                 "resources": list(self._entries.values()),
             }
             _write_atomically(fd, self.path.name, document)
@@ -597,9 +614,17 @@ def _release_journal(
         return dead
     if resources.is_alive(pid, document.started):
         return None  # a live run: never touched
+    # the schema held the mark to encperf-<pid>-<hex>: its tools still running (dying of its
+    # death, or forked by one) would go on making mounts and mappings after the releases below
+    # have looked, so they are ended first; an older journal has none
+    mark = document.children
+    if mark is not None and not dry_run:
+        dead.done += children.end_dead_runs_tools(mark)
     keep = _release_entries(dead, document, bases, dry_run)
     if dry_run:
         return dead
+    if mark is not None and not keep:
+        dead.done += children.end_dead_runs_leftovers(mark)
     try:
         if keep:
             kept = dataclasses.replace(document, entries=tuple(keep))

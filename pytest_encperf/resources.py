@@ -26,8 +26,8 @@ import secrets
 import shutil
 import stat
 import subprocess
-import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 import psutil
 
-from . import host
+from . import children, host, mounttable
 from .host import HostError
 
 PROCESS_EXIT_WAIT = 10.0  # seconds a process gets after SIGTERM (and after SIGKILL)
@@ -359,6 +359,28 @@ def _check_process(resource: Resource, scope: RunScope) -> str | None:
     return foreign_process(resource)
 
 
+def _release_daemon(resource: Resource) -> str:
+    """A daemon started with call mark ``ident`` (children.py), and whatever it forked: given
+    ``wait`` s to exit by itself, then SIGTERM, then SIGKILL."""
+    what = f"{os.path.basename(resource.detail) or 'daemon'} ({resource.ident})"
+    running = [marked.process for marked in children.marked_processes(resource.ident)]
+    if not running:
+        return f"{what}: not running any more"
+    deadline = time.monotonic() + resource.wait
+    for process in running:
+        with contextlib.suppress(psutil.Error):
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for process in running:
+        host.stop_process(process, PROCESS_EXIT_WAIT)
+    return f"stopped {what}"
+
+
+def _check_daemon(resource: Resource, scope: RunScope) -> str | None:
+    if not re.fullmatch(rf"encperf-{scope.pid}-[0-9a-f]+/[0-9a-f]+", resource.ident):
+        return f"daemon {resource.ident!r} is not one of this run's (encperf-{scope.pid}-*/*)"
+    return None
+
+
 # ---------------------------------------------------------------- mounts, loop devices, dm, files
 
 
@@ -376,15 +398,51 @@ def _release_mount(resource: Resource) -> str:
     if not host.is_mounted(mountpoint):
         return f"{mountpoint}: not mounted any more"
     _redirectable(mountpoint, "unmounting")
+    # a loop device over a file of this mount (a FUSE export) would keep it busy, and once the
+    # mount is lazily gone the loop device names "/" as its file: nothing could find it again
+    _detach_loops_in(mountpoint)
+    return _unmount(mountpoint)
+
+
+def _unmount(mountpoint: Path) -> str:
     if host.unmount(mountpoint):
         warnings.warn(f"{mountpoint} was still busy: unmounted lazily", RuntimeWarning, stacklevel=2)
         return f"unmounted {mountpoint} (lazily: it was still busy)"
     return f"unmounted {mountpoint}"
 
 
+def _mounts_of(device: Path) -> list[Path]:
+    """Where loop device ``device`` is mounted, deepest first."""
+    table = mounttable.lines(mounttable.MOUNTS)
+    found = [Path(fields[1]) for fields in table if len(fields) > 1 and fields[0] == str(device)]
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
+def _detach_loop_and_unmount_it(device: Path, backing_file: Path | None = None) -> bool:
+    """Unmount what is mounted from loop device ``device`` (ours: its backing file is), then
+    detach it; False when it was not attached (to ``backing_file``) any more."""
+    attached = host.loop_backing_file(device)
+    if attached is None:
+        return False
+    attached = attached.removesuffix(host.DELETED)
+    if backing_file is not None and attached != str(backing_file):
+        return False
+    for mountpoint in _mounts_of(device):
+        _unmount(mountpoint)
+    # still that file when detached: checked again on the device's descriptor (host.detach_loop)
+    return host.detach_loop(device, backing_file or Path(attached))
+
+
+def _detach_loops_in(path: Path) -> None:
+    """Detach the loop devices backed by ``path`` or by a file under it, unmounting first what
+    is mounted from them."""
+    for device in [*host.loops_backed_by(path), *_loops_backed_by_file(path)]:
+        _detach_loop_and_unmount_it(device)
+
+
 def _release_loop(resource: Resource) -> str:
     device = Path(resource.ident)
-    if not host.detach_loop(device, Path(resource.detail) if resource.detail else None):
+    if not _detach_loop_and_unmount_it(device, Path(resource.detail) if resource.detail else None):
         return f"{device}: not attached to {resource.detail} any more"
     return f"detached {device}"
 
@@ -454,25 +512,56 @@ def _release_path(resource: Resource) -> str:
     path = Path(resource.ident)
     if not path.is_absolute() or path == Path(path.anchor):
         raise HostError(f"not removing {path}: not an absolute path below /")
-    if not os.path.lexists(path):
+    mounted = host.is_mounted(path)  # a dead FUSE mount fails lstat: lexists() says it is gone
+    if not mounted and not os.path.lexists(path):
         return f"{path}: already gone"
     _redirectable(path, "removing")
-    if path.is_dir() and not path.is_symlink():
-        # What a kill between "made" and "registered" can leave inside a directory of ours:
-        # mounts under it (deepest first) and loop devices backed by its files.
-        for mountpoint in sorted(host.mounts_under(path), key=lambda p: len(p.parts), reverse=True):
-            _release_mount(Resource("mount", str(mountpoint)))
-        for device in host.loops_backed_by(path):
-            backing = host.loop_backing_file(device)  # still the file under path, checked on its descriptor
-            if backing is not None:
-                host.detach_loop(device, Path(backing.removesuffix(host.DELETED)))
+    if mounted or (path.is_dir() and not path.is_symlink()):
+        # What a kill between "made" and "registered" can leave in or on a path of ours: mounts
+        # (a FUSE export is mounted on a file) and loop devices backed by its files.
+        _unmount_everything_under(path)
         inside = host.mounts_under(path)
-        if inside:  # never delete through a mount that failed to come off
+        if inside:  # never delete through (or unlink) a mount that failed to come off
             raise HostError(f"not removing {path}: still mounted at {', '.join(map(str, inside))}")
+    if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)  # never follows symbolic links
     else:
         path.unlink()
     return f"removed {path}"
+
+
+def _loops_backed_by_file(path: Path) -> list[Path]:
+    """Loop devices whose backing file is ``path`` itself (the kernel's name: its real path)."""
+    real = os.path.realpath(path)
+    found = []
+    for entry in Path("/sys/block").glob("loop*"):
+        backing = host.loop_backing_file(Path("/dev") / entry.name)
+        if backing is not None and backing.removesuffix(host.DELETED) == real:
+            found.append(Path("/dev") / entry.name)
+    return found
+
+
+def _unmount_everything_under(path: Path) -> None:
+    """Unmount the mounts at or under ``path`` and detach the loop devices backed by files
+    there: first the mounts no loop device reads from (deepest first: a file system on one of
+    those loop devices), then the loop devices (with what is mounted from them elsewhere), then
+    the rest (a FUSE export under a loop device)."""
+    loops = [*host.loops_backed_by(path), *_loops_backed_by_file(path)]
+    backing = {(host.loop_backing_file(device) or "").removesuffix(host.DELETED) for device in loops}
+
+    def under_a_loop(mountpoint: Path) -> bool:
+        return any(name == str(mountpoint) or name.startswith(f"{mountpoint}/") for name in backing)
+
+    for mountpoint in _deepest_first([m for m in host.mounts_under(path) if not under_a_loop(m)]):
+        _unmount(mountpoint)
+    for device in loops:
+        _detach_loop_and_unmount_it(device)
+    for mountpoint in _deepest_first(host.mounts_under(path)):
+        _unmount(mountpoint)
+
+
+def _deepest_first(mountpoints: list[Path]) -> list[Path]:
+    return sorted(mountpoints, key=lambda p: len(p.parts), reverse=True)
 
 
 register_kind("path", _release_path)
@@ -480,6 +569,7 @@ register_kind("mount", _release_mount)
 register_kind("loop", _release_loop, check=_check_loop)
 register_kind("dm", _release_dm, check=_check_dm)
 register_kind("process", _release_process, check=_check_process)
+register_kind("daemon", _release_daemon, check=_check_daemon)
 
 
 # ---------------------------------------------------------------- trusting files in shared directories
@@ -519,18 +609,6 @@ def make_private_dir(path: Path, mode: int = 0o700) -> Path:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         os.fchmod(fd, mode)
-    finally:
-        os.close(fd)
-    return path
-
-
-def make_private_temp_dir(prefix: str, parent: Path) -> Path:
-    """A new directory ``<parent>/<prefix><random>`` of mode 0700 whatever the umask (see
-    :func:`make_private_dir`): run directories and key-file directories."""
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        os.fchmod(fd, 0o700)
     finally:
         os.close(fd)
     return path
@@ -645,6 +723,33 @@ class Cleanup:
         name = os.path.basename(resource.detail) or os.path.basename(str(proc.args))
         self.push(f"stop {name} (pid {proc.pid})", stop, resource)
 
+    def daemon(self, call: str, program: str, *, wait: float = 0.0) -> list[subprocess.Popen[bytes]]:
+        """Register, before it starts, a daemon that will carry call mark ``call``
+        (children.new_call) in its environment: found by that mark (with whatever it forks),
+        given ``wait`` s to exit by itself, then SIGTERM, SIGKILL. Append its Popen to the list
+        returned, so that our teardown reaps it."""
+        resource = Resource("daemon", call, program, None, wait)
+        started: list[subprocess.Popen[bytes]] = []
+
+        def stop() -> None:
+            release(resource)
+            for proc in started:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=PROCESS_EXIT_WAIT)  # reap our child
+
+        self.push(f"stop {os.path.basename(program)} ({call})", stop, resource)
+        return started
+
+    def drop_last(self, resource: Resource) -> None:
+        """Forget the newest registration, ``resource``, without releasing it (it was never made
+        by us: the name was taken)."""
+        if not self._actions or self._actions[-1][2] != resource:
+            raise HostError(f"drop_last: {resource.kind} {resource.ident} is not the newest registration")
+        _, _, _, token = self._actions.pop()
+        if token is not None and self._observer is not None:
+            with contextlib.suppress(Exception):
+                self._observer.released(token)
+
     def __len__(self) -> int:
         return len(self._actions)
 
@@ -718,6 +823,29 @@ def secret_base() -> Path:
     raise HostError(f"no RAM file system for key files (tried {tried}): mount a tmpfs on /dev/shm")
 
 
+def private_directory(cleanup: Cleanup, base: Path) -> Path:
+    """A new 0700 directory ``<base>/encperf-<pid>-<random>``, registered (journaled) before it
+    is made: a run killed in between leaves a journal entry for a path that does not exist
+    (released as "already gone"), never a directory no journal names."""
+    for _ in range(100):
+        path = base / f"encperf-{os.getpid()}-{secrets.token_hex(8)}"
+        cleanup.path(path)
+        try:
+            os.mkdir(path, 0o700)
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                os.fchmod(fd, 0o700)  # whatever the umask
+            finally:
+                os.close(fd)
+            return path
+        except FileExistsError:
+            cleanup.drop_last(Resource("path", str(path)))  # someone else's: never release it
+        except BaseException:
+            cleanup.drop_last(Resource("path", str(path)))
+            raise
+    raise HostError(f"could not make a directory of ours in {base}: every name taken")
+
+
 @dataclass
 class SecretDir:
     """A 0700 directory on a RAM file system for one volume's key files, removed with its content.
@@ -730,9 +858,7 @@ class SecretDir:
 
     @classmethod
     def create(cls, cleanup: Cleanup) -> SecretDir:
-        path = make_private_temp_dir(f"encperf-{os.getpid()}-", secret_base())
-        cleanup.path(path)
-        return cls(path)
+        return cls(private_directory(cleanup, secret_base()))
 
     def write(self, name: str, data: bytes) -> Path:
         """Write ``data`` to a new 0600 file ``name`` (replacing an old one)."""

@@ -208,10 +208,9 @@ class EncperfSession:
         inspects plugin attributes, and must not create directories by doing so)."""
         if self._run_dir is None:
             # under the directory's real path, where the journal holds a dead run's paths to be
-            base = self.journal.directory
-            self._run_dir = resources.make_private_temp_dir(f"encperf-{os.getpid()}-", base)  # 0700
+            # journaled before it is made: a killed run's directory is always found
             self._run_cleanup = resources.Cleanup(self.journal)
-            self._run_cleanup.path(self._run_dir)  # journaled: a killed run's directory is found
+            self._run_dir = resources.private_directory(self._run_cleanup, self.journal.directory)
         return self._run_dir
 
     def check_room(self) -> None:

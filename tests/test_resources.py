@@ -362,3 +362,72 @@ def test_a_dead_run_s_loop_over_a_file_removed_with_its_directory_is_detached(tm
         assert host.loop_backing_file(loop.path) is None
     finally:
         host.detach_loop(loop.path)
+
+
+class RecordingObserver:
+    """Notes, at each registration, whether the path it names exists yet."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, bool]] = []
+        self.dropped: list[object] = []
+
+    def registered(self, resource: Resource, label: str) -> object:
+        self.seen.append((resource.ident, os.path.lexists(resource.ident)))
+        return len(self.seen)
+
+    def released(self, token: object) -> None:
+        self.dropped.append(token)
+
+
+def test_a_private_directory_is_journaled_before_it_is_made(tmp_path: Path) -> None:
+    observer = RecordingObserver()
+    cleanup = Cleanup(observer)
+    made = resources.private_directory(cleanup, tmp_path)
+    assert observer.seen == [(str(made), False)]  # registered while it did not exist yet
+    assert made.name.startswith(f"encperf-{os.getpid()}-")
+    assert made.stat().st_mode & 0o777 == 0o700
+    cleanup.release()
+    assert not made.exists()
+
+
+def test_a_private_directory_whose_name_someone_took_is_never_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = iter(["taken", "free"])
+    monkeypatch.setattr(resources.secrets, "token_hex", lambda n: next(names))
+    taken = tmp_path / f"encperf-{os.getpid()}-taken"
+    taken.mkdir()
+    observer = RecordingObserver()
+    cleanup = Cleanup(observer)
+    made = resources.private_directory(cleanup, tmp_path)
+    assert made.name.endswith("-free")
+    assert observer.dropped == [1]  # the taken name's entry was dropped, not released
+    cleanup.release()
+    assert taken.is_dir()
+
+
+def test_secret_dir_is_journaled_before_it_is_made() -> None:
+    observer = RecordingObserver()
+    cleanup = Cleanup(observer)
+    secrets = SecretDir.create(cleanup)
+    try:
+        assert observer.seen == [(str(secrets.path), False)]
+    finally:
+        cleanup.release()
+
+
+def test_a_daemon_is_registered_before_it_starts_and_stopped_by_its_mark() -> None:
+    from pytest_encperf import children
+
+    observer = RecordingObserver()
+    cleanup = Cleanup(observer)
+    call = children.new_call()
+    started = cleanup.daemon(call, "/usr/bin/sleep", wait=0.0)
+    assert [ident for ident, _ in observer.seen] == [call]
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True, **children.popen_options(call=call))  # type: ignore[call-overload]
+    started.append(proc)
+    deadline = time.monotonic() + 5
+    while not children.marked_processes(call) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    cleanup.release()
+    assert proc.poll() is not None  # stopped and reaped

@@ -33,12 +33,13 @@ def make_ext4(
 def mount_ext4(
     volume: Volume, device: Path, options: str | None = None, *, cleanup: Cleanup | None = None
 ) -> Path:
-    """Mount ``device`` at ``<workdir>/mnt`` and register the unmount on ``cleanup`` (default
-    ``volume.mounted``)."""
+    """Mount ``device`` at ``<workdir>/mnt``, the unmount registered on ``cleanup`` (default
+    ``volume.mounted``) before."""
     mountpoint = volume.workdir / "mnt"
     mountpoint.mkdir(exist_ok=True)
-    host.mount(device, mountpoint, "ext4", options)
+    # journaled before the call: a run killed while mount runs leaves no mount its journal lacks
     (volume.mounted if cleanup is None else cleanup).mount(mountpoint)
+    host.mount(device, mountpoint, "ext4", options)
     return mountpoint
 
 

@@ -5,13 +5,13 @@ EncFS, CryFS, securefs), qemu.py (qemu-storage-daemon's FUSE export), bitlocker.
 (dislocker-fuse, ntfs-3g) and veracrypt.py (``mode=fuse``, whose daemon VeraCrypt forks:
 ``foreign_daemon_pids`` finds it).
 
-A daemon we start runs in the foreground as our child (never daemonized: we must know when it
-has exited), in its own session (a Ctrl-C in the terminal reaches us, not it), with stdin closed
-or a pipe carrying its password, never a terminal. It is registered on ``volume.mounted`` the
-moment it exists, its mount right after: releasing them (newest first) runs ``fusermount -u``
-(``host.unmount``: retried while busy, then lazy with a warning), gives the daemon time to exit
-by itself, then SIGTERM (resources.py). Its messages go to a log file that errors quote with
-every secret shown as <secret>.
+A daemon we start runs in the foreground as our child (never daemonized: we must know when it has exited), in
+its own session (a Ctrl-C in the terminal reaches us, not it), with stdin closed or a pipe carrying its
+password, never a terminal, and dies with the run (children.py). It is registered on ``volume.mounted`` before
+it starts, by the mark it carries in its environment (which whatever it forks inherits), and its mount right
+after: releasing them (newest first) runs ``fusermount -u`` (``host.unmount``: retried while busy, then lazy
+with a warning), gives the daemon time to exit by itself, then SIGTERM (resources.py). Its messages go to a
+log file that errors quote with every secret shown as <secret>.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-from .. import host, resources
+from .. import children, host, resources
 from ..host import HostError
 from . import Volume
 
@@ -87,15 +87,22 @@ def start_fuse_daemon(
 ) -> subprocess.Popen[bytes]:
     """Start a foreground FUSE daemon and wait until ``mountpoint`` is in /proc/self/mounts.
 
-    The process is registered on ``volume.mounted`` the moment it exists, and its mount right
-    after, before it appears (released newest first: unmount, then the daemon gets 10 s to exit
-    by itself, then SIGTERM; a daemon that outlives its unmount, such as qemu-storage-daemon,
-    gets SIGTERM at once). On failure everything is released and a HostError quotes the
-    daemon's messages, with ``secrets`` (and ``stdin_data``) shown as <secret>.
+    The process is registered on ``volume.mounted`` before it starts (by its mark, see children.py), and
+    its mount right after, before it appears (released newest first: unmount, then the daemon gets
+    10 s to exit by itself, then SIGTERM; a daemon that outlives its unmount, such as
+    qemu-storage-daemon, gets SIGTERM at once). On failure everything is released and a HostError
+    quotes the daemon's messages, with ``secrets`` (and ``stdin_data``) shown as <secret>.
     """
     __tracebackhide__ = True  # its arguments and locals may carry a secret
     args = [os.fspath(a) for a in argv]
     log_start = log.stat().st_size if log.exists() else 0  # quote only this start's messages
+    # Journaled before it starts (a kill right after Popen must leave nothing unknown): the
+    # daemon by the mark it will carry, then its mount; released newest first, as before.
+    call = children.new_call()
+    started = volume.mounted.daemon(
+        call, shutil.which(args[0]) or args[0], wait=10.0 if exits_on_unmount else 0.0
+    )
+    volume.mounted.mount(mountpoint)
     log_handle = open(log, "ab")  # noqa: SIM115 - handed to the child, closed right after
     try:
         proc = subprocess.Popen(
@@ -103,15 +110,15 @@ def start_fuse_daemon(
             stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
             stdout=log_handle,
             stderr=subprocess.STDOUT,
-            env=env,
             start_new_session=True,  # a Ctrl-C in the terminal reaches us, not the daemon
+            **children.popen_options(env, daemons=True, call=call),  # type: ignore[arg-type]
         )
     except FileNotFoundError as exc:
+        volume.mounted.release()
         raise HostError(f"{args[0]}: not installed") from exc
     finally:
         log_handle.close()
-    volume.mounted.process(proc, wait=10.0 if exits_on_unmount else 0.0)
-    volume.mounted.mount(mountpoint)
+    started.append(proc)
     hidden = [*secrets, *([stdin_data] if stdin_data else [])]
     if stdin_data is not None and proc.stdin is not None:
         try:

@@ -243,8 +243,10 @@ class VeracryptBackend(CryptsetupBackend):
         volume.state["secret_in_argv"] = True
         return [host.SecretText(f"--password={password.decode()}")], b""
 
-    def run_cli(self, volume: Volume, argv: list[str], stdin: bytes, timeout: float) -> str:
-        return host.run(argv, input=stdin, timeout=timeout, secrets=[self.password(volume)])
+    def run_cli(
+        self, volume: Volume, argv: list[str], stdin: bytes, timeout: float, *, daemons: bool = False
+    ) -> str:
+        return host.run(argv, input=stdin, timeout=timeout, secrets=[self.password(volume)], daemons=daemons)
 
     def cli_create_command(self, container: Path, size: int, password_args: list[str]) -> list[str]:
         return [
@@ -274,7 +276,9 @@ class VeracryptBackend(CryptsetupBackend):
         cleanup.add(Resource(KIND, str(container)), f"veracrypt --dismount {container}")
         args, stdin = self.cli_password(volume)
         started = boot_ticks()
-        self.run_cli(volume, self.cli_map_command(container, args), stdin, 120)
+        # its daemons (FUSE mode) outlive the call on purpose: a dead run's cleanup ends the call
+        # itself first, then dismounts, which stops them (children.py)
+        self.run_cli(volume, self.cli_map_command(container, args), stdin, 120, daemons=True)
         device = self.cli_device(container)
         if self.mode == "fuse":
             # VeraCrypt forks its FUSE daemon, which decrypts: its CPU time is the volume's
