@@ -512,7 +512,8 @@ def _release_path(resource: Resource) -> str:
     path = Path(resource.ident)
     if not path.is_absolute() or path == Path(path.anchor):
         raise HostError(f"not removing {path}: not an absolute path below /")
-    mounted = host.is_mounted(path)  # a dead FUSE mount fails lstat: lexists() says it is gone
+    # a dead FUSE mount fails lstat (lexists() says it is gone); a symbolic link is never followed
+    mounted = not os.path.islink(path) and host.is_mounted(path)
     if not mounted and not os.path.lexists(path):
         return f"{path}: already gone"
     _redirectable(path, "removing")

@@ -431,3 +431,14 @@ def test_a_daemon_is_registered_before_it_starts_and_stopped_by_its_mark() -> No
         time.sleep(0.02)
     cleanup.release()
     assert proc.poll() is not None  # stopped and reaped
+
+
+def test_removing_a_symbolic_link_to_a_mount_point_removes_the_link_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unmounted: list[Path] = []
+    monkeypatch.setattr(host, "unmount", lambda mountpoint, **_: unmounted.append(mountpoint))
+    link = tmp_path / "link"
+    link.symlink_to("/proc")  # a mount point of the system's
+    assert resources.release(Resource("path", str(link))) == f"removed {link}"
+    assert not os.path.lexists(link) and unmounted == []
