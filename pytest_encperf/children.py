@@ -5,8 +5,9 @@ Every program encperf starts (``host.run``, FUSE daemons, fio, tool versions) ge
 * ``PR_SET_PDEATHSIG`` = SIGKILL, set in the child between fork and exec: when the run dies
   (SIGKILL, the OOM killer), the kernel kills the tool too, so a ``mkfs`` or a ``veracrypt``
   mapping half-way through cannot finish after the run's cleanup has looked. The signal fires
-  when the *thread* that started the child ends: encperf starts every tool from the thread that
-  waits for it (the session's main thread; the native engine's threads start none).
+  when the *thread* that started the child ends: a tool is waited for by the thread that
+  started it, and daemons, which outlive the call, get the signal only when started from the
+  main thread (where the session starts them; the native engine's threads start nothing).
   A child that exits early because its parent died before the prctl is the same as one killed.
 * ``ENCPERF_RUN=<mark>`` in its environment, ``<mark>`` = ``encperf-<pid>-<random>`` (the run's,
   recorded in its journal), inherited by whatever it forks. The death signal is not inherited
@@ -27,6 +28,7 @@ import ctypes
 import os
 import secrets
 import signal
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -83,8 +85,14 @@ def environment(
 def popen_options(
     env: Mapping[str, str] | None = None, *, daemons: bool = False, call: str | None = None
 ) -> dict[str, object]:
-    """Keyword arguments for subprocess.Popen/run: dies with us, carries the run's mark."""
-    return {"preexec_fn": die_with_parent_hook(), "env": environment(env, daemons=daemons, call=call)}
+    """Keyword arguments for subprocess.Popen/run: dies with us, carries the run's mark.
+
+    A daemon started from another thread than the main one would die with that thread: it
+    carries the mark only (a dead run's cleanup still finds it)."""
+    options: dict[str, object] = {"env": environment(env, daemons=daemons, call=call)}
+    if not daemons or threading.current_thread() is threading.main_thread():
+        options["preexec_fn"] = die_with_parent_hook()
+    return options
 
 
 @dataclass(frozen=True)

@@ -140,3 +140,15 @@ def test_a_dead_runs_malformed_mark_ends_nothing(
     path.write_text(json.dumps(document))
     journal.release_dead_runs(tmp_path)
     assert stranger.poll() is None
+
+
+def test_a_daemon_started_from_another_thread_does_not_die_with_that_thread() -> None:
+    import threading
+
+    found: dict[str, object] = {}
+    worker = threading.Thread(target=lambda: found.update(children.popen_options(daemons=True)))
+    worker.start()
+    worker.join()
+    assert "preexec_fn" not in found and children.MARK_VARIABLE in found["env"]  # type: ignore[operator]
+    assert "preexec_fn" in children.popen_options(daemons=True)
+    assert "preexec_fn" in children.popen_options()
