@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_encperf import host
+from pytest_encperf import children, host
 from pytest_encperf.backends import BackendBase, BackendError, BackendSpec, Volume, make_backend
 from pytest_encperf.backends.fuse import FuseBackend
 from pytest_encperf.runner import open_volume
@@ -101,7 +101,13 @@ def leaks_in_files(paths: list[Path]) -> list[str]:
 
 
 def daemons(volume: Volume) -> list[psutil.Process]:
-    return [psutil.Process(int(r.ident)) for r in volume.mounted.resources if r.kind == "process"]
+    """The daemons registered on the volume (by the mark each carries, see children.py)."""
+    return [
+        marked.process
+        for r in volume.mounted.resources
+        if r.kind == "daemon"
+        for marked in children.marked_processes(r.ident)
+    ]
 
 
 def assert_daemons_are_our_children(volume: Volume) -> list[int]:
