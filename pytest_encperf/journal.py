@@ -373,13 +373,14 @@ class Journal:
                 self._written = True
                 with contextlib.suppress(OSError):  # a read-only home only costs the --dir default
                     remember_directory(self.directory)
+            mark = children.run_mark()  # the mark its tools carry (children.py)
             document = {
                 "version": FORMAT_VERSION,
                 "pid": self.pid,
                 **start_json(self.start),
                 "token": self.token,
                 "directory": str(self.directory),
-                "children": children.run_mark(),  # the mark its tools carry (children.py)
+                **({"children": mark} if mark.startswith(f"encperf-{self.pid}-") else {}),
                 "resources": list(self._entries.values()),
             }
             _write_atomically(fd, self.path.name, document)

@@ -243,7 +243,7 @@ def test_journal_lock_and_state_file_get_their_modes_whatever_the_umask(tmp_path
 def test_run_key_file_and_lock_directories_get_their_modes_whatever_the_umask(
     tmp_path: Path, umask: int
 ) -> None:
-    run = resources.make_private_temp_dir(f"encperf-{os.getpid()}-", tmp_path)
+    run = resources.private_directory(Cleanup(None), tmp_path)
     assert mode_of(run) == 0o700
     assert mode_of(resources.make_private_dir(run / "01-plain")) == 0o700
     cleanup = Cleanup(None)
@@ -264,9 +264,8 @@ from pytest_encperf import journal, resources
 os.umask(int(sys.argv[2], 8))
 directory = Path(sys.argv[1])
 log = journal.Journal(directory)
-run = resources.make_private_temp_dir(f"encperf-{os.getpid()}-", directory)  # as a session does
+run = resources.private_directory(resources.Cleanup(log), directory)  # as a session does
 volume = resources.make_private_dir(run / "01-plain")
-resources.Cleanup(log).path(run)
 resources.Cleanup(log).path(volume / "container.img")
 print(run, flush=True)
 os._exit(0)  # like SIGKILL: no teardown, the journal stays
