@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import host, realwork, resources
+from . import children, host, realwork, resources
 from .backends import BackendBase, BackendError, Volume, placement_problems
 from .engines import Engine
 from .engines.observe import Observe
@@ -88,6 +88,10 @@ class MountedVolume:
         another program started for it (``Volume.foreign_daemons``)."""
         resources = [*self.volume.created.resources, *self.volume.mounted.resources]
         ours = [int(r.ident) for r in resources if r.kind == "process" and r.ident.isdigit()]
+        # a daemon registered before it started is known by its mark (and so is what it forked)
+        ours += [
+            m.process.pid for r in resources if r.kind == "daemon" for m in children.marked_processes(r.ident)
+        ]
         return tuple(ours + [pid for pid in self.volume.foreign_daemons if pid not in ours])
 
     @property
