@@ -49,7 +49,9 @@ class Resource:
     kind: "path" (file or directory), "mount" (mount point), "loop" (device, detail = backing
     file), "dm" (device-mapper name), "process" (pid, detail = executable, started = its
     ProcessStart, or the wall-clock start time an older journal recorded, wait = seconds it may
-    take to exit by itself first), a kind a backend registered, or "other" (an in-memory action
+    take to exit by itself first), "daemon" (a daemon registered before it started: ident = the
+    mark it carries, see children.py, detail = executable, wait as for a process), a kind a
+    backend registered, or "other" (an in-memory action
     only this process can do; never journaled).
     """
 

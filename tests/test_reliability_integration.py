@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 import pytest
 
-from pytest_encperf import backends, host, journal, resources
+from pytest_encperf import backends, children, host, journal, resources
 from pytest_encperf.workloads import MiB
 from tests.support import (
     disk_dir,
@@ -238,6 +238,11 @@ def leftovers(
             found.append(f"dm target {ident}")
         elif kind == "process" and resources.is_alive(int(ident), journal.start_of(entry)):
             found.append(f"process {entry.get('detail')} (pid {ident})")
+        elif kind == "daemon":  # registered by the mark it carries (children.py)
+            found += [
+                f"daemon {entry.get('detail')} (pid {m.process.pid})"
+                for m in children.marked_processes(ident)
+            ]
         elif kind == "mount" and host.is_mounted(Path(ident)):
             found.append(f"recorded mount {ident}")
     places = [str(base), *([str(given)] if given is not None else [])]
