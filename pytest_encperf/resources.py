@@ -51,8 +51,8 @@ class Resource:
     ProcessStart, or the wall-clock start time an older journal recorded, wait = seconds it may
     take to exit by itself first), "daemon" (a daemon registered before it started: ident = the
     mark it carries, see children.py, detail = executable, wait as for a process), a kind a
-    backend registered, or "other" (an in-memory action
-    only this process can do; never journaled).
+    backend registered, or "other" (an in-memory action only this process can do; never
+    journaled).
     """
 
     kind: str
