@@ -601,6 +601,8 @@ def _unmountable(target: str) -> None:
     try:
         info = os.lstat(target)
     except OSError as exc:
+        if exc.errno == errno.ENOTCONN and target in mounttable.mountpoints():
+            return  # the root of a FUSE mount whose daemon died (with its run): nothing to follow
         raise HostError(f"not unmounting {target}: {exc.strerror}") from None
     if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
         raise HostError(f"not unmounting {target}: it is not a directory or file (a symbolic link?)")

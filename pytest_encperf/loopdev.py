@@ -90,8 +90,16 @@ def status(fd: int) -> LoopStatus | None:
     except OSError as exc:
         if exc.errno == errno.ENXIO:
             return None
+        if exc.errno == errno.ENOTCONN:  # bound to a file on a FUSE mount whose daemon died
+            return UNREACHABLE
         raise
     return LoopStatus.unpack(bytes(buffer))
+
+
+# A bound device whose backing file the kernel cannot stat (LOOP_GET_STATUS64 fails with ENOTCONN
+# when it lies on a FUSE mount whose daemon died, as a killed run's do): no device or inode
+# number to compare, so backs() compares the kernel's name of the file only, as for a removed one.
+UNREACHABLE = LoopStatus((-1, -1), -1, 0, 0, -1, 0, "")
 
 
 def clear(fd: int) -> None:
