@@ -19,6 +19,7 @@ for removal like any directory (so the journal removes it after a SIGKILL).
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import re
@@ -106,6 +107,8 @@ class RunScope:
             except FileNotFoundError:
                 raise Gone(path_text) from None
             except OSError as exc:
+                if exc.errno == errno.ENOTCONN and str(current) in mounttable.mountpoints():
+                    continue  # a FUSE mount of the run whose daemon died with it; its parents are checked
                 return f"{current}: {exc.strerror}"
             if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
                 return f"{current} is not a directory"
