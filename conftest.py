@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -10,6 +11,12 @@ import tempfile
 # cryptography's OpenSSL bindings do not survive a second import (AES-XTS then reports itself
 # "not supported"): import it here, before any run, so it stays.
 import cryptography.hazmat.primitives.ciphers  # noqa: F401
+
+# Likewise numpy, under matplotlib, "cannot load module more than once per process": a pytester
+# run that imported matplotlib first (--encperf-html asks for it at start-up) left every later
+# run in that process saying that matplotlib is not installed.
+with contextlib.suppress(ImportError):
+    import matplotlib.figure  # noqa: F401
 import pytest
 
 from pytest_encperf import host
