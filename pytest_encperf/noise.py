@@ -40,6 +40,14 @@ class NoiseEstimate:
     truncated: bool  # the moment estimate of the between variance was negative, reported as 0
     notes: tuple[str, ...] = ()
 
+    @property
+    def sd_run_mean(self) -> float | None:
+        """The sd of one run's mean log ratio with this design's average rounds per run: what two
+        unchanged runs differ by, as a whole, is about sqrt(2) times it."""
+        if self.sd_within is None or self.sd_between is None:
+            return None
+        return math.sqrt(self.sd_between**2 + self.sd_within**2 * self.runs / self.rounds)
+
     def to_dict(self) -> dict[str, Any]:
         def percent(value: float | None) -> float | None:
             return None if value is None else round(100 * value, 3)
@@ -52,6 +60,7 @@ class NoiseEstimate:
             "rounds": self.rounds,
             "sd_within_percent": percent(self.sd_within),
             "sd_between_percent": percent(self.sd_between),
+            "sd_run_mean_percent": percent(self.sd_run_mean),
             "df_within": self.df_within,
             "df_between": self.df_between,
             "within_interval_percent": interval(self.within_interval),
@@ -264,13 +273,14 @@ def markdown_table(table: Mapping[Cell, NoiseEstimate], *, label: str, date: str
         f"sd x 100 of ln(ratio) with {CONFIDENCE:.0%} intervals; between-run: method of moments, "
         "truncated at 0 (no interval then), Satterthwaite df.",
         "",
-        "| backend | workload | runs | rounds | sd within run | sd between runs | df within | df between |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| backend | workload | runs | rounds | sd within run | sd between runs | sd of a run's mean "
+        "| df within | df between |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for (backend, workload), e in table.items():
         between = show(e.sd_between, e.between_interval) + (" (truncated)" if e.truncated else "")
         lines.append(
             f"| {backend} | {workload} | {e.runs} | {e.rounds} | {show(e.sd_within, e.within_interval)} "
-            f"| {between} | {e.df_within} | {e.df_between} |"
+            f"| {between} | {show(e.sd_run_mean, None)} | {e.df_within} | {e.df_between} |"
         )
     return "\n".join(lines) + "\n"

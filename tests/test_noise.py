@@ -43,6 +43,7 @@ def test_known_components_are_recovered() -> None:
     assert estimate.within_interval[0] < 0.15 < estimate.within_interval[1]
     assert estimate.between_interval[0] < 0.10 < estimate.between_interval[1]
     assert not estimate.truncated and estimate.notes == ()
+    assert estimate.sd_run_mean == pytest.approx(math.sqrt(0.10**2 + 0.15**2 / 10), rel=0.1)
 
 
 def test_intervals_cover_the_truth_about_as_often_as_stated() -> None:
@@ -76,6 +77,7 @@ def test_unbalanced_exact_values() -> None:
 def test_a_single_run_leaves_the_between_variance_undefined() -> None:
     estimate = noise.estimate([[0.1, 0.2, 0.15, 0.3]])
     assert estimate.runs == 1 and estimate.sd_between is None and estimate.between_interval is None
+    assert estimate.sd_run_mean is None
     assert estimate.sd_within is not None and estimate.df_within == 3 and estimate.df_between == 0
     assert any("between-run variance undefined: 1 run " in note for note in estimate.notes)
     assert noise.estimate([]).notes[0].startswith("within-run variance undefined")
