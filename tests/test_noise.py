@@ -8,6 +8,7 @@ import datetime as dt
 import json
 import math
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -194,3 +195,14 @@ def test_the_reader_never_raises_on_a_saved_document_with_one_part_replaced(data
         parent = parent[key]
     parent[where[-1]] = data.draw(JSON)
     refused_or_read(copy.deepcopy(doc))
+
+
+def test_the_readme_states_the_kept_figures() -> None:
+    """The README's noise table is the newest kept benchmark data (benchmarks/data/noise-*.md)."""
+    root = Path(__file__).resolve().parent.parent
+    kept = sorted((root / "benchmarks" / "data").glob("noise-*.md"))
+    assert kept, "benchmarks/noise.py's data is kept in benchmarks/data"
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    rows = [line for line in kept[-1].read_text(encoding="utf-8").splitlines() if line.startswith("| ")]
+    assert rows and [row for row in rows if row not in readme] == []
+    assert json.loads(kept[-1].with_suffix(".json").read_text(encoding="utf-8"))["estimates"]
