@@ -10,6 +10,7 @@ state), which the rounds of one run cannot show. Pure: no I/O; benchmarks/noise.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,9 @@ class NoiseEstimate:
     between_df_effective: float | None
     truncated: bool  # the moment estimate of the between variance was negative, reported as 0
     notes: tuple[str, ...] = ()
+    # 1.4826 x the median absolute deviation of each round from its run's median: the within-run
+    # sd that a few outlying rounds (a busy neighbour) do not inflate; None without 2 rounds in a run
+    sd_within_robust: float | None = None
 
     @property
     def sd_run_mean(self) -> float | None:
@@ -59,6 +63,7 @@ class NoiseEstimate:
             "runs": self.runs,
             "rounds": self.rounds,
             "sd_within_percent": percent(self.sd_within),
+            "sd_within_robust_percent": percent(self.sd_within_robust),
             "sd_between_percent": percent(self.sd_between),
             "sd_run_mean_percent": percent(self.sd_run_mean),
             "df_within": self.df_within,
@@ -124,7 +129,10 @@ def estimate(groups: Sequence[Sequence[float]], confidence: float = CONFIDENCE) 
                 math.sqrt(df_effective * moment / chi2_ppf(1 - tail, df_effective)),
                 math.sqrt(df_effective * moment / chi2_ppf(tail, df_effective)),
             )
+    deviations = [abs(v - middle) for g in used if len(g) > 1 for middle in [statistics.median(g)] for v in g]
+    robust = 1.4826 * statistics.median(deviations) if deviations else None
     return NoiseEstimate(
+        sd_within_robust=robust,
         runs=k,
         rounds=total,
         sd_within=sd_within,
@@ -271,16 +279,18 @@ def markdown_table(table: Mapping[Cell, NoiseEstimate], *, label: str, date: str
         f"Noise of the log ratio backend/plain, {date}: {label}",
         "",
         f"sd x 100 of ln(ratio) with {CONFIDENCE:.0%} intervals; between-run: method of moments, "
-        "truncated at 0 (no interval then), Satterthwaite df.",
+        "truncated at 0 (no interval then), Satterthwaite df; robust: 1.4826 x the median absolute "
+        "deviation of the rounds from their run's median.",
         "",
-        "| backend | workload | runs | rounds | sd within run | sd between runs | sd of a run's mean "
-        "| df within | df between |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| backend | workload | runs | rounds | sd within run | robust | sd between runs "
+        "| sd of a run's mean | df within | df between |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for (backend, workload), e in table.items():
         between = show(e.sd_between, e.between_interval) + (" (truncated)" if e.truncated else "")
         lines.append(
             f"| {backend} | {workload} | {e.runs} | {e.rounds} | {show(e.sd_within, e.within_interval)} "
+            f"| {show(e.sd_within_robust, None)} "
             f"| {between} | {show(e.sd_run_mean, None)} | {e.df_within} | {e.df_between} |"
         )
     return "\n".join(lines) + "\n"

@@ -45,6 +45,14 @@ def test_known_components_are_recovered() -> None:
     assert estimate.between_interval[0] < 0.10 < estimate.between_interval[1]
     assert not estimate.truncated and estimate.notes == ()
     assert estimate.sd_run_mean == pytest.approx(math.sqrt(0.10**2 + 0.15**2 / 10), rel=0.1)
+    assert estimate.sd_within_robust == pytest.approx(0.15, rel=0.1)  # normal rounds: the same sd
+
+
+def test_the_robust_within_sd_ignores_a_few_outlying_rounds() -> None:
+    groups = simulated(3, 20, 10, 0.1, 0.05)
+    groups[0][0] += 3.0  # one round 20 times slower: a neighbour took the disk
+    estimate = noise.estimate(groups)
+    assert estimate.sd_within > 0.2 and estimate.sd_within_robust == pytest.approx(0.1, rel=0.15)
 
 
 def test_intervals_cover_the_truth_about_as_often_as_stated() -> None:
