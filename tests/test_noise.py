@@ -76,7 +76,7 @@ def test_unbalanced_groups() -> None:
 
 
 def test_unbalanced_exact_values() -> None:
-    """Hand-computed: groups [0, 2] and [4]: MSW = 2 (1 df), MSB = 16/3 * ... n0 = 4/3."""
+    """Hand-computed: groups [0, 2] and [4]: MSW = 2 (1 df), MSB = 6 (1 df), n0 = 4/3."""
     estimate = noise.estimate([[0.0, 2.0], [4.0]])
     # grand mean 2; SSB = 2 * (1 - 2)^2 + 1 * (4 - 2)^2 = 6 (1 df); n0 = (3 - 5/3) / 1 = 4/3
     assert estimate.sd_within == pytest.approx(math.sqrt(2.0))
