@@ -415,6 +415,20 @@ def pytest_unconfigure(config):
 """
 
 
+# one small read workload, two rounds: what every session here measures
+SMALL_READ_RUN = (
+    "--encperf-size=4MiB",
+    "--encperf-runtime=0.02",
+    "--encperf-rounds=2",
+    "--encperf-warmup=0",
+    "-k",
+    "SEQ1M-Q1T1-read",
+    "-rs",
+    "-p",
+    "no:cacheprovider",
+)
+
+
 def run_sequential(
     pytester: pytest.Pytester, partition: Path, backends: str, *extra: str
 ) -> pytest.RunResult:
@@ -428,15 +442,7 @@ def run_sequential(
         f"--encperf-allow-destroy={partition}",
         f"--encperf-dir={pytester.path}",
         f"--encperf-backends={backends}",
-        "--encperf-size=4MiB",
-        "--encperf-runtime=0.02",
-        "--encperf-rounds=2",
-        "--encperf-warmup=0",
-        "-k",
-        "SEQ1M-Q1T1-read",
-        "-rs",
-        "-p",
-        "no:cacheprovider",
+        *SMALL_READ_RUN,
         *extra,
     )
 
@@ -624,15 +630,7 @@ def run_shipped_benchmark(pytester: pytest.Pytester, backends: str, *target: str
         *target,
         f"--encperf-dir={pytester.path}",
         f"--encperf-backends={backends}",
-        "--encperf-size=4MiB",
-        "--encperf-runtime=0.02",
-        "--encperf-rounds=2",
-        "--encperf-warmup=0",
-        "-k",
-        "SEQ1M-Q1T1-read",
-        "-rs",
-        "-p",
-        "no:cacheprovider",
+        *SMALL_READ_RUN,
     )
 
 
