@@ -427,7 +427,7 @@ def device_number(device_name: str) -> str | None:
 LOCK_DIR_ENV = "ENCPERF_LOCK_DIR"
 
 
-def private_directory(text: str) -> bool:
+def is_private_directory(text: str) -> bool:
     """Whether ``text`` is an absolute path to a directory (not a symbolic link) of this user that
     no one else may enter or write (mode without group and other bits)."""
     with contextlib.suppress(OSError):
@@ -445,12 +445,12 @@ def lock_directory() -> Path:
     that directory is this user's alone, else ``~/.cache/encperf``: never a directory others can
     write (they could hold our locks)."""
     chosen = os.environ.get(LOCK_DIR_ENV, "")
-    if chosen and private_directory(chosen):
+    if chosen and is_private_directory(chosen):
         return Path(chosen)
     if is_root():
         return Path("/run/encperf")
     runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-    if private_directory(runtime):
+    if is_private_directory(runtime):
         return Path(runtime) / "encperf"
     return Path.home() / ".cache" / "encperf"
 

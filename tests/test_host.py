@@ -153,4 +153,4 @@ def test_the_locks_live_where_only_this_user_can_write(
 def test_the_suite_measures_under_locks_of_its_own() -> None:
     # conftest.py: a benchmark beside the suite never waits for it, nor it for the benchmark
     assert host.lock_directory() != Path("/run/encperf")
-    assert host.private_directory(str(host.lock_directory()))
+    assert host.is_private_directory(str(host.lock_directory()))
