@@ -196,7 +196,18 @@ def wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60) -> 
         if proc.poll() is not None:
             return path.exists()
         time.sleep(0.02)
+    stop_session(proc)  # a session left running would hold the lock and loops for the tests after it
     raise AssertionError(f"session neither paused nor ended within {timeout} s")
+
+
+def stop_session(proc: subprocess.Popen[bytes]) -> None:
+    """Interrupt ``proc`` (its teardown runs and releases what it made), killing it after 60 s."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # its next run's start-up cleanup (the journal) releases what it left
+        proc.wait()
 
 
 def start_paused(
