@@ -287,8 +287,8 @@ class BitlockerBackend(BackendBase):
             raise HostError(
                 f"the volume holds {fstype}, which this kernel cannot mount (not in /proc/filesystems)"
             )
+        volume.mounted.mount(mountpoint)  # journaled before the call, as mount_ext4 does
         host.mount(device, mountpoint, fstype)
-        volume.mounted.mount(mountpoint)
         return mountpoint
 
     def open(self, volume: Volume) -> Path:
