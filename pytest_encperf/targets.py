@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from . import host, loopbacking, mounttable, resources
+from . import host, loopbacking, loopsharing, mounttable, resources
 from .workloads import MiB
 
 KINDS = ("container", "partition", "directory")
@@ -420,10 +420,16 @@ class DeviceClaim:
         # since the rules were read (during a volume's life, too) passes the open above
         stack = BlockStack()
         name = stack.name_of(self.device)
-        refusal = (
-            None if name is None else loopbacking.refusal(self.device, name, stack, stack.reached_above(name))
+        # nor over the file under it: a loop device attached to that file meanwhile shares its bytes
+        refusals = (
+            []
+            if name is None
+            else [
+                loopbacking.refusal(self.device, name, stack, stack.reached_above(name)),
+                loopsharing.refusal(self.device, name, stack),
+            ]
         )
-        if refusal is not None:
+        if refusal := "; ".join(filter(None, refusals)):
             os.close(fd)
             raise host.HostError(refusal)
         self._fd = fd
@@ -542,9 +548,9 @@ def stack_problems(device: Path, name: str, stack: BlockStack) -> list[str]:
             f"partition rule 'not in use': {device} is held by {', '.join(map(stack.label, held))} "
             "(an active device-mapper, LVM, dm-crypt or MD device is built on it)"
         )
-    refusal = loopbacking.refusal(device, name, stack, reached)
-    if refusal is not None:
-        found.append(refusal)
+    found += filter(
+        None, [loopbacking.refusal(device, name, stack, reached), loopsharing.refusal(device, name, stack)]
+    )
     unnamed = stack.unnamed_root()
     if unnamed is not None:
         found.append(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_encperf import loopsharing
 from pytest_encperf.mounttable import escape
 from pytest_encperf.targets import BlockStack, partition_problems, stack_problems
 from pytest_encperf.workloads import MiB
@@ -25,6 +26,9 @@ class Dev:
     dm_name: str | None = None
     backing_file: str | None = None  # a loop device: its backing file as the kernel names it
     offset: int = 0  # and where it starts in it
+    sizelimit: int = 0  # and how many bytes of it it presents (0: to its end)
+    start: int | None = None  # a partition: where it starts in its disk and its size, in bytes
+    size: int = 0
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,9 @@ def layout(
         (folder / "slaves").mkdir()
         if dev.partition_of:
             (folder / "partition").write_text("1\n")
+            if dev.start is not None:
+                (folder / "start").write_text(f"{dev.start // 512}\n")
+                (folder / "size").write_text(f"{dev.size // 512}\n")
         if dev.dm_name:
             (folder / "dm").mkdir()
             (folder / "dm" / "name").write_text(dev.dm_name + "\n")
@@ -67,6 +74,7 @@ def layout(
             (folder / "loop").mkdir()
             (folder / "loop" / "backing_file").write_text(dev.backing_file + "\n")
             (folder / "loop" / "offset").write_text(f"{dev.offset}\n")
+            (folder / "loop" / "sizelimit").write_text(f"{dev.sizelimit}\n")
         (block / name).symlink_to(folder)
         folders[name] = folder
     for name, dev in devices.items():
@@ -409,6 +417,164 @@ def test_a_loop_device_is_on_its_backing_device(tmp_path: Path) -> None:
     ]
 
 
+# ---------------------------------------------------------------- loop devices over one file
+#
+# Two loop devices over the same backing file present the same bytes, and neither is built on
+# the other: only their records (backing file, offset, size limit) show that they share them.
+
+G = "/var/tmp/g.img"
+
+
+def siblings(*more: tuple[str, int, int]) -> dict[str, Dev]:
+    """The root disk, the target loop1 over G and more loop devices over G (name, offset, sizelimit)."""
+    devices = {**ROOT, "loop1": Dev("7:1", backing_file=G)}
+    for name, offset, sizelimit in more:
+        devices[name] = Dev(
+            f"7:{name.removeprefix('loop')}", backing_file=G, offset=offset, sizelimit=sizelimit
+        )
+    return devices
+
+
+@pytest.mark.parametrize(("offset", "note"), [(0, ""), (MiB, " (offset 1 MiB)")], ids=["whole", "offset"])
+def test_a_loop_device_over_the_same_file_is_in_use_mounted_or_not(
+    tmp_path: Path, offset: int, note: str
+) -> None:
+    """The reproduction: formatting loop1 wrote g.img, which loop2 presents and which was mounted."""
+    devices = siblings(("loop2", offset, 0))
+    shares = (
+        f"partition rule 'not in use': /dev/loop1 is in use: /dev/loop2 shares its backing file {G}{note}"
+    )
+    unmounted = layout(tmp_path, devices, [ROOT_MOUNT])
+    assert check(unmounted, "loop1") == [shares]
+    # and the other way round: loop1 shares the bytes of loop2
+    assert check(unmounted, "loop2") == [
+        f"partition rule 'not in use': /dev/loop2 is in use: /dev/loop1 shares its backing file {G}"
+    ]
+    stack = layout(tmp_path / "mounted", devices, [ROOT_MOUNT, ("7:2", "/mnt/h", "ext4", "/dev/loop2")])
+    assert check(stack, "loop1") == [f"{shares} and is mounted on /mnt/h"]
+
+
+@pytest.mark.parametrize("backing_file", [f"{G} (deleted)", G])
+def test_a_removed_backing_file_is_still_shared(tmp_path: Path, backing_file: str) -> None:
+    """Without the kernel's record (inode), the kernel's name of the file decides, " (deleted)"
+    or not: a match by name refuses rather than lets through."""
+    devices = {
+        **ROOT,
+        "loop1": Dev("7:1", backing_file=f"{G} (deleted)"),
+        "loop2": Dev("7:2", backing_file=backing_file),
+    }
+    assert rules(check(layout(tmp_path, devices, [ROOT_MOUNT]), "loop1")) == ["not in use"]
+
+
+@pytest.mark.parametrize(
+    ("target", "other", "shared"),
+    [
+        pytest.param((0, 100 * MiB), (100 * MiB, 0), False, id="after-its-size-limit"),
+        pytest.param((100 * MiB, 0), (0, 100 * MiB), False, id="before-its-offset"),
+        pytest.param((0, 100 * MiB), (100 * MiB - 512, 0), True, id="one-sector-over"),
+        pytest.param((100 * MiB, 0), (0, 100 * MiB + 512), True, id="one-sector-into"),
+        pytest.param((MiB, MiB), (0, 0), True, id="inside-the-other"),
+    ],
+)
+def test_loop_devices_over_disjoint_ranges_of_one_file_share_nothing(
+    tmp_path: Path, target: tuple[int, int], other: tuple[int, int], shared: bool
+) -> None:
+    """``losetup --offset``/``--sizelimit`` cut a file in pieces: a piece next to the target's is
+    another device; one byte in common is not."""
+    devices = {
+        **siblings(("loop2", *other)),
+        "loop1": Dev("7:1", backing_file=G, offset=target[0], sizelimit=target[1]),
+    }
+    stack = layout(tmp_path, devices, [ROOT_MOUNT, ("7:2", "/mnt/h", "ext4", "/dev/loop2")])
+    assert rules(check(stack, "loop1")) == (["not in use"] if shared else [])
+
+
+def test_a_partition_of_a_loop_device_shares_only_its_own_bytes(tmp_path: Path) -> None:
+    """loop1p1 is bytes 1 to 33 MiB of g.img: a loop device over g.img from 64 MiB shares none
+    of them, one from 16 MiB does (and both share the bytes of the whole of loop1)."""
+    devices = {
+        **siblings(("loop2", 64 * MiB, 0), ("loop3", 16 * MiB, 8 * MiB)),
+        "loop1p1": Dev("259:0", partition_of="loop1", start=MiB, size=32 * MiB),
+    }
+    stack = layout(tmp_path, devices, [ROOT_MOUNT, ("7:3", "/mnt/h", "ext4", "/dev/loop3")])
+    assert check(stack, "loop1p1") == [
+        "partition rule 'not in use': /dev/loop1p1 is in use: /dev/loop3 shares /dev/loop1's backing file "
+        f"{G} (offset 16 MiB) and is mounted on /mnt/h"
+    ]
+    assert check(stack, "loop1") == [
+        f"partition rule 'not in use': /dev/loop1 is in use: /dev/loop2 shares its backing file {G} "
+        f"(offset 64 MiB); /dev/loop3 shares its backing file {G} (offset 16 MiB) and is mounted on /mnt/h"
+    ]
+
+
+def test_a_partition_whose_start_is_not_known_shares_the_whole_disk(tmp_path: Path) -> None:
+    devices = {**siblings(("loop2", 64 * MiB, 0)), "loop1p1": Dev("259:0", partition_of="loop1")}
+    assert rules(check(layout(tmp_path, devices, [ROOT_MOUNT]), "loop1p1")) == ["not in use"]
+
+
+def test_what_is_built_on_a_sibling_is_named_with_it(tmp_path: Path) -> None:
+    """The sibling's own stack, by the other rules: a loop device on it, mounted; a mapping on
+    it, mounted; a partition of it, swap."""
+    devices = {
+        **siblings(("loop2", MiB, 0), ("loop4", 0, 0)),
+        "loop3": Dev("7:3", backing_file="/dev/loop2", offset=MiB),
+        "dm-0": Dev("253:0", slaves=["loop2"], dm_name="lin"),
+        "loop4p1": Dev("259:0", partition_of="loop4", start=MiB, size=MiB),
+    }
+    mounts = [
+        ROOT_MOUNT,
+        ("7:3", "/mnt/h", "ext4", "/dev/loop3"),
+        ("253:0", "/srv", "ext4", "/dev/mapper/lin"),
+    ]
+    stack = layout(tmp_path, devices, mounts, swaps=["/dev/loop4p1"])
+    assert check(stack, "loop1") == [
+        "partition rule 'not in use': /dev/loop1 is in use: "
+        f"/dev/loop2 shares its backing file {G} (offset 1 MiB) and is held by dm-0 (lin); "
+        "dm-0 (lin) on /dev/loop2 is mounted on /srv; "
+        "/dev/loop3 (offset 1 MiB) is backed by /dev/loop2 and mounted on /mnt/h; "
+        f"/dev/loop4 shares its backing file {G}; loop4p1 on /dev/loop4 is active swap"
+    ]
+
+
+def test_a_device_mapping_on_a_loop_device_shares_its_file(tmp_path: Path) -> None:
+    """Naming a mapping writes the loop device under it, anywhere (its table is not read)."""
+    devices = {
+        **siblings(("loop2", 200 * MiB, 0)),
+        "loop1": Dev("7:1", backing_file=G, sizelimit=MiB),
+        "dm-0": Dev("253:0", slaves=["loop1"], dm_name="lin"),
+    }
+    stack = layout(tmp_path, devices, [ROOT_MOUNT])
+    assert loopsharing.sharers(stack, "loop1") == []  # the first MiB of g.img: not loop2's
+    assert check(stack, "dm-0") == []  # nor through the mapping
+    stack = layout(tmp_path / "wide", {**devices, "loop1": Dev("7:1", backing_file=G)}, [ROOT_MOUNT])
+    assert check(stack, "dm-0") == [
+        "partition rule 'not in use': /dev/dm-0 is in use: /dev/loop2 shares /dev/loop1's backing file "
+        f"{G} (offset 200 MiB)"
+    ]
+
+
+def test_loop_devices_over_one_block_device_share_its_bytes(tmp_path: Path) -> None:
+    """The same over a device: loop3 and loop4 over loop1 (or over the disk sdb, of which the
+    target is a partition)."""
+    devices = {
+        **loops(("loop3", "loop1", 0), ("loop4", "loop1", MiB), ("loop5", "loop1", 64 * MiB)),
+        "loop3": Dev("7:3", backing_file="/dev/loop1", sizelimit=2 * MiB),
+        "sdb": Dev("8:16"),
+        "sdb1": Dev("8:17", partition_of="sdb", start=MiB, size=16 * MiB),
+        "loop6": Dev("7:6", backing_file="/dev/sdb", offset=8 * MiB),
+        "loop7": Dev("7:7", backing_file="/dev/sdb", offset=32 * MiB),
+    }
+    stack = layout(tmp_path, devices, [ROOT_MOUNT, ("7:4", "/mnt/h", "ext4", "/dev/loop4")])
+    assert check(stack, "loop3") == [
+        "partition rule 'not in use': /dev/loop3 is in use: /dev/loop4 (offset 1 MiB) is backed by "
+        "/dev/loop1, which it is on, and is mounted on /mnt/h"
+    ]
+    assert check(stack, "sdb1") == [
+        "partition rule 'not in use': /dev/sdb1 is in use: /dev/loop6 (offset 8 MiB) is backed by "
+        "/dev/sdb, which it is on"
+    ]
+
+
 FORCED = [
     pytest.param(loops(("loop2", "loop1", MiB)), [("7:2", "/mnt/h", "ext4", "/dev/loop2")], [], "loop1",
                  ["not mounted", "not in use"], id="mounted-loop-on-it"),
@@ -421,6 +587,9 @@ FORCED = [
     pytest.param(loops(), [], [], "vda", ["not mounted", "not the root disk"], id="root-disk"),
     pytest.param(loops(("loop2", "vda1", 0)), [], [], "loop2", ["not mounted", "not the root disk"],
                  id="loop-on-the-root-partition"),
+    pytest.param(siblings(("loop2", MiB, 0)), [("7:2", "/mnt/h", "ext4", "/dev/loop2")], [], "loop1",
+                 ["not in use"], id="mounted-loop-over-its-file"),
+    pytest.param(siblings(("loop2", 0, 0)), [], [], "loop1", ["not in use"], id="loop-over-its-file"),
 ]  # fmt: skip
 
 
