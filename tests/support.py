@@ -190,9 +190,14 @@ def loop_device(image: Path, size: int) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def loop_on(backing: Path, offset: int = 0) -> Iterator[Path]:
-    """A loop device over block device ``backing`` (``losetup -o``), detached after."""
-    argv = ["losetup", "--find", "--show", *(["--offset", str(offset)] if offset else []), str(backing)]
+def loop_on(backing: Path, offset: int = 0, sizelimit: int = 0) -> Iterator[Path]:
+    """A loop device over a block device or file, ``backing`` (``losetup -o``, ``--sizelimit``), detached
+    after."""
+    argv = [
+        *["losetup", "--find", "--show", *(["--offset", str(offset)] if offset else [])],
+        *(["--sizelimit", str(sizelimit)] if sizelimit else []),
+        str(backing),
+    ]
     with host.machine_lock(host.LOOP_LOCK):  # two --find at once may pick the same device
         loop = Path(subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip())
     attached = (host.loop_backing_file(loop) or "").removesuffix(host.DELETED)  # the kernel's name for it
