@@ -54,7 +54,8 @@ class LoopSpan(NamedTuple):
 
 def overlaps(start: int, end: int | None, other_start: int, other_end: int | None) -> bool:
     """Do the byte ranges [start, end) and [other_start, other_end) share a byte (None: no end)?"""
-    return (other_end is None or start < other_end) and (end is None or other_start < end)
+    first, last = max(start, other_start), min((e for e in (end, other_end) if e is not None), default=None)
+    return last is None or first < last
 
 
 def _record(stack: BlockStack, name: str) -> tuple[loopdev.LoopStatus, int] | None:

@@ -124,6 +124,29 @@ def test_a_mapping_on_a_loop_device_on_the_device_refuses_it(loop: Path, scratch
     assert partition_problems(loop, force=True) == []
 
 
+def test_a_mapping_on_a_loop_device_over_the_same_file(loop: Path, scratch: Path) -> None:
+    """Another loop device over the device's file, with a mounted mapping on it: named with its
+    stack; and a mapping named on the device writes that file too."""
+    image = (host.loop_backing_file(loop) or "").removesuffix(host.DELETED)
+    with (
+        loop_on(scratch / "pv.img", MiB) as sibling,
+        linear(sibling, "sibling") as mapped,
+        mounted(mapped, scratch / "mnt") as point,
+    ):
+        held = dm_label(mapped)
+        shares = f"{sibling} shares its backing file {image} (offset 1 MiB) and is held by {held}"
+        assert partition_problems(loop, force=True) == [
+            f"partition rule 'not in use': {loop} is in use: {shares}; {held} on /dev/{sibling.name} is "
+            f"mounted on {point}"
+        ]
+        with linear(loop, "named") as named:
+            assert partition_problems(named, force=True) == [
+                f"partition rule 'not in use': {named} is in use: {sibling} shares /dev/{loop.name}'s "
+                f"backing file {image} (offset 1 MiB) and is held by {held}; {held} on /dev/{sibling.name} "
+                f"is mounted on {point}"
+            ]
+
+
 def test_root_on_a_mapping_refuses_the_device_under_it(loop: Path, scratch: Path) -> None:
     """The real sysfs stack; "/" named on the mapping by a mountinfo line (the guest's own / is
     hostfs, on no block device)."""

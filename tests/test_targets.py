@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pytest_encperf import loopsharing
 from pytest_encperf.mounttable import escape
@@ -487,6 +489,33 @@ def test_loop_devices_over_disjoint_ranges_of_one_file_share_nothing(
     }
     stack = layout(tmp_path, devices, [ROOT_MOUNT, ("7:2", "/mnt/h", "ext4", "/dev/loop2")])
     assert rules(check(stack, "loop1")) == (["not in use"] if shared else [])
+
+
+ENDS = st.one_of(st.none(), st.integers(0, 40))
+
+
+@given(st.integers(0, 40), ENDS, st.integers(0, 40), ENDS)
+def test_overlap_is_a_shared_byte(
+    start: int, end: int | None, other_start: int, other_end: int | None
+) -> None:
+    def span(first: int, last: int | None) -> set[int]:
+        return set(range(first, 50 if last is None else last))  # None: to the end (beyond 40)
+
+    shared = bool(span(start, end) & span(other_start, other_end))
+    assert loopsharing.overlaps(start, end, other_start, other_end) is shared
+
+
+@given(st.integers(0, 40), ENDS, st.integers(0, 40), ENDS)
+def test_a_loop_devices_bytes_are_those_of_its_file_from_its_offset_to_its_limit(
+    offset: int, limit: int | None, start: int, end: int | None
+) -> None:
+    """Bytes [start, end) of a loop device at ``offset`` presenting ``limit`` bytes (None: all)."""
+    span = loopsharing.LoopSpan("loop1", (), "", offset, None if limit is None else offset + limit)
+    first, last = span.presented(start, end)
+    device = range(0, 100 if limit is None else limit)  # the loop device's own bytes
+    wanted = [offset + byte for byte in device if byte >= start and (end is None or byte < end)]
+    got = [byte for byte in range(first, offset + 100 if last is None else last)]
+    assert got == wanted
 
 
 def test_a_partition_of_a_loop_device_shares_only_its_own_bytes(tmp_path: Path) -> None:

@@ -54,6 +54,7 @@ MUST_PASS = [
     "test_lvm_like_stack_under_a_mounted_file_system",
     "test_a_mapping_on_a_partition_refuses_the_whole_disk",
     "test_a_mapping_on_a_loop_device_on_the_device_refuses_it",
+    "test_a_mapping_on_a_loop_device_over_the_same_file",
     "test_root_on_a_mapping_refuses_the_device_under_it",
     "test_a_failed_luks_format_wipes_nothing",
     "test_luks2_on_a_partition_leaves_it_as_it_was",
