@@ -177,11 +177,11 @@ def sharers(stack: BlockStack, name: str) -> list[tuple[str, Written]]:
         for other in spans:
             if other.name in path or other.name in found:
                 continue
-            over_file = entry.span is not None and entry.backing_device is None
+            own = entry.span if entry.backing_device is None else None  # a loop device over a file
             shared_file = (
-                over_file
-                and same_backing(entry.span, other)
-                and overlaps(*entry.span.presented(entry.start, entry.end), other.start, other.end)
+                own is not None
+                and same_backing(own, other)
+                and overlaps(*own.presented(entry.start, entry.end), other.start, other.end)
             )
             # backed by a device under it (one backed by the named device itself is built on it,
             # which loopbacking's rule names)
