@@ -7,8 +7,8 @@ that I/O reaches the disk below instead of the host's page cache (checked in sys
 is, sits under or holds a mounted file system, swap, an active device-mapper/LVM/MD device, a
 loop device or the stack holding /, when another loop device presents bytes it would write (one
 over the same backing file or device, see loopsharing), when another program holds it or that
-file, and when it carries a file
-system or partition table signature unless ``--encperf-force`` (which overrides nothing else).
+file, and when it carries a file system or partition table signature unless ``--encperf-force``
+(which overrides nothing else).
 A run holds it exclusively (O_EXCL) from before its first write (see DeviceClaim).
 ``directory``: a directory on the host filesystem; needs no root, but only file-level
 backends (plain, fscrypt where the host filesystem supports it, FUSE) can use it.
