@@ -19,6 +19,17 @@ Every program encperf starts (``host.run``, FUSE daemons, fio, tool versions) ge
   ``<mark>:daemons``: a dead run's cleanup lets those live until the volume's release. A FUSE
   daemon's mark also names its start (``<mark>/<call>:daemons``), journaled before it starts
   (resources.Cleanup.daemon): its release finds it, and what it forked, by that.
+
+The ``:daemons`` mark is inherited by everything such a tool forks, its short-lived helpers too
+(VeraCrypt's ``losetup`` and ``mount``, its core service): no death signal reaches those, and one
+still running after the cleanup has looked for loop devices and mounts makes one nobody releases
+(issue 23's chaos leak). A daemon is
+told apart by its session: it detached itself (``setsid``: VeraCrypt's FUSE daemon, as every
+daemon does) or was started in a session of its own (ours), and what it forks stays in its
+session. A helper stays in the session of the tool that forked it, and ``host.run`` starts every
+tool in a session of its own, led by the tool, which died with the run. So a dead run's marked
+process lives on only while the leader of its session is a live, not dying, ``:daemons``
+process of the run (itself, for a daemon); every other one is ended before anything is released.
 """
 
 from __future__ import annotations
@@ -177,13 +188,42 @@ def end(processes: list[psutil.Process], timeout: float = EXIT_WAIT) -> list[str
     return lines
 
 
+def session_of(pid: int) -> int | None:
+    """The session id of process ``pid``, None when it is gone."""
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
+def lasting_daemons(found: list[Marked]) -> set[int]:
+    """The pids among a dead run's marked processes ``found`` that live on until their volume's
+    release: ``:daemons`` processes whose session is led by a live, not dying ``:daemons``
+    process of the run (a daemon that detached, or one we started in a session of its own, and
+    what it forked). A helper of a tool, in the session of the tool that died with the run, is
+    not one (see the module's docstring)."""
+    staying = {m.process.pid for m in found if m.daemons and not dying(m.process)}
+    return {pid for pid in staying if session_of(pid) in staying}
+
+
 def end_dead_runs_tools(mark: str) -> list[str]:
-    """Before anything of a dead run is released: end its tools that were still running (and
-    whatever they forked), and wait for those its death already killed, so that no tool
-    finishes a mount or a mapping after the cleanup has looked. Daemons a tool left on purpose
-    (``:daemons``) live on, unless they are dying anyway."""
-    targets = [m.process for m in marked_processes(mark) if not m.daemons or dying(m.process)]
-    return [f"ended its tool {line}" for line in end(targets)]
+    """Before anything of a dead run is released: end its tools that were still running and
+    whatever they forked (the helpers of a tool that leaves daemons too), and wait for those its
+    death already killed, so that no tool or helper makes a mount or a loop device after the
+    cleanup has looked. Daemons a tool left on purpose live on (lasting_daemons).
+
+    Looked for again after each round of ending, until none is left: a helper may have forked
+    another between the look and its end."""
+    ended: set[psutil.Process] = set()  # by pid and start: a pid reused meanwhile is another
+    lines: list[str] = []
+    while True:
+        found = marked_processes(mark)
+        lasting = lasting_daemons(found)
+        targets = [m.process for m in found if m.process.pid not in lasting and m.process not in ended]
+        if not targets:
+            return lines
+        ended.update(targets)
+        lines += [f"ended its tool {line}" for line in end(targets)]
 
 
 def end_dead_runs_leftovers(mark: str) -> list[str]:

@@ -152,3 +152,52 @@ def test_a_daemon_started_from_another_thread_does_not_die_with_that_thread() ->
     assert "preexec_fn" not in found and children.MARK_VARIABLE in found["env"]  # type: ignore[operator]
     assert "preexec_fn" in children.popen_options(daemons=True)
     assert "preexec_fn" in children.popen_options()
+
+
+def marked_session(mark: str, script: str, *args: str) -> subprocess.Popen[bytes]:
+    """``sh -c script`` carrying ``mark``, leading a session of its own, as host.run starts a tool."""
+    env = {**os.environ, children.MARK_VARIABLE: mark}
+    return subprocess.Popen(["sh", "-c", script, "sh", *args], env=env, start_new_session=True)
+
+
+def test_a_dead_tools_helper_marked_daemons_is_ended_before_release_while_a_daemon_lives_on(
+    tmp_path: Path, spawned: list[subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chaos leak of issue 23: a tool that leaves daemons (``:daemons``, VeraCrypt mapping a
+    volume) died with the run while its helper (its ``losetup``) ran on; the helper made its
+    resource while the release was under way, after the cleanup had looked. A helper stays in
+    the session of the tool that died, a daemon leads one of its own: the helper is ended
+    before anything is released, the daemon (and what it forked) lives until then."""
+    pid = dead_pid()
+    mark = f"encperf-{pid}-0123abcd"
+    made = tmp_path / "made-by-the-helper"
+    # the tool: forks its helper (which makes its resource a second later) and is gone
+    tool = marked_session(mark + children.DAEMONS, '(sleep 1; touch "$1") & exit 0', str(made))
+    tool.wait()
+    daemon = marked_session(mark + children.DAEMONS, "sleep 60 & wait")  # detached, with a child
+    spawned.append(daemon)
+    deadline = time.monotonic() + 5
+    while len(children.marked_processes(mark)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.02)  # the helper's subshell and sleep, the daemon and its sleep
+    assert len(children.marked_processes(mark)) == 4
+    seen: dict[str, object] = {}
+
+    def release(resource: resources.Resource) -> str:
+        running = children.marked_processes(mark)
+        seen["sessions"] = {children.session_of(m.process.pid) for m in running}
+        seen["count"] = len(running)
+        time.sleep(2.0)  # a release that takes a while (VeraCrypt's dismount): the helper's chance
+        return "released"
+
+    monkeypatch.setitem(resources.KINDS, "path", resources.Kind(release, resources.KINDS["path"].check))
+    directory = run_dir(tmp_path, pid)
+    path = write_journal(tmp_path, pid, None, [{"kind": "path", "ident": str(directory)}])
+    document = json.loads(path.read_text())
+    document["children"] = mark
+    path.write_text(json.dumps(document))
+    [run] = journal.release_dead_runs(tmp_path)
+    assert seen == {"sessions": {daemon.pid}, "count": 2}, run.done  # the daemon and its sleep only
+    assert any(line.startswith("ended its tool sleep") for line in run.done), run.done
+    time.sleep(0.5)
+    assert not made.exists(), "the dead tool's helper made its resource after the cleanup had looked"
+    assert children.marked_processes(mark) == []  # the daemon, ended after the release
