@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf import backends, children, journal
+from tests.support import with_veracrypt_standin
 from tests.test_reliability_integration import (
     QUICK,
     base,  # noqa: F401 - fixture
@@ -43,6 +45,7 @@ from tests.test_reliability_integration import (
     journaled,
     leftovers,
     runnable,
+    start_paused,
 )
 
 pytestmark = pytest.mark.integration
@@ -234,3 +237,66 @@ def test_a_mounted_file_is_unmounted_before_it_is_removed_never_unlinked_busy(
     assert line == f"removed {export}"
     assert not host.is_mounted(export) and host.loop_backing_file(loop.path) is None
     assert resources.release(resources.Resource("path", str(run))) == f"removed {run}"
+
+
+# losetup as the VeraCrypt stand-in runs it over its FUSE image, held once the loop device is
+# attached (and before the stand-in has noted it): the kill lands there
+HELD_LOSETUP = """#!/bin/sh
+case "$*" in
+*/.veracrypt_aux_mnt*/volume)
+    @REAL@ "$@" || exit
+    touch "$ENCPERF_CHAOS_CONTROL/losetup-held"
+    exec sleep 60;;
+esac
+exec @REAL@ "$@"
+"""
+
+
+@pytest.mark.parametrize("when", ["now", "later"])
+def test_sigkill_after_veracrypts_losetup_attached_a_loop_device_it_never_noted(
+    pytester: pytest.Pytester,
+    base: Path,  # noqa: F811 - fixture
+    given: Path,  # noqa: F811 - fixture
+    monkeypatch: pytest.MonkeyPatch,
+    when: str,
+) -> None:
+    """The chaos leak of issue 23 (veracrypt-cli-2-after-later), made certain: the run dies while
+    the veracrypt program's own losetup has attached a loop device over its FUSE image that the
+    program has not noted yet (VeraCrypt sends it to its FUSE service after losetup returns), so
+    its dismount knows nothing of it and cannot unmount the image under it. The helper itself
+    still runs (marked ``:daemons``, like the daemons VeraCrypt leaves): it is ended before
+    anything is released, and the loop device detached."""
+    if shutil.which("veracrypt") is not None:
+        pytest.skip("the real veracrypt is installed: this test drives the stand-in's losetup")
+    real = shutil.which("losetup")
+    assert real is not None
+    for key, value in with_veracrypt_standin(given).items():
+        monkeypatch.setenv(key, value)
+    shim = given / "bin" / "losetup"
+    shim.write_text(HELD_LOSETUP.replace("@REAL@", real))
+    shim.chmod(0o755)
+    spec = runnable("veracrypt-cli", base, given, monkeypatch)
+    backends.load_all()
+    proc = start_paused(pytester, base, spec, "none", paused="losetup-held")
+    assert proc is not None, "the session never reached veracrypt's losetup"
+    recorded = journaled(base)
+    run_marks = marks(base)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    if when == "now":
+        runs = journal.release_dead_runs(base)
+        report = "\n".join(line for run in runs for line in run.lines())
+        problems = [line for run in runs for line in run.problem_lines()]
+    else:
+        time.sleep(1)
+        cleanup = encperf_cleanup(base)
+        report = cleanup.stdout + cleanup.stderr
+        problems = [] if cleanup.returncode == 0 else [report]
+    found = leftovers(base, recorded, given, proc.pid)
+    found += [
+        f"process {m.process.pid} of the run" for mark in run_marks for m in children.marked_processes(mark)
+    ]
+    print(report)
+    assert "ended its tool sleep" in report
+    assert problems == []
+    assert found == []

@@ -395,3 +395,31 @@ def test_native_default_kdf_opens_without_a_pim(tmp_path: Path, monkeypatch: pyt
 def test_kdf_and_pim_together_are_refused() -> None:
     with pytest.raises(ValueError, match="kdf and pim both set"):
         make_backend(BackendSpec.parse("veracrypt:kdf=default,pim=5"))
+
+
+def test_a_fuse_mount_is_the_containers_when_its_control_file_names_it_as_veracrypt_does(
+    tmp_path: Path,
+) -> None:
+    """VeraCrypt's FUSE service describes the volume in ``control`` (VolumeInfo, serialized):
+    its ``Path`` field, not the mount's number, says whose loop devices are there."""
+    container = tmp_path / "run" / "container.img"
+    control = tmp_path / "control"
+    wide = f"{container}\0".encode("utf-32-le")
+    field = (
+        b"\0" * 7
+        + b"\x08"
+        + b"\0" * 7
+        + b"\x05Path\0"
+        + b"\0" * 7
+        + b"\x08"
+        + len(wide).to_bytes(8, "big")
+        + wide
+    )
+    assert veracrypt.serialized_path(str(container)) == field
+    control.write_bytes(b"...LoopDevice..." + field + b"...Pkcs5IterationCount...")
+    assert veracrypt._control_names(control, container)
+    assert not veracrypt._control_names(control, tmp_path / "run" / "container")  # a prefix of it
+    assert not veracrypt._control_names(control, tmp_path / "other.img")
+    control.write_bytes(wide)  # not as VeraCrypt writes it: no field
+    assert not veracrypt._control_names(control, container)
+    assert not veracrypt._control_names(tmp_path / "missing", container)

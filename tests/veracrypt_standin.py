@@ -7,8 +7,10 @@ device over that file and leaves detached daemon processes running; only
 ``veracrypt --text --dismount <container>`` takes all of that down. This stand-in makes the same
 kinds of resources, outside the run's directory and not as children of the caller: a tmpfs at
 ``/tmp/.veracrypt_aux_mntN`` with the container bind-mounted on its ``volume`` file (no
-encryption: the stand-in tests resource handling, not crypto), a loop device over it and a
-detached daemon holding the container open. It answers ``--help`` (listing ``--stdin``),
+encryption: the stand-in tests resource handling, not crypto) and the container's path in its
+``control`` file (as VeraCrypt's FUSE service describes the volume there), a loop device over
+it (noted in the state after ``losetup`` returns, as VeraCrypt notes it in its FUSE service)
+and a detached daemon holding the container open. It answers ``--help`` (listing ``--stdin``),
 ``--version``, ``--create``, mapping (``... <container>``), ``--list`` and ``--dismount``, and
 checks the password given on stdin.
 
@@ -24,6 +26,7 @@ import hashlib
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -52,6 +55,13 @@ def read_password(argv: list[str]) -> bytes:
         if arg.startswith("--password="):
             return arg.split("=", 1)[1].encode()
     raise SystemExit("Error: no password (the stand-in needs --stdin or --password=)")
+
+
+def serialized_path(path: str) -> bytes:
+    """The ``Path`` field as VeraCrypt's Serializer writes it (big-endian sizes, each preceded
+    by its own size 8; the name NUL-terminated, the value NUL-terminated wchar_t, UTF-32)."""
+    name, value = b"Path\0", f"{path}\0".encode("utf-32-le")
+    return struct.pack(">QQ", 8, len(name)) + name + struct.pack(">QQ", 8, len(value)) + value
 
 
 def run(*argv: str) -> str:
@@ -111,7 +121,8 @@ def map_volume(argv: list[str]) -> int:
     save.write_text(json.dumps(slot))  # first: a dismount finds whatever exists from now on
     run("mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(aux))
     (aux / "volume").touch()
-    (aux / "control").touch()
+    # VeraCrypt's FUSE service describes the volume in "control" (its path among the rest)
+    (aux / "control").write_bytes(serialized_path(container))
     run("mount", "--bind", container, str(aux / "volume"))
     proc = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), "--standin-daemon", container],

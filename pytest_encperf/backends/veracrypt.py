@@ -33,10 +33,12 @@ import os
 import re
 import secrets
 import shutil
+import struct
+import subprocess
 from pathlib import Path
 from typing import Any
 
-from .. import host, resources
+from .. import children, host, mounttable, resources
 from ..parsing import parse_bool, parse_choice, parse_int
 from ..resources import Cleanup, Resource
 from ..targets import Target
@@ -347,14 +349,72 @@ def mapped_device(container: Path) -> Path | None:
     return None
 
 
+AUX_MOUNT = re.compile(r"\.veracrypt_aux_mnt[0-9]+")  # <TMPDIR>/.veracrypt_aux_mntN: its FUSE mount
+CONTROL_READ_TIMEOUT = 10.0  # seconds: a FUSE daemon that does not answer must not hang a cleanup
+
+
+def serialized_path(path: str) -> bytes:
+    """The ``Path`` field of a volume's description as VeraCrypt's Serializer writes it: each
+    of name and value a big-endian 64-bit size (itself preceded by the size of that size, 8),
+    then the name NUL-terminated, the value as NUL-terminated wchar_t (UTF-32, little-endian here)."""
+    name, value = b"Path\0", f"{path}\0".encode("utf-32-le")
+    return struct.pack(">QQ", 8, len(name)) + name + struct.pack(">QQ", 8, len(value)) + value
+
+
+def _control_names(control: Path, container: Path) -> bool:
+    """Whether the ``control`` file of a VeraCrypt FUSE mount names ``container``: VeraCrypt's
+    FUSE service serves the volume's description there (serialized_path). Read by ``cat`` with
+    a timeout: a read from a FUSE daemon that hangs would hang here too."""
+    try:
+        done = subprocess.run(
+            ["cat", "--", str(control)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=CONTROL_READ_TIMEOUT,
+            **children.popen_options(),  # type: ignore[call-overload]
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    names = {str(container), os.path.realpath(container)}
+    return done.returncode == 0 and any(serialized_path(name) in done.stdout for name in names)
+
+
+def unnoted_loop_devices(container: Path, noted: Path | None) -> list[tuple[Path, Path]]:
+    """(device, image) of the loop devices over the FUSE image (``<aux mount>/volume``) of
+    ``container``'s VeraCrypt mapping other than ``noted``, the device VeraCrypt lists for it.
+
+    VeraCrypt notes its loop device in its FUSE service after its ``losetup`` returns: killed in
+    between (with the run, or ended by a dead run's cleanup), it leaves one that its dismount
+    knows nothing of, and its FUSE mount cannot be unmounted from under it. Only root attaches
+    loop devices, and the mount is the one whose control file names the run's container."""
+    found = []
+    for mountpoint in mounttable.mountpoints():
+        aux = Path(mountpoint)
+        if not AUX_MOUNT.fullmatch(aux.name) or not _control_names(aux / "control", container):
+            continue
+        image = aux / "volume"
+        for entry in sorted(Path("/sys/block").glob("loop*")):
+            device = Path("/dev") / entry.name
+            if device != noted and host.loop_backing_file(device) == str(image):
+                found.append((device, image))
+    return found
+
+
 def dismount(resource: Resource) -> str:
     """Release a "veracrypt-volume": ``veracrypt --text --dismount <container>`` when VeraCrypt
-    still lists it (its mapping, FUSE mount, loop device and daemons all go with it)."""
+    still lists it (its mapping, FUSE mount, loop device and daemons all go with it), after
+    detaching a loop device over its FUSE image that VeraCrypt never noted (unnoted_loop_devices)."""
     container = Path(resource.ident)
-    if mapped_device(container) is None:
+    noted = mapped_device(container)
+    if noted is None:
         return f"veracrypt volume {container}: not mapped any more"
+    detached = [
+        f"detached {device} (over {image}, never noted by veracrypt), "
+        for device, image in unnoted_loop_devices(container, noted)
+        if host.detach_loop(device, image)
+    ]
     host.run([VERACRYPT, "--text", "--non-interactive", "--dismount", str(container)])
-    return f"dismounted veracrypt volume {container}"
+    return f"{''.join(detached)}dismounted veracrypt volume {container}"
 
 
 resources.register_kind(KIND, dismount)
