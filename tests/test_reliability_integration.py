@@ -136,6 +136,9 @@ def base() -> Iterator[Path]:
     """A fresh --encperf-dir on the disk, removed at the end (after the leftover checks)."""
     path = Path(tempfile.mkdtemp(prefix="encperf-chaos-", dir=base_directory()))
     yield path
+    if host.mounts_under(path) or host.loops_backed_by(path):  # a session killed after a timeout
+        backends.load_all()
+        journal.release_dead_runs(path)
     if not host.mounts_under(path) and not host.loops_backed_by(path):
         shutil.rmtree(path)
 
