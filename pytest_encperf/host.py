@@ -18,7 +18,7 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -244,16 +244,30 @@ def lock_holders(fd: int) -> list[int]:
     return holders
 
 
-def wait_for_lock(fd: int, what: str, timeout: float, *, shared: bool = False) -> None:
+def wait_for_lock(
+    fd: int,
+    what: str,
+    timeout: float,
+    *,
+    shared: bool = False,
+    waiting: Callable[[list[int], float], None] | None = None,
+) -> None:
     """flock(LOCK_EX) (LOCK_SH when ``shared``) on ``fd``, giving up after ``timeout`` s with a
-    LockTimeout naming the holder."""
-    deadline = time.monotonic() + timeout
+    LockTimeout naming the holder. ``waiting`` is told about once a second while it waits: the
+    holders' pids and the seconds waited so far (the progress line)."""
+    started = time.monotonic()
+    deadline = started + timeout
+    told = started
     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     while True:
         try:
             fcntl.flock(fd, mode | fcntl.LOCK_NB)
             return
         except BlockingIOError:
+            now = time.monotonic()
+            if waiting is not None and now - told >= 1.0:
+                told = now
+                waiting([pid for pid in lock_holders(fd) if pid != os.getpid()], now - started)
             if time.monotonic() >= deadline:
                 holders = [pid for pid in lock_holders(fd) if pid != os.getpid()]
                 by = f" by pid {', '.join(map(str, holders))}" if holders else ""
@@ -465,8 +479,10 @@ def measurement_lock(
     *,
     shared: bool = False,
     timeout: float = float("inf"),
+    waiting: Callable[[list[int], float], None] | None = None,
 ) -> Iterator[float]:
-    """Hold the right to measure on this machine; yields the seconds spent waiting for it.
+    """Hold the right to measure on this machine; yields the seconds spent waiting for it
+    (``waiting``: told while it waits, see wait_for_lock).
 
     ``disks`` None: alone on the machine (``measure.lock`` exclusively). Otherwise alone on each
     named disk (``MAJOR:MINOR``: ``measure-254_0.lock`` exclusively, taken in sorted order so two
@@ -489,11 +505,26 @@ def measurement_lock(
         for name, share in names:
             fds.append(open_own_file(base / name, os.O_RDWR | os.O_CREAT))
             left = max(0.0, timeout - (time.monotonic() - started))
-            wait_for_lock(fds[-1], f"lock {base / name}", left, shared=share)
+            wait_for_lock(fds[-1], f"lock {base / name}", left, shared=share, waiting=waiting)
         yield time.monotonic() - started
     finally:
         for fd in reversed(fds):
             os.close(fd)
+
+
+def measurement_lock_holders(directory: Path | None = None) -> list[int]:
+    """Other processes holding a measurement lock now (shared or not): the plan line names them."""
+    found: list[int] = []
+    for path in sorted((directory or lock_directory()).glob("measure*.lock")):
+        try:  # read-only, only to name the lock's inode in /proc/locks
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            found += [pid for pid in lock_holders(fd) if pid != os.getpid() and pid not in found]
+        finally:
+            os.close(fd)
+    return found
 
 
 def loops_backed_by(directory: Path) -> list[Path]:

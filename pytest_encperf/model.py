@@ -71,6 +71,13 @@ class Measurement:
     latency: str = ""  # what lat_* measure: LATENCY_TOTAL ("" in older saved runs: fio's clat)
     round_definition: str = ""  # workloads.ROUND_DEFINITION of a block round ("" before it existed)
     steps: tuple[tuple[str, float], ...] = ()  # a task round: (step, seconds) of each timed step
+    # What others took of the machine during the round (load.py; None: not measured): CPU seconds
+    # of processes outside this run, steal time, CPU pressure stall time ("some"), and whether
+    # that made the round busy (load.BUSY_SHARE)
+    others_cpu_s: float | None = None
+    steal_s: float | None = None
+    cpu_pressure_s: float | None = None
+    busy: bool = False
 
     @property
     def cached(self) -> bool | None:
@@ -141,6 +148,7 @@ class Result:
     confirm_rounds: int = 0  # pairs added at the end because the gate could not decide yet
     machine_id: str = ""  # the machine that measured it (machine.machine_id; fleets have several)
     lock_wait: float = 0.0  # seconds waited for other processes' measurements (host.measurement_lock)
+    quiet_wait: float = 0.0  # seconds waited for others' CPU to fall (--encperf-quiet-wait)
 
     def _values(self, metric: str, baseline: bool) -> list[float]:
         rounds = self.baseline_rounds if baseline else self.rounds
@@ -172,6 +180,20 @@ class Result:
             return sum(key in m.caveats for m in rounds)
 
         return {key: (count(key, self.rounds), count(key, self.baseline_rounds)) for key in found}
+
+    @property
+    def busy_rounds(self) -> int:
+        """Rounds of both sides during which others kept the machine busy (Measurement.busy)."""
+        return sum(m.busy for m in (*self.rounds, *self.baseline_rounds))
+
+    @property
+    def busy_share(self) -> float | None:
+        """The CPU others took (and steal), in cores, over the busy rounds of both sides; None
+        when no round was busy."""
+        busy = [m for m in (*self.rounds, *self.baseline_rounds) if m.busy]
+        seconds = sum((m.ended - m.started) if m.started and m.ended else m.seconds for m in busy)
+        taken = sum((m.others_cpu_s or 0.0) + (m.steal_s or 0.0) for m in busy)
+        return taken / seconds if busy and seconds > 0 else None
 
     @property
     def comparable(self) -> bool:
@@ -275,6 +297,7 @@ class Result:
             "confirm_rounds": self.confirm_rounds,
             "machine_id": self.machine_id,
             "lock_wait": self.lock_wait,
+            "quiet_wait": self.quiet_wait,
         }
 
     @classmethod
@@ -291,6 +314,7 @@ class Result:
             confirm_rounds=int(data.get("confirm_rounds", 0)),
             machine_id=str(data.get("machine_id", "")),
             lock_wait=float(data.get("lock_wait", 0.0)),
+            quiet_wait=float(data.get("quiet_wait", 0.0)),
         )
 
 

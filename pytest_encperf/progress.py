@@ -11,7 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from .load import Load
 from .model import Measurement
 from .runner import WARMUP_SECONDS
 from .workloads import Workload
@@ -22,6 +24,32 @@ LIVE_AFTER = 10.0  # seconds: a workload estimated to take at least this long ge
 def workload_seconds(rounds: int, runtime: float, warmup: int, sides: int = 2) -> float:
     """What the rounds of one workload take: counted and warm-up rounds on each side."""
     return sides * (rounds * runtime + warmup * min(runtime, WARMUP_SECONDS))
+
+
+def process_text(pid: int, proc: Path = Path("/proc"), width: int = 60) -> str:
+    """``pid 1234 (pytest benchmarks/ -n 2)``: a pid and its command line, shortened."""
+    try:
+        command = (proc / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        command = ""
+    command = command.strip()
+    if len(command) > width:
+        command = command[: width - 3] + "..."
+    return f"pid {pid} ({command})" if command else f"pid {pid}"
+
+
+def lock_wait_text(holders: Sequence[int], waited: float, proc: Path = Path("/proc")) -> str:
+    """What the status line says while another measurement holds the machine (its lock)."""
+    whom = ", ".join(process_text(pid, proc) for pid in holders) or "another encperf process"
+    return f"encperf: waiting for another measurement to finish: {whom}, {format_duration(waited)} so far"
+
+
+def quiet_wait_text(load: Load, threshold: float, limit: float) -> str:
+    """What the status line says while --encperf-quiet-wait waits for others' CPU to fall."""
+    return (
+        f"encperf: waiting for quiet: processes outside this run use {load.share:.2f} of a core "
+        f"(busy above {threshold:g}), waiting up to {format_duration(limit)}"
+    )
 
 
 def format_duration(seconds: float) -> str:
@@ -44,6 +72,8 @@ class Plan:
     workloads_per_volume: int = 0  # partition target: workloads of each plain measurement
     steady_budget: float | None = None  # --encperf-steady-cv: most extra seconds per workload
     confirm_budget: float = 0.0  # most extra seconds of confirmation rounds in the run
+    quiet_wait: float = 0.0  # --encperf-quiet-wait: most seconds waited for quiet per workload
+    lock_holders: str = ""  # who holds the measurement lock as the run starts (process_text)
 
     def seconds(self) -> float:
         """The rounds alone (warm-up included); making volumes and test files is extra."""
@@ -57,7 +87,7 @@ class Plan:
     def extra_seconds(self) -> float:
         """At most this much more: steady-state rounds and confirmation rounds."""
         steady = len(self.tests) * self.steady_budget if self.steady_budget else 0.0
-        return steady + self.confirm_budget
+        return steady + self.confirm_budget + len(self.tests) * self.quiet_wait
 
     def line(self) -> str:
         backends = list(dict.fromkeys(backend for backend, _ in self.tests))
@@ -65,15 +95,24 @@ class Plan:
         warmup = f" + {self.warmup} warm-up" if self.warmup else ""
         against = "plain before and after each volume" if self.sequential else "alternating with plain"
         extra = self.extra_seconds()
-        more = (
-            f", up to {format_duration(extra)} more for steady-state and confirmation rounds" if extra else ""
-        )
+        kinds = ["steady-state and confirmation rounds"] if extra > len(self.tests) * self.quiet_wait else []
+        kinds += ["waiting for quiet"] if self.quiet_wait else []
+        more = f", up to {format_duration(extra)} more for {' and '.join(kinds)}" if extra else ""
         return (
             f"encperf plan: {len(backends)} backend{'s' * (len(backends) != 1)} ({', '.join(backends)}) x "
             f"{len(workloads)} workload{'s' * (len(workloads) != 1)} x {self.rounds} rounds{warmup} of "
             f"{self.runtime:g} s, {against}: {len(self.tests)} tests, about "
             f"{format_duration(self.seconds())} of rounds{more} (making volumes and test files comes on top)"
         )
+
+    def lines(self) -> list[str]:
+        """The plan line, and who holds the machine now if another measurement does."""
+        if not self.lock_holders:
+            return [self.line()]
+        waits = (
+            f"encperf plan: another measurement holds the machine now ({self.lock_holders}): this run waits"
+        )
+        return [self.line(), f"{waits} for it before its first round"]
 
 
 class ProgressLine:
@@ -132,6 +171,11 @@ class ProgressLine:
             rest = "done" if rest == "done" else "until done"
             return f"encperf: {volume} {workload.name}: {where}, {measurement.seconds:.2f} s, {rest}"
         return f"encperf: {volume} {workload.name}: {where}, {measurement.mb_per_s:.1f} MB/s, {rest}"
+
+    def waiting(self, text: str) -> None:
+        """A wait before the rounds (the machine's lock, quiet): shown whether or not the
+        workload is long; the next round's line replaces it."""
+        self.show(text)
 
     def show(self, text: str) -> None:
         text = text[: max(20, self.width() - 1)]  # a wrapped line could not be rewritten

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import functools
 import hashlib
 import os
 import random
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import children, host, realwork, resources
+from . import children, host, load, realwork, resources
 from .backends import BackendBase, BackendError, Volume, placement_problems
 from .engines import Engine
 from .engines.observe import Observe
@@ -257,18 +258,53 @@ class ConfirmBudget:
 Side = Callable[[float], Measurement]  # measures one round of the given runtime on one side
 
 
+@dataclass
+class RoundMeter:
+    """Times a round (``started``, ``ended``) and, with a ``meter``, records what others took of
+    the machine meanwhile (load.py): the round's others_cpu_s, steal_s, cpu_pressure_s, busy.
+    ``daemons``: the backends' daemons of both sides, which are this run's, not others."""
+
+    meter: load.LoadMeter | None = None
+    daemons: tuple[int, ...] = ()
+
+    def measure(
+        self, round_: Callable[[], Measurement], clock: Callable[[], float] = time.time
+    ) -> Measurement:
+        before = self.meter.sample() if self.meter is not None else None
+        started = clock()
+        measured = round_()
+        ended = clock()
+        if self.meter is None or before is None:
+            return dataclasses.replace(measured, started=started, ended=ended)
+        taken = self.meter.between(before, self.meter.sample(), self.daemons)
+        return dataclasses.replace(
+            measured,
+            started=started,
+            ended=ended,
+            others_cpu_s=taken.others_cpu_s,
+            steal_s=taken.steal_s,
+            cpu_pressure_s=taken.cpu_pressure_s,
+            busy=taken.busy(self.meter.threshold),
+        )
+
+
 class PairedRounds:
     """Rounds of a workload on the baseline and the volume, in A B B A order: pair 1 runs plain
     then the volume, pair 2 the volume then plain, and so on. A linear drift of the machine then
     favours each side equally often and cancels over the pairs instead of biasing every ratio."""
 
-    def __init__(self, baseline: Side, volume: Side, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        baseline: Side,
+        volume: Side,
+        clock: Callable[[], float] = time.time,
+        meter: RoundMeter | None = None,
+    ) -> None:
         self.baseline, self.volume, self.clock = baseline, volume, clock
+        self.meter = meter or RoundMeter()
 
     def measure(self, side: Side, runtime: float) -> Measurement:
-        started = self.clock()
-        measured = side(runtime)
-        return dataclasses.replace(measured, started=started, ended=self.clock())
+        return self.meter.measure(lambda: side(runtime), self.clock)
 
     def pair(self, index: int, runtime: float) -> tuple[Measurement, Measurement]:
         """(baseline, volume) of the pair at ``index``; even pairs start with the baseline."""
@@ -382,6 +418,13 @@ class Runner:
     reference: Callable[[], realwork.Reference] | None = None
     # what runs one round of a task (workload, the side's data directory, reference, observe)
     task: Callable[[Workload, Path, realwork.Reference, Observe], Measurement] = realwork.run_task
+    # what others take of the machine, round by round (load.LoadMeter; None: not recorded)
+    meter: load.LoadMeter | None = None
+    # --encperf-quiet-wait: before each workload's rounds, wait up to this long for others' CPU
+    # to fall below the meter's threshold (saved as the result's quiet_wait)
+    quiet_wait: float = 0.0
+    # told while the quiet wait goes on: the Load of the last busy window (the progress line)
+    on_quiet_wait: Callable[[load.Load], None] | None = None
 
     def _tell(self, workload: Workload, side: str, measurement: Measurement) -> None:
         if self.on_round is not None:
@@ -390,6 +433,21 @@ class Runner:
     @property
     def warmup_runtime(self) -> float:
         return min(self.runtime, WARMUP_SECONDS)
+
+    def _round_meter(self, *volumes: MountedVolume | None) -> RoundMeter:
+        """Measures each round's time and, with a meter, what others took meanwhile; the
+        backends' daemons of ``volumes`` count as this run's."""
+        daemons = tuple(pid for mounted in volumes if mounted is not None for pid in mounted.daemon_pids)
+        return RoundMeter(self.meter, daemons)
+
+    def _wait_for_quiet(self, result: Result, *volumes: MountedVolume | None) -> None:
+        """--encperf-quiet-wait, inside the measurement lock before the first round."""
+        if self.meter is None or self.quiet_wait <= 0:
+            return
+        daemons = self._round_meter(*volumes).daemons
+        result.quiet_wait = load.wait_for_quiet(
+            self.meter, self.quiet_wait, daemons=daemons, waiting=self.on_quiet_wait
+        )
 
     def run(self, workload: Workload) -> Result:
         """Measure ``workload`` on the volume, alternating rounds with the baseline (A B B A)
@@ -430,11 +488,13 @@ class Runner:
 
             with self.lock() as waited:
                 result.lock_wait = waited_to_prepare + waited
+                self._wait_for_quiet(result, self.volume, baseline)
                 self._measure_rounds(
                     result,
                     PairedRounds(
                         on(baseline, baseline_file, baseline_observe),
                         on(self.volume, volume_file, volume_observe),
+                        meter=self._round_meter(self.volume, baseline),
                     ),
                 )
         except OSError as exc:
@@ -510,7 +570,11 @@ class Runner:
         try:
             with self.lock() as waited:
                 result.lock_wait = waited_to_prepare + waited
-                self._measure_rounds(result, PairedRounds(on(baseline), on(self.volume)))
+                self._wait_for_quiet(result, self.volume, baseline)
+                pairs = PairedRounds(
+                    on(baseline), on(self.volume), meter=self._round_meter(self.volume, baseline)
+                )
+                self._measure_rounds(result, pairs)
         except (HostError, OSError) as exc:
             raise RunError(
                 f"{workload.name} on {side.spec} ({side.data_dir}): {exc}; a task needs room for about "
@@ -537,18 +601,21 @@ class Runner:
         result.baseline_rounds.extend(self.measured_baseline.get(workload.name, []))
         with self.lock() as waited:
             result.lock_wait = waited_to_prepare + waited
+            self._wait_for_quiet(result, self.volume)
+            meter = self._round_meter(self.volume)
             for _ in range(self.warmup):
                 measurement = self.engine.run(
                     workload, volume_file, runtime=self.warmup_runtime, direct=direct, observe=observe
                 )
                 self._tell(workload, self.volume.spec, measurement)
             for _ in range(self.rounds):
-                started = time.time()
-                measurement = self.engine.run(
-                    workload, volume_file, runtime=self.runtime, direct=direct, observe=observe
+                measurement = meter.measure(
+                    lambda: self.engine.run(
+                        workload, volume_file, runtime=self.runtime, direct=direct, observe=observe
+                    )
                 )
                 self._tell(workload, self.volume.spec, measurement)
-                result.rounds.append(dataclasses.replace(measurement, started=started, ended=time.time()))
+                result.rounds.append(measurement)
         result.stop_reason = f"{self.rounds} rounds (partition: no confirmation rounds)"
         self.record(result)
         return result
@@ -562,8 +629,11 @@ def measure_all(
     runtime: float,
     rounds: int,
     warmup: int = 0,
+    meter: load.LoadMeter | None = None,
 ) -> dict[str, list[Measurement]]:
-    """Every workload's rounds on one volume (the partition target's baseline)."""
+    """Every workload's rounds on one volume (the partition target's baseline); with a ``meter``
+    each round records what others took of the machine meanwhile."""
+    round_meter = RoundMeter(meter, mounted.daemon_pids)
     path = engine.prepare(mounted.data_dir, size)
     o_direct = engine.io_mode(path)
     observe = mounted.observe()
@@ -576,9 +646,11 @@ def measure_all(
             engine.run(workload, path, runtime=runtime, direct=direct, observe=observe)
         measured[workload.name] = []
         for _ in range(rounds):
-            started = time.time()
-            measurement = engine.run(workload, path, runtime=runtime, direct=direct, observe=observe)
             measured[workload.name].append(
-                dataclasses.replace(measurement, started=started, ended=time.time())
+                round_meter.measure(
+                    functools.partial(
+                        engine.run, workload, path, runtime=runtime, direct=direct, observe=observe
+                    )
+                )
             )
     return measured

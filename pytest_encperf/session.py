@@ -48,8 +48,9 @@ from .compare import EXIT_REGRESSION, Gate, Verdict, expected_family_size, judge
 from .engines import Engine, select_engine
 from .inplace import InplaceTiming
 from .kdf import KdfTiming
+from .load import Load, LoadMeter
 from .model import MachineRun, Measurement, Result, RunData
-from .progress import Plan, ProgressLine
+from .progress import Plan, ProgressLine, lock_wait_text, process_text, quiet_wait_text
 from .report import (
     MACHINES_NOTE,
     cpu_line,
@@ -137,6 +138,7 @@ class EncperfSession:
         self._device_refused = ""
         self._device_lost = ""
         self._progress: ProgressLine | bool | None = None  # False: no terminal to show it on
+        self.meter = LoadMeter()  # what others take of the machine in each round (load.py)
         self._reference_data: realwork.Reference | None = None  # the real-work tasks' tree
         self._reference_error = ""  # why it could not be made (said again to every later task)
         # --encperf-ladder: the layer rungs (RAM-backed, kept apart from the results) and the
@@ -243,9 +245,9 @@ class EncperfSession:
         mounted = self.open(BASELINE)
         try:
             s = self.settings
-            with host.measurement_lock(self.lock_disks(mounted)):
+            with host.measurement_lock(self.lock_disks(mounted), waiting=self.lock_waiting()):
                 return measure_all(
-                    self.engine, mounted, self.workloads, s.size, s.runtime, s.rounds, s.warmup
+                    self.engine, mounted, self.workloads, s.size, s.runtime, s.rounds, s.warmup, self.meter
                 )
         finally:
             self.close(mounted)
@@ -447,7 +449,12 @@ class EncperfSession:
             confirm_budget=self._confirm_budget,
             on_round=self.round_callback(),
             reference=self.reference_data,
-            lock=lambda: host.measurement_lock(self.lock_disks(volume, baseline)),
+            meter=self.meter,
+            quiet_wait=self.settings.quiet_wait,
+            on_quiet_wait=self.quiet_waiting(),
+            lock=lambda: host.measurement_lock(
+                self.lock_disks(volume, baseline), waiting=self.lock_waiting()
+            ),
             quiet=lambda: host.measurement_lock(self.lock_disks(volume, baseline), shared=True),
         )
 
@@ -592,8 +599,9 @@ class EncperfSession:
             tests, s.rounds, s.runtime, s.warmup, self.sequential, len(self.workloads),
             s.steady_budget if s.steady_cv else None,
             s.confirm_budget if (s.fail or s.max_overhead) and not self.sequential else 0.0,
+            s.quiet_wait, ", ".join(process_text(pid) for pid in host.measurement_lock_holders()),
         )  # fmt: skip
-        return [plan.line()]
+        return plan.lines()
 
     def round_callback(self) -> Any:
         """The live status line's round callback, on a terminal (not -q, not an xdist worker)."""
@@ -604,6 +612,27 @@ class EncperfSession:
             if reporter is not None and bool(reporter.isatty) and not quiet and not self.is_worker:
                 self._progress = self._make_progress()
         return self._progress.round_done if self._progress else None
+
+    def lock_waiting(self) -> Any:
+        """What host.measurement_lock tells while another measurement holds the machine: the
+        status line names the holder (on a terminal only, as the round line)."""
+        self.round_callback()
+        progress = self._progress
+        if not progress:
+            return None
+        return lambda holders, waited: progress.waiting(lock_wait_text(holders, waited))
+
+    def quiet_waiting(self) -> Any:
+        """What --encperf-quiet-wait tells while others keep the machine busy (status line)."""
+        self.round_callback()
+        progress, s = self._progress, self.settings
+        if not progress:
+            return None
+
+        def waiting(load: Load) -> None:
+            progress.waiting(quiet_wait_text(load, self.meter.threshold, s.quiet_wait))
+
+        return waiting
 
     def _make_progress(self) -> ProgressLine:
         writer = self.config.get_terminal_writer()

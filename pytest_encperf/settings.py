@@ -339,6 +339,9 @@ OPTIONS: tuple[Option, ...] = (
            "of both sides is below CV (a fraction such as 0.05), or off", parse_steady_cv, "off"),
     Option("steady-budget", "SECONDS", "most time the steady-state rounds of one workload may take",
            parse_duration, "60s"),
+    Option("quiet-wait", "SECONDS",
+           "before each workload's rounds, wait up to this long for processes outside this run to use less "
+           "than a quarter of a core (busy rounds are flagged and not gated); 0 = off", parse_budget, "0"),
     Option("engine", "ENGINE",
            f"I/O engine: {' | '.join((*ENGINES, 'auto'))} (auto: fio when installed, else native)",
            parse_choice((*ENGINES, "auto")), "auto"),
@@ -421,6 +424,7 @@ class Settings:
     warmup: int = 1
     steady_cv: float | None = None
     steady_budget: float = 60.0
+    quiet_wait: float = 0.0
     engine: str = "auto"
     profile: list[str] = field(default_factory=lambda: ["cdm"])
     save: str | None = None
