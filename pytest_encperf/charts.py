@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from .compare import (
     FAIL,
     INVALID,
+    MACHINE_BUSY,
     NO_EVIDENCE,
     NOT_COMPARABLE,
     NOT_SIGNIFICANT,
@@ -26,7 +27,7 @@ from .compare import (
     overhead_check,
 )
 from .model import Measurement, Result, RunData
-from .report import CACHED_BELOW_MARK, CAVEAT_MARKS, _pick, _shown_change
+from .report import CACHED_BELOW_MARK, CAVEAT_MARKS, _pick, _shown_change, busy_mark
 from .workloads import ATTO, GiB, Workload
 
 BASELINE = "plain"
@@ -63,7 +64,7 @@ def tone(change: float | None) -> str:
 
 @dataclass(frozen=True)
 class Mark:
-    kind: str  # cached | buffered | caveat | not-comparable
+    kind: str  # cached | buffered | caveat | not-comparable | busy
     text: str
 
 
@@ -103,6 +104,8 @@ def marks(result: Result) -> tuple[Mark, ...]:
     found += [Mark("caveat", CAVEAT_MARKS.get(key, key)) for key in result.caveats]
     if result.cached_below:
         found.append(Mark("cached", CACHED_BELOW_MARK))
+    if result.busy_rounds:
+        found.append(Mark("busy", busy_mark(result)))
     return tuple(found)
 
 
@@ -330,7 +333,7 @@ def matrix_grids(results: Iterable[Result]) -> list[Grid]:
 # ----------------------------------------------------------------------------- history
 
 # The verdict's statuses a history point is marked with, most serious first.
-MARKED = (FAIL, INVALID, NOT_COMPARABLE, NOT_SIGNIFICANT, PASS)
+MARKED = (FAIL, INVALID, NOT_COMPARABLE, MACHINE_BUSY, NOT_SIGNIFICANT, PASS)
 
 
 @dataclass(frozen=True)

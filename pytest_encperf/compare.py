@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 
 from . import stats
+from .load import BUSY_SHARE
 from .model import LIFECYCLE_STEPS, Measurement, Result, RunData, io_mode_problem, round_ratios
 from .workloads import TASK_NAMES, MiB, Workload
 
@@ -278,6 +279,7 @@ class Cell:
     # partition target: the plain rounds were measured before the volume existed and after it
     # was removed, not beside each round
     before_after: bool = False
+    busy: int = 0  # rounds (both sides) left out because the machine was busy (cells_of quiet_only)
 
     @property
     def plain(self) -> bool:
@@ -329,27 +331,51 @@ def _workload_fields(workload: Workload) -> dict[str, str]:
     return {f"workload {key}": str(value) for key, value in asdict(workload).items() if key != "label"}
 
 
-def cells_of(results: Iterable[Result]) -> dict[tuple[str, str], Cell]:
-    """Every backend x workload of a run, plus plain's cell per workload (its pooled rounds)."""
+def quiet_rounds(
+    rounds: Sequence[Measurement], baseline_rounds: Sequence[Measurement], before_after: bool = False
+) -> tuple[tuple[Measurement, ...], tuple[Measurement, ...], int]:
+    """The rounds and plain rounds without the busy ones (Measurement.busy), and how many rounds
+    were left out: a pair goes whole when either of its rounds was busy (on the partition
+    target, whose plain rounds are not paired, each busy round alone)."""
+    if before_after or len(rounds) != len(baseline_rounds):
+        kept, plain = [m for m in rounds if not m.busy], [m for m in baseline_rounds if not m.busy]
+        return tuple(kept), tuple(plain), len(rounds) + len(baseline_rounds) - len(kept) - len(plain)
+    pairs = [(v, b) for v, b in zip(rounds, baseline_rounds, strict=True) if not (v.busy or b.busy)]
+    return tuple(v for v, _ in pairs), tuple(b for _, b in pairs), 2 * (len(rounds) - len(pairs))
+
+
+def cells_of(results: Iterable[Result], quiet_only: bool = False) -> dict[tuple[str, str], Cell]:
+    """Every backend x workload of a run, plus plain's cell per workload (its pooled rounds).
+    ``quiet_only`` (the gate): without the rounds during which the machine was busy (quiet_rounds),
+    a cell all of whose rounds were busy kept with none."""
     cells: dict[tuple[str, str], Cell] = {}
     plain: dict[str, list[Measurement]] = {}
+    plain_busy: dict[str, int] = {}
     workloads: dict[str, Workload] = {}
     for result in results:
         if not result.rounds:
             continue
         name = result.workload.name
         workloads.setdefault(name, result.workload)
-        plain.setdefault(name, []).extend(result.baseline_rounds)
+        rounds, baseline_rounds, busy = tuple(result.rounds), tuple(result.baseline_rounds), 0
+        if quiet_only:
+            rounds, baseline_rounds, busy = quiet_rounds(rounds, baseline_rounds, result.before_after)
+        plain.setdefault(name, []).extend(baseline_rounds)
         if result.backend.split(":", 1)[0] == BASELINE:
-            plain[name].extend(result.rounds)
+            plain[name].extend(rounds)
+            plain_busy[name] = plain_busy.get(name, 0) + busy
             continue
+        dropped = len(result.baseline_rounds) - len(baseline_rounds)  # plain rounds left out
+        plain_busy[name] = plain_busy.get(name, 0) + dropped
         cells[(result.backend, name)] = Cell(
-            result.backend, result.workload, tuple(result.rounds), tuple(result.baseline_rounds),
-            result.stop_reason, result.confirm_rounds, result.before_after,
+            result.backend, result.workload, rounds, baseline_rounds,
+            result.stop_reason, result.confirm_rounds, result.before_after, busy,
         )  # fmt: skip
     for name, rounds in plain.items():
-        if rounds:
-            cells[(BASELINE, name)] = Cell(BASELINE, workloads[name], tuple(rounds))
+        if rounds or plain_busy.get(name):
+            cells[(BASELINE, name)] = Cell(
+                BASELINE, workloads[name], tuple(rounds), busy=plain_busy.get(name, 0)
+            )
     return cells
 
 
@@ -390,6 +416,9 @@ PASS, FAIL, NOT_SIGNIFICANT, NOT_COMPARABLE, NOT_GATED, INVALID, INFO = (
     "invalid",
     "info",
 )
+# Not decided because the machine was busy: its busy rounds were left out (cells_of quiet_only)
+# and the quiet ones left could not decide it (none, or too few to reach significance).
+MACHINE_BUSY = "UNDECIDED: machine busy"
 PAIRED, BEFORE_AFTER, HISTORY, PAIRED_HISTORY, IN_RUN, ROUNDS, NO_EVIDENCE = (
     "paired ratios",
     "ratios to plain before/after",  # the partition target: one volume on the device at a time
@@ -427,6 +456,7 @@ class Check:
     stop: str = ""  # how the current rounds were decided (fixed, steady state, confirmation)
     confirm_rounds: int = 0  # pairs added to the current rounds because the check was undecided
     unreachable: bool = False  # worse than its threshold, and its rounds could not show significance
+    busy: int = 0  # rounds of this run (both sides) left out because the machine was busy
 
     @property
     def failed(self) -> bool:
@@ -479,11 +509,11 @@ def history_for(backend: str, metric: Metric, current: RunData, runs: Sequence[R
     have at least MIN_HISTORY such runs (each centred on its own mean; NaN when none has)."""
     values: dict[str, list[float]] = {}
     rounds: dict[str, list[int]] = {}
-    now_cells = cells_of(current.results)
+    now_cells = cells_of(current.results, True)
     for run in runs:
         if setting_differences(run.settings, current.settings):
             continue
-        cells = cells_of(run.results)
+        cells = cells_of(run.results, True)
         for (name, workload), now in now_cells.items():
             if name != backend:
                 continue
@@ -519,8 +549,18 @@ def _unevaluated(
         unit=metric.unit_for(cell.workload, cell.plain), evidence=NO_EVIDENCE, reference=nan, current=nan,
         change_percent=nan, worse_percent=nan, interval=(nan, nan), p_value=nan, rounds=rounds,
         threshold=rule.threshold if rule else None, rule=rule.text if rule else "", status=status,
-        reason=reason, stop=cell.stop_reason, confirm_rounds=cell.confirm_rounds,
+        reason=reason, stop=cell.stop_reason, confirm_rounds=cell.confirm_rounds, busy=cell.busy,
     )  # fmt: skip
+
+
+def busy_problem(cell: Cell, side: str) -> str | None:
+    """Why nothing can be decided from ``cell``: every one of its rounds was busy."""
+    if cell.rounds or not cell.busy:
+        return None
+    return (
+        f"all {cell.busy} rounds of {side} were measured while processes outside the run used more than "
+        f"{BUSY_SHARE:g} of a core: nothing is decided from them (--encperf-quiet-wait waits for quiet)"
+    )
 
 
 def assess(
@@ -615,6 +655,7 @@ def assess(
         history_p=history_p,
         stop=cell.stop_reason,
         confirm_rounds=cell.confirm_rounds,
+        busy=cell.busy,
     )
 
 
@@ -648,6 +689,9 @@ def decide(check: Check, p_adjusted: float, factor: int = 1, alpha: float = ALPH
                 f"and {factor} checks share alpha {alpha:g} here: more rounds are needed "
                 "(--encperf-rounds, --encperf-confirm-budget)"
             )
+        if unreachable and check.busy:  # the quiet rounds left after the busy ones were too few
+            status = MACHINE_BUSY
+            reason = f"{check.busy} busy rounds left out; {reason}"
         return replace(check, status=status, reason=reason, p_adjusted=p_adjusted, unreachable=unreachable)
     elif check.history_p is not None and check.history_p > alpha:
         status = NOT_SIGNIFICANT
@@ -685,7 +729,7 @@ def baseline_checks(
 ) -> tuple[list[Check], list[str], list[str]]:
     """Every cell present in both runs, for throughput and each metric a rule names; plus the
     cells only in the reference and only in this run (``backend workload``)."""
-    ref_cells, cur_cells = cells_of(reference.results), cells_of(current.results)
+    ref_cells, cur_cells = cells_of(reference.results, True), cells_of(current.results, True)
     histories: dict[tuple[str, str], History] = {}
 
     def history_of(backend: str, metric: Metric) -> History | None:
@@ -715,6 +759,10 @@ def cell_checks(
         if old is None:
             continue
         for metric, rule in _cell_metrics(rules, cell).values():
+            busy = busy_problem(cell, "this run") or busy_problem(old, "the reference")
+            if busy:
+                checks.append(_unevaluated("baseline", cell, metric, rule, MACHINE_BUSY, busy))
+                continue
             differences = [*run_differences, *cell_differences(old, cell, metric)]
             if metric.paired and not cell.plain:
                 differences += [f"this run: {m}" for m in [cell.pairing_problem()] if m]
@@ -748,8 +796,8 @@ def overhead_checks(results: Sequence[Result], rules: Sequence[Rule]) -> list[Ch
     (``throughput`` and ``vs-plain`` mean the backend's own throughput here: the comparison is
     already with plain). Never across I/O modes."""
     checks = []
-    for cell in cells_of(results).values():
-        if cell.plain or not cell.baseline_rounds:
+    for cell in cells_of(results, True).values():
+        if cell.plain or not (cell.baseline_rounds or cell.busy):
             continue
         for name in dict.fromkeys(rule.metric for rule in rules if rule.metric != LIFECYCLE_METRIC):
             rule = select_rule(rules, cell.backend, cell.workload, name)
@@ -769,6 +817,9 @@ def overhead_check(cell: Cell, name: str, rule: Rule | None) -> Check:
     metric = METRICS[absolute.get(asked.name, asked.name)]
     if cell.workload.kind == "task":  # named for what it judges: a task's seconds, lower is better
         name = metric.name
+    busy = busy_problem(cell, "this run")
+    if busy:
+        return replace(_unevaluated("overhead", cell, metric, rule, MACHINE_BUSY, busy), metric=name)
     mismatch = cell.pairing_problem()
     plain = Cell(BASELINE, cell.workload, cell.baseline_rounds)
     check = assess(
@@ -924,7 +975,7 @@ class Verdict:
         found += [
             f"{c.backend} {c.workload} {c.metric}: {c.status}: {c.reason}"
             for c in self.checks
-            if (c.status in (NOT_COMPARABLE, INVALID) or c.unreachable) and c.rule
+            if (c.status in (NOT_COMPARABLE, INVALID, MACHINE_BUSY) or c.unreachable) and c.rule
         ]
 
         return found
@@ -1021,29 +1072,51 @@ class Gate:
     reference_cells: dict[tuple[str, str], Cell] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.reference_cells = cells_of(self.reference.results) if self.reference else {}
+        self.reference_cells = cells_of(self.reference.results, True) if self.reference else {}
 
     @property
     def level(self) -> float:
         return self.alpha / max(1, self.family_size)
 
-    def checks(self, result: Result) -> list[Check]:
-        """The gated checks of one result that more paired rounds can move (paired evidence)."""
+    def _checks(self, result: Result) -> list[Check]:
+        """Every check of one result a rule asks for that more paired rounds can move (paired
+        evidence), before the family correction, whether it could be evaluated or not."""
         found: list[Check] = []
         if self.reference is not None and self.rules:
-            now = cells_of([result])
+            now = cells_of([result], True)
             checks = cell_checks(
                 self.reference_cells, now, self.rules, self.reference.settings, self.settings
             )
-            found += [c for c in checks if c.backend == result.backend and c.evidence == PAIRED]
+            found += [
+                c for c in checks if c.backend == result.backend and c.evidence in (PAIRED, NO_EVIDENCE)
+            ]
         if self.overhead_rules:
             found += overhead_checks([result], self.overhead_rules)
-        return [check for check in found if check.gated]
+        return [check for check in found if check.rule]
+
+    def checks(self, result: Result) -> list[Check]:
+        """The gated checks of one result that more paired rounds can move (paired evidence)."""
+        return [check for check in self._checks(result) if check.gated]
+
+    def busy_to_replace(self, result: Result) -> str:
+        """Why busy rounds of ``result`` should be replaced by quiet ones: fewer quiet pairs than
+        the rounds it was to have, and a rule asks for a check of it; "" otherwise."""
+        if result.before_after or len(result.rounds) != len(result.baseline_rounds):
+            return ""
+        kept, _, busy = quiet_rounds(result.rounds, result.baseline_rounds)
+        planned = len(result.rounds) - result.confirm_rounds
+        if not busy or len(kept) >= planned or not self._checks(result):
+            return ""
+        return f"{len(result.rounds) - len(kept)} of {len(result.rounds)} pairs busy, replacing them"
 
     def pending(self, result: Result, extra_possible: int) -> tuple[bool, str]:
         """Whether one more pair of rounds is wanted for ``result``, and why: (True, why) while
-        a check is undecided; (False, "") when every check is decided; (False, why) when a check
-        is undecided but ``extra_possible`` more pairs could not make it significant either."""
+        busy pairs are to be replaced or a check is undecided; (False, "") when every check is
+        decided; (False, why) when a check is undecided but ``extra_possible`` more pairs could
+        not make it significant either."""
+        replacing = self.busy_to_replace(result)
+        if replacing and extra_possible > 0:
+            return True, replacing
         hopeless = ""
         for check in self.checks(result):
             worse, threshold = check.worse_percent, check.threshold

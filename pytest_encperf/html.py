@@ -631,6 +631,7 @@ table.cdm th.label { text-align: left; width: 9em; } th.label small { display: b
 .mark { display: inline-block; margin: 2px 2px 0 0; padding: 0 4px; border-radius: 3px; font-size: 0.75em;
   background: #111; color: #fff; }
 .mark-not-comparable { background: #7a1f00; }
+.mark-busy { background: #6b4e00; }
 .key span { display: inline-block; padding: 0 6px; margin-right: 4px; border-radius: 3px; color: #111; }
 ul.messages li.tone-red { color: var(--fail); } ul.messages li.tone-yellow { color: var(--warn); }
 ul.messages li.tone-green { color: var(--pass); }

@@ -15,6 +15,7 @@ from .compare import (
     FAIL,
     INFO,
     INVALID,
+    MACHINE_BUSY,
     NO_EVIDENCE,
     NOT_COMPARABLE,
     NOT_GATED,
@@ -25,6 +26,7 @@ from .compare import (
 )
 from .ladder import TOLERANCE as LADDER_TOLERANCE
 from .ladder import LadderRow, Rung
+from .load import BUSY_SHARE
 from .model import (
     CAVEATS,
     LIFECYCLE_STEPS,
@@ -96,10 +98,29 @@ CACHED_BELOW_MEANING = (
 )
 
 
+BUSY_MEANING = (
+    "rounds of both sides during which processes outside this run (and steal) used more than "
+    f"{BUSY_SHARE:g} of a core (others: their average over those rounds, in cores); such a cell's "
+    "numbers say what a busy machine gave, and the gate decides no check from its busy rounds"
+)
+
+
+def busy_mark(result: Result) -> str:
+    """``busy 2/6 (others 0.97 core)``: the rounds of both sides that were busy and what others
+    took over them; "" when none was."""
+    if not result.busy_rounds:
+        return ""
+    total = len(result.rounds) + len(result.baseline_rounds)
+    share = result.busy_share
+    others = f" (others {share:.2f} core{'s' * (share >= 1.005)})" if share is not None else ""
+    return f"busy {result.busy_rounds}/{total}{others}"
+
+
 def _vs_plain(result: Result) -> str:
     """The detail table's and the Markdown's ``vs plain``: the median paired ratio as a change,
-    and whether memory below the volume explains a read beating plain."""
-    return _format_change(result.change_percent) + (f" {CACHED_BELOW_MARK}" if result.cached_below else "")
+    whether memory below the volume explains a read beating plain, and busy rounds."""
+    text = _format_change(result.change_percent) + (f" {CACHED_BELOW_MARK}" if result.cached_below else "")
+    return text + (f" {busy_mark(result)}" if result.busy_rounds else "")
 
 
 def _shown_change(result: Result, value: str) -> float | None:
@@ -124,6 +145,8 @@ def _change_cell(result: Result, value: str) -> str:
         text += f" {CAVEAT_MARKS.get(caveat, caveat)}!"
     if result.cached_below:
         text += f" {CACHED_BELOW_MARK}!"
+    if result.busy_rounds:
+        text += f" {busy_mark(result)}!"
     return text
 
 
@@ -385,6 +408,8 @@ def detail_table(results: list[Result], ceilings: Mapping[str, float | None] | N
         lines.append(f"{CAVEAT_MARKS.get(key, key)}: {CAVEATS.get(key, key)}")
     if any(result.cached_below for result in results):
         lines.append(f"{CACHED_BELOW_MARK}: {CACHED_BELOW_MEANING}")
+    if any(result.busy_rounds for result in results):
+        lines.append(f"busy k/n: {BUSY_MEANING}")
     return "\n".join(lines)
 
 
@@ -497,6 +522,7 @@ _COUNTED = (  # (statuses, singular, plural) in the order the header gives them
     ((FAIL,), "regression", "regressions"),
     ((PASS,), "within threshold", "within threshold"),
     ((NOT_SIGNIFICANT,), "over the threshold but not significant", "over the threshold but not significant"),
+    ((MACHINE_BUSY,), "undecided: machine busy", "undecided: machine busy"),
     ((NOT_COMPARABLE,), "not comparable", "not comparable"),
     ((INVALID,), "invalid", "invalid"),
     ((NOT_GATED,), "reported, not gated", "reported, not gated"),
@@ -534,7 +560,7 @@ def verdict_messages(verdict: Verdict) -> list[tuple[str, str]]:
     out += [
         ("yellow", describe_check(check))
         for check in verdict.checks
-        if check.status in (NOT_SIGNIFICANT, NOT_COMPARABLE, INVALID)
+        if check.status in (NOT_SIGNIFICANT, NOT_COMPARABLE, INVALID, MACHINE_BUSY)
     ]
     not_gated = [check for check in verdict.checks if check.status == NOT_GATED]
     if not_gated:

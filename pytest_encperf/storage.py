@@ -151,6 +151,8 @@ def benchmark_entry(result: Result) -> dict[str, Any]:
             "caveats": {key: list(counts) for key, counts in result.caveats.items()},
             # a read beating plain through memory below the volume (model.Result.cached_below)
             "cached_below": result.cached_below,
+            # rounds of both sides during which others kept the machine busy (Measurement.busy)
+            "busy_rounds": result.busy_rounds,
             "device_per_logical": {
                 "volume": result.device_per_logical().to_dict(),
                 "plain": result.device_per_logical(baseline=True).to_dict(),
