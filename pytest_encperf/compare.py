@@ -760,8 +760,13 @@ def cell_checks(
             continue
         for metric, rule in _cell_metrics(rules, cell).values():
             busy = busy_problem(cell, "this run") or busy_problem(old, "the reference")
-            if busy:
-                checks.append(_unevaluated("baseline", cell, metric, rule, MACHINE_BUSY, busy))
+            if busy:  # undecided if it was to be gated; an absolute number without history is not
+                history = history_of(cell.backend, metric)
+                gated = (metric.paired and not cell.plain) or (
+                    history is not None and history.runs(cell.workload.name) >= MIN_HISTORY
+                )
+                status = MACHINE_BUSY if rule is not None and gated else NOT_GATED if rule else INFO
+                checks.append(_unevaluated("baseline", cell, metric, rule, status, busy))
                 continue
             differences = [*run_differences, *cell_differences(old, cell, metric)]
             if metric.paired and not cell.plain:

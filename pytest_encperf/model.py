@@ -188,10 +188,10 @@ class Result:
 
     @property
     def busy_share(self) -> float | None:
-        """The CPU others took (and steal), in cores, over the busy rounds of both sides; None
-        when no round was busy."""
+        """The CPU others took (and steal), in cores, over the busy rounds of both sides (per
+        second of their measured time); None when no round was busy."""
         busy = [m for m in (*self.rounds, *self.baseline_rounds) if m.busy]
-        seconds = sum((m.ended - m.started) if m.started and m.ended else m.seconds for m in busy)
+        seconds = sum(m.seconds for m in busy)
         taken = sum((m.others_cpu_s or 0.0) + (m.steal_s or 0.0) for m in busy)
         return taken / seconds if busy and seconds > 0 else None
 
