@@ -9,14 +9,18 @@ for SEQ1M Q8T1 read/write (MB/s) and RND4K Q32T1 read/write (IOPS); prints nativ
 ``overhead``: the plain-vs-fscrypt sequential overheads, repeated, to see how far they spread.
 ``agreement``: every CrystalDiskMark workload with both engines, alternating (fio, native, then
 native, fio ...), on a direct backend (plain vs qemu-luks) and a buffered one (plain vs gocryptfs);
-prints each engine's overhead vs plain (median of the repeats) and the difference in points.
-The goal on the development machine is every workload within 5 points on both backends.
+prints each engine's overhead vs plain (median of the repeats), the difference in points and the
+busy flags (rounds measured while processes outside the run used the CPU, load.py) of each engine.
+The goal on the development machine is every workload within 5 points on both backends, and on a
+busy machine (``--hog``: a busy loop of one core beside the run) every cell more than 5 points
+apart flagged busy.
 Needs root (loop devices); everything made is torn down at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import statistics
 import sys
@@ -27,11 +31,15 @@ from pytest_encperf.backends import BackendSpec, make_backend
 from pytest_encperf.engines import select_engine
 from pytest_encperf.engines.fio import FioEngine
 from pytest_encperf.engines.native import NativeEngine
+from pytest_encperf.load import LoadMeter
 from pytest_encperf.model import Result
 from pytest_encperf.runner import Runner, close_volume, io_mode_policy, open_volume
 from pytest_encperf.settings import parse_size
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import CDM
+
+sys.path.insert(0, str(Path(__file__).parent))
+from busy_bars import hog  # the busy loop outside this process's tree
 
 
 def engines(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
@@ -112,12 +120,15 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
     workloads = [w for w in CDM if not args.only or w.name in args.only.split(",")]
     plain = open_volume(make_backend(BackendSpec("plain")), target, run_dir / "plain")
     worst = 0.0
+    apart: list[tuple[str, str, bool]] = []  # cells more than the goal apart: (spec, workload, busy)
+    meter = LoadMeter()
     try:
         for spec in args.backends.split(","):
             volume = open_volume(make_backend(BackendSpec.parse(spec)), target, run_dir / spec)
             try:
                 changes: dict[tuple[str, str], list[float]] = {}
                 flagged: dict[tuple[str, str], int] = {}  # repeats whose cell is "cached below"
+                busy: dict[tuple[str, str], list[int]] = {}  # (busy rounds, rounds) of both sides
                 plain_values: dict[tuple[str, str], list[float]] = {}
                 modes: set[str] = set()
                 for repeat in range(args.repeats):
@@ -126,13 +137,17 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
                         for engine in order:
                             results: list[Result] = []
                             Runner(
-                                engine, volume, plain, args.size, args.runtime, args.rounds, results.append
-                            ).run(workload)
+                                engine, volume, plain, args.size, args.runtime, args.rounds, results.append,
+                                meter=meter,
+                            ).run(workload)  # fmt: skip
                             result = results[0]
                             modes.update(result.io_modes)
                             key = (workload.name, engine.name)
                             changes.setdefault(key, []).append(result.change_percent or 0.0)
                             flagged[key] = flagged.get(key, 0) + result.cached_below
+                            counts = busy.setdefault(key, [0, 0])
+                            counts[0] += result.busy_rounds
+                            counts[1] += len(result.rounds) + len(result.baseline_rounds)
                             metric = result.primary_metric
                             plain_values.setdefault(key, []).append(
                                 statistics.median(getattr(m, metric) for m in result.baseline_rounds)
@@ -145,6 +160,7 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
                 print(
                     f"{'workload':22} {'fio overhead':>13} {'native overhead':>16} {'diff':>6}"
                     f"   {'plain fio / native':>20}   repeats fio | native   cached below fio/native"
+                    "   busy fio | native"
                 )
                 for workload in workloads:
                     fio_changes, native_changes = (
@@ -154,6 +170,9 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
                     f, n = statistics.median(fio_changes), statistics.median(native_changes)
                     diff = abs(f - n)
                     worst = max(worst, diff)
+                    busy_fio, busy_native = busy[(workload.name, "fio")], busy[(workload.name, "native")]
+                    if diff > AGREEMENT_GOAL_POINTS:
+                        apart.append((spec, workload.name, bool(busy_fio[0] or busy_native[0])))
                     plain_f = statistics.median(plain_values[(workload.name, "fio")])
                     plain_n = statistics.median(plain_values[(workload.name, "native")])
                     print(
@@ -162,6 +181,7 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
                         f"   {' '.join(f'{c:+.1f}' for c in fio_changes)} | "
                         f"{' '.join(f'{c:+.1f}' for c in native_changes)}"
                         f"   {flagged[(workload.name, 'fio')]}/{flagged[(workload.name, 'native')]}"
+                        f"   busy {busy_fio[0]}/{busy_fio[1]} | busy {busy_native[0]}/{busy_native[1]}"
                     )
             finally:
                 close_volume(volume)
@@ -169,6 +189,11 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
         close_volume(plain)
     verdict = "within" if worst <= AGREEMENT_GOAL_POINTS else "NOT within"
     print(f"\nlargest difference {worst:.1f} points: {verdict} the goal of {AGREEMENT_GOAL_POINTS:g} points")
+    flagged_apart = sum(is_busy for _, _, is_busy in apart)
+    print(
+        f"cells more than {AGREEMENT_GOAL_POINTS:g} points apart: {len(apart)}, flagged busy: {flagged_apart}"
+        + "".join(f"\n  {spec} {name}{' (busy)' if is_busy else ''}" for spec, name, is_busy in apart)
+    )
 
 
 def main() -> None:
@@ -187,11 +212,15 @@ def main() -> None:
     parser.add_argument(
         "--aio", choices=("on", "off"), default="on", help="native engine: AIO and io_uring (off: threads)"
     )
+    parser.add_argument("--hog", action="store_true", help="a busy loop of one core beside the whole run")
     args = parser.parse_args()
     # SIGTERM (a killed run) unwinds like Ctrl-C, so every volume made is torn down
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     target = Target("container", Path(args.dir), container_size(args.size))
-    with tempfile.TemporaryDirectory(prefix="encperf-bars-", dir=args.dir) as tmp:
+    with contextlib.ExitStack() as stack:
+        if args.hog:
+            stack.enter_context(hog())
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="encperf-bars-", dir=args.dir))
         {"engines": engines, "overhead": overhead, "agreement": agreement}[args.what](args, target, Path(tmp))
 
 

@@ -39,6 +39,10 @@ KTHREADD = 2  # the parent of every kernel thread
 BUSY_SHARE = 0.25
 # --encperf-quiet-wait samples the others' share over windows of this many seconds
 QUIET_WINDOW = 0.5
+# The kernel counts a process's CPU time in clock ticks (10 ms): over a span of a few milliseconds
+# one tick of one process looks like a whole core. A shorter span is judged as if it were this
+# long, so only what others took beyond the threshold over this much time makes it busy.
+SHORTEST_JUDGED = 0.5
 
 
 @dataclass(frozen=True)
@@ -182,7 +186,8 @@ class Load:
         return taken / self.seconds if self.seconds > 0 else 0.0
 
     def busy(self, threshold: float = BUSY_SHARE) -> bool:
-        return self.share > threshold
+        taken = self.others_cpu_s + (self.steal_s or 0.0)
+        return taken > threshold * max(self.seconds, SHORTEST_JUDGED)
 
 
 def load_between(before: Sample, after: Sample, own_roots: Iterable[int], hz: int) -> Load:

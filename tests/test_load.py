@@ -335,3 +335,10 @@ def test_a_lock_wait_is_told_with_the_holders_while_it_lasts(tmp_path: Path) -> 
     finally:
         os.close(waiter)
         os.close(holder)
+
+
+def test_a_span_of_a_few_ticks_is_judged_as_half_a_second() -> None:
+    # one 10 ms tick of one process in a 20 ms round is half a core, but says nothing
+    assert Load(0.02, 0.01, 0.0, None).share == 0.5
+    assert not Load(0.02, 0.01, 0.0, None).busy()
+    assert Load(0.02, 0.13, 0.0, None).busy()  # more than a quarter of a core over half a second
