@@ -156,7 +156,7 @@ def others_ticks(before: Sample, after: Sample, own_roots: Iterable[int]) -> int
         if pid in own or then.kernel_thread or survives(pid):
             continue
         into = reaper(then.ppid)
-        counted_before[into] = counted_before.get(into, 0) + then.ticks
+        counted_before[into] = counted_before.get(into, 0) + then.ticks + then.reaped_ticks
     total = 0
     for pid, now in after.processes.items():
         if pid in own or now.kernel_thread:

@@ -132,7 +132,7 @@ def test_an_exited_process_counts_through_its_reaper_only_for_its_time_in_the_ro
         stat_line(1, "init", 0),
         stat_line(100, "pytest", 1),
         stat_line(500, "bash", 1, 10),
-        stat_line(510, "subshell", 500, 0),
+        stat_line(510, "subshell", 500, 0, reaped=400),  # reaped a job that ended before the round
         stat_line(520, "long job", 510, 900),  # ran 9 s before the round
         stat_line(700, "daemon", 1, 0),
         stat_line(710, "orphan", 1, 300),  # reaped by init
@@ -141,10 +141,10 @@ def test_an_exited_process_counts_through_its_reaper_only_for_its_time_in_the_ro
         1.0,
         stat_line(1, "init", 0, reaped=300 + 20),
         stat_line(100, "pytest", 1),
-        stat_line(500, "bash", 1, 10, reaped=930),  # the subshell's, with the long job's
+        stat_line(500, "bash", 1, 10, reaped=930 + 400),  # the subshell's, with both jobs'
         stat_line(700, "daemon", 1, 0),
     )
-    # in the round: the long job 30 ticks, the orphan 20: not their whole lives (1200 ticks)
+    # in the round: the long job 30 ticks, the orphan 20: not their whole lives (1600 ticks)
     assert others_ticks(before, after, RUN) == 50
 
 
