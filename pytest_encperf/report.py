@@ -449,7 +449,8 @@ def _rounds_cell(check: Check) -> str:
     now, before = check.rounds
     why = next((short for text, short in _STOPS if text in check.stop), "")
     added = f"+{check.confirm_rounds} " if check.confirm_rounds else ""
-    return f"{now}/{before} ({added}{why})" if why else f"{now}/{before}"
+    busy = f", {check.busy} busy left out" if check.busy else ""
+    return f"{now}/{before} ({added}{why}){busy}" if why else f"{now}/{before}{busy}"
 
 
 def _check_row(check: Check) -> list[str]:
@@ -489,7 +490,7 @@ CHECK_LEGEND = (
     "change: Hodges-Lehmann estimate of now/before with its 95% interval; p (adj.): one-sided, "
     "for 'worse by more than half the threshold', Holm-adjusted over the gated checks (in "
     "parentheses: unadjusted, for checks that are not gated); rounds now/before: (+N) confirmation "
-    "pairs and why they stopped"
+    "pairs and why they stopped, and the busy rounds (both sides) left out"
 )
 
 

@@ -13,7 +13,14 @@ import pytest
 from pytest_encperf import charts
 from pytest_encperf.compare import MACHINE_BUSY, PASS, Gate, judge, parse_rules, quiet_rounds
 from pytest_encperf.model import Measurement, Result, RunData
-from pytest_encperf.report import detail_table, markdown_report, summary_table, verdict_header, verdict_report
+from pytest_encperf.report import (
+    check_table,
+    detail_table,
+    markdown_report,
+    summary_table,
+    verdict_header,
+    verdict_report,
+)
 from tests.test_compare import SEQ_READ, SETTINGS, result, spread
 from tests.test_gate import CONFTEST, SCRIPTED_BENCHMARK, run
 
@@ -49,6 +56,7 @@ def test_the_gate_decides_from_the_quiet_rounds_only() -> None:
     ]
     assert check.status == PASS and check.rounds == (3, 10) and check.busy == 2
     assert check.change_percent == pytest.approx(0.0, abs=0.2)
+    assert "3/10, 2 busy left out" in check_table([check])
     # the same rounds, not flagged: the busy pair moves the estimate
     flagged_off = result("fscrypt", SEQ_READ, [50.0, 30.0, 50.05, 49.95], [100.0] * 4)
     (plain_check,) = [
@@ -130,13 +138,15 @@ def test_every_report_flags_a_cell_with_busy_rounds_and_the_share_others_used() 
 
 BUSY_BENCHMARK = SCRIPTED_BENCHMARK.replace(
     "def test_workload(encperf, encperf_workload):\n    encperf.engine = ENGINE\n",
-    '''from pytest_encperf.load import Load, Sample
+    '''import time
+from pytest_encperf.load import Load, Sample
 
 
 class BusyReading:
     """Says the machine was busy (others took 0.8 of a core) in every round."""
 
     threshold = 0.25
+    clock = staticmethod(time.monotonic)
 
     def sample(self):
         return Sample(0.0, {}, None, None)
@@ -157,10 +167,12 @@ def test_a_session_with_a_busy_reading_says_so_in_the_summary_and_the_json(pytes
     pytester.makepyfile(test_bench=BUSY_BENCHMARK)
     pytester.makeconftest(CONFTEST)
     out = pytester.path / "out.json"
-    outcome = run(pytester, f"--encperf-json={out}", rounds=2)
+    outcome = run(pytester, f"--encperf-json={out}", "--encperf-quiet-wait=1", rounds=2)
     outcome.assert_outcomes(passed=2)
     assert "busy 4/4 (others 0.80 core)!" in outcome.stdout.str()
     (entry, _) = json.loads(out.read_text())["benchmarks"]
     assert entry["extra_info"]["busy_rounds"] == 4
     first = entry["extra_info"]["encperf"]["rounds"][0]
     assert (first["busy"], first["others_cpu_s"], first["cpu_pressure_s"]) == (True, 0.8, 0.2)
+    # --encperf-quiet-wait waited its whole second for quiet that never came, and says so
+    assert 1.0 <= entry["extra_info"]["encperf"]["quiet_wait"] < 5.0
