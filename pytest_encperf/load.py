@@ -90,6 +90,18 @@ def parse_steal_ticks(text: str) -> int | None:
     return None
 
 
+def parse_busy_ticks(text: str) -> int | None:
+    """user + nice + system of /proc/stat's ``cpu`` line: CPU time every task used, those that
+    ended too (interrupts, steal and idle apart); None without it."""
+    for line in text.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "cpu":
+            with contextlib.suppress(ValueError, IndexError):
+                return int(fields[1]) + int(fields[2]) + int(fields[3])
+            return None
+    return None
+
+
 def parse_pressure_total(text: str) -> int | None:
     """The ``some`` line's ``total=`` (microseconds) of /proc/pressure/cpu; None without it."""
     for line in text.splitlines():
@@ -111,6 +123,7 @@ class Sample:
     processes: dict[int, ProcessTimes]
     steal_ticks: int | None
     pressure_us: int | None
+    busy_ticks: int | None = None  # parse_busy_ticks: every task's CPU time, machine-wide
 
 
 def descendants(processes: dict[int, ProcessTimes], roots: Iterable[int]) -> set[int]:
@@ -130,10 +143,17 @@ def descendants(processes: dict[int, ProcessTimes], roots: Iterable[int]) -> set
 
 def others_ticks(before: Sample, after: Sample, own_roots: Iterable[int]) -> int:
     """CPU ticks that user-space processes outside the trees of ``own_roots`` used between the
-    two samples: a process seen in both counts its growth, one started in between all of its
-    time. A process that exited in between counts through its reaper (its parent, else init),
-    whose reaped-children time grew by the whole life of it: less what it had used at the first
-    sample, so that only the part in between is counted."""
+    two samples (ticks_by_kind)."""
+    return ticks_by_kind(before, after, own_roots)["others"]
+
+
+def ticks_by_kind(before: Sample, after: Sample, own_roots: Iterable[int]) -> dict[str, int]:
+    """CPU ticks used between the two samples by user-space processes outside the trees of
+    ``own_roots`` ("others"), by those trees ("own") and by kernel threads ("kernel"): a process
+    seen in both counts its growth, one started in between all of its time. A process that exited
+    in between counts through its reaper (its parent, else init), whose reaped-children time grew
+    by the whole life of it: less what it had used at the first sample, so that only the part in
+    between is counted."""
     roots = list(own_roots)
     own = descendants(before.processes, roots) | descendants(after.processes, roots)
 
@@ -157,17 +177,16 @@ def others_ticks(before: Sample, after: Sample, own_roots: Iterable[int]) -> int
             continue
         into = reaper(then.ppid)
         counted_before[into] = counted_before.get(into, 0) + then.ticks + then.reaped_ticks
-    total = 0
+    totals = {"others": 0, "own": 0, "kernel": 0}
     for pid, now in after.processes.items():
-        if pid in own or now.kernel_thread:
-            continue
+        kind = "own" if pid in own else "kernel" if now.kernel_thread else "others"
         then = before.processes.get(pid)
         if then is None or then.start != now.start:  # new in the round (or a reused pid)
-            total += now.ticks + now.reaped_ticks
+            totals[kind] += now.ticks + now.reaped_ticks
             continue
         reaped = max(0, now.reaped_ticks - then.reaped_ticks - counted_before.get(pid, 0))
-        total += max(0, now.ticks - then.ticks) + reaped
-    return total
+        totals[kind] += max(0, now.ticks - then.ticks) + reaped
+    return totals
 
 
 @dataclass(frozen=True)
@@ -197,7 +216,14 @@ def load_between(before: Sample, after: Sample, own_roots: Iterable[int], hz: in
         steal = max(0, after.steal_ticks - before.steal_ticks) / hz
     if before.pressure_us is not None and after.pressure_us is not None:
         pressure = max(0, after.pressure_us - before.pressure_us) / 1e6
-    others = others_ticks(before, after, own_roots) / hz
+    ticks = ticks_by_kind(before, after, own_roots)
+    others = ticks["others"]
+    if before.busy_ticks is not None and after.busy_ticks is not None:
+        # what every task used, less this run's and the kernel threads': a bound that no pid's
+        # history can inflate (a reaper's grown reaped time, where its origin was not seen)
+        rest = after.busy_ticks - before.busy_ticks - ticks["own"] - ticks["kernel"]
+        others = min(others, max(0, rest))
+    others /= hz
     return Load(max(0.0, after.at - before.at), others, steal, pressure)
 
 
@@ -247,6 +273,7 @@ class LoadMeter:
             processes=processes,
             steal_ticks=parse_steal_ticks(stat) if stat else None,
             pressure_us=parse_pressure_total(pressure) if pressure else None,
+            busy_ticks=parse_busy_ticks(stat) if stat else None,
         )
 
     def between(self, before: Sample, after: Sample, daemons: Iterable[int] = ()) -> Load:

@@ -4,6 +4,7 @@ status line."""
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -24,6 +25,7 @@ from pytest_encperf.load import (
     Sample,
     load_between,
     others_ticks,
+    parse_busy_ticks,
     parse_pid_stat,
     parse_pressure_total,
     parse_steal_ticks,
@@ -71,6 +73,7 @@ def test_this_process_reads_as_psutil_sees_it() -> None:
 def test_parsers_never_raise_on_any_text(text: str) -> None:
     parse_pid_stat(text)
     parse_steal_ticks(text)
+    parse_busy_ticks(text)
     parse_pressure_total(text)
 
 
@@ -79,6 +82,7 @@ def test_steal_and_pressure_are_read_where_the_kernel_has_them() -> None:
         parse_steal_ticks("cpu  64463 0 13666 88689 2047 0 250 180 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n") == 180
     )
     assert parse_steal_ticks("cpu  1 2 3 4\n") is None  # an old kernel without the column
+    assert parse_busy_ticks("cpu  64463 7 13666 88689 2047 0 250 180 0 0\n") == 64463 + 7 + 13666
     psi = "some avg10=1.21 avg60=3.59 avg300=13.10 total=185649511\nfull avg10=0.00 total=0\n"
     assert parse_pressure_total(psi) == 185649511
     assert parse_pressure_total("full avg10=0.00 total=7\n") is None
@@ -148,6 +152,25 @@ def test_an_exited_process_counts_through_its_reaper_only_for_its_time_in_the_ro
     assert others_ticks(before, after, RUN) == 50
 
 
+def test_the_machine_wide_cpu_time_bounds_what_others_can_have_used() -> None:
+    # a reaper whose reaped time grew by a child this sample never saw (it lived and ended
+    # between the samples' listings of it), and the machine's own count of everyone's time
+    lines = (stat_line(1, "init", 0), stat_line(100, "pytest", 1, 0), stat_line(700, "kworker", 2, 0))
+    before = Sample(0.0, {p.pid: p for p in map(parse_pid_stat, lines) if p}, 0, 0, busy_ticks=1000)
+    after_lines = (
+        stat_line(1, "init", 0, reaped=5000),
+        stat_line(100, "pytest", 1, 60),
+        stat_line(700, "kworker", 2, 20),
+    )
+    after = Sample(
+        1.0, {p.pid: p for p in map(parse_pid_stat, after_lines) if p}, 0, 0, busy_ticks=1000 + 130
+    )
+    assert others_ticks(before, after, RUN) == 5000
+    # everyone used 130 ticks, this run 60 and the kernel 20: others at most 50
+    assert load_between(before, after, RUN, HZ).others_cpu_s == pytest.approx(0.5)
+    assert load_between(before, dataclasses.replace(after, busy_ticks=None), RUN, HZ).others_cpu_s == 50.0
+
+
 def test_a_reused_pid_is_a_new_process() -> None:
     before = sample(0.0, stat_line(100, "pytest", 1), stat_line(800, "old", 1, 500, start=10))
     after = sample(1.0, stat_line(100, "pytest", 1), stat_line(800, "new", 1, 30, start=2000))
@@ -166,7 +189,7 @@ def fake_proc(root: Path, ticks: int, *, pressure: int | None, steal: int = 0) -
     for pid, line in ((100, stat_line(100, "pytest", 1, 0)), (900, stat_line(900, "hog", 1, ticks))):
         (root / str(pid)).mkdir(exist_ok=True)
         (root / str(pid) / "stat").write_text(line)
-    (root / "stat").write_text(f"cpu  1 2 3 4 5 6 7 {steal} 0 0\n")
+    (root / "stat").write_text(f"cpu  {ticks} 0 0 4 5 6 7 {steal} 0 0\n")  # the hog's time is all
     if pressure is not None:
         (root / "pressure").mkdir(exist_ok=True)
         (root / "pressure" / "cpu").write_text(f"some avg10=0.00 avg60=0.00 avg300=0.00 total={pressure}\n")
@@ -294,7 +317,8 @@ def test_each_round_carries_what_others_took_and_the_json_keeps_it() -> None:
 
 def test_the_status_line_names_whom_the_run_waits_for() -> None:
     me = process_text(os.getpid())
-    assert me.startswith(f"pid {os.getpid()} (") and "pytest" in me
+    command = " ".join(psutil.Process().cmdline())
+    assert me == f"pid {os.getpid()} ({command if len(command) <= 60 else command[:57] + '...'})"
     assert process_text(2**22 + 7) == f"pid {2**22 + 7}"  # gone: the pid alone
     text = lock_wait_text([os.getpid()], 75)
     assert text.startswith(f"encperf: waiting for another measurement to finish: pid {os.getpid()} (")
