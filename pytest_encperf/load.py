@@ -14,8 +14,10 @@ Three figures per round, each a delta between two samples of /proc:
   least one runnable task waited for a CPU. None where the kernel has no PSI.
 
 A round is *busy* when others and steal together took more than BUSY_SHARE of one core, on
-average over the round. Parsing is pure (text in, numbers out) so the tests feed it scripted
-/proc text; ``LoadMeter`` reads the real files.
+average over the round. What others took is bounded by the machine's count of every task's time
+(/proc/stat user + nice + system) less this run's and the kernel threads'. Parsing is pure
+(text in, numbers out) so the tests feed it scripted /proc text; ``LoadMeter`` reads the real
+files.
 """
 
 from __future__ import annotations
@@ -32,10 +34,9 @@ import psutil
 PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
 KTHREADD = 2  # the parent of every kernel thread
 # A round is busy when processes outside this run (and steal) took more than this share of one
-# core over it. Chosen from this machine (2 cores, see the README's "Busy machine"): quiet rounds
-# showed at most 0.03 of a core of others (idle daemons, other users' shells), rounds beside one
-# busy-loop hog 0.95-1.0; a quarter of a core is far from both and still catches a hog that
-# runs for only part of a round.
+# core over it. Chosen on the development machine (2 cores, see the README's "Busy machine"): the
+# quietest tenth of 1.5 s windows showed others at 0.00-0.11 of a core, every window beside one
+# busy-loop process 1.38-1.99; a quarter of a core is above the one and far below the other.
 BUSY_SHARE = 0.25
 # --encperf-quiet-wait samples the others' share over windows of this many seconds
 QUIET_WINDOW = 0.5
