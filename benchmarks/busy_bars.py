@@ -73,7 +73,7 @@ def describe(name: str, rounds: list[Measurement]) -> str:
     if not rounds:
         return f"{name}: no rounds"
     flagged = sum(m.busy for m in rounds)
-    shares = sorted((m.others_cpu_s or 0.0) / m.seconds for m in rounds if m.seconds)
+    shares = sorted((m.others_cpu_s or 0.0) / max(m.seconds, m.span or 0.0) for m in rounds if m.seconds)
     return (
         f"{name}: {flagged}/{len(rounds)} flagged busy ({flagged / len(rounds):.0%}); others' share of a "
         f"core min {shares[0]:.2f}, median {statistics.median(shares):.2f}, max {shares[-1]:.2f}"

@@ -95,6 +95,11 @@ class Measurement:
         return None
 
     @property
+    def span(self) -> float | None:
+        """Seconds from the round's start to its end (the engine's setup included), if recorded."""
+        return self.ended - self.started if self.started is not None and self.ended is not None else None
+
+    @property
     def mb_per_s(self) -> float:
         """Throughput in MB/s (10^6 bytes), as CrystalDiskMark and fio report it."""
         return self.bytes / self.seconds / 1e6 if self.seconds > 0 else 0.0
@@ -189,9 +194,10 @@ class Result:
     @property
     def busy_share(self) -> float | None:
         """The CPU others took (and steal), in cores, over the busy rounds of both sides (per
-        second of their measured time); None when no round was busy."""
+        second of each round: from its start to its end, or its measured time if longer); None
+        when no round was busy."""
         busy = [m for m in (*self.rounds, *self.baseline_rounds) if m.busy]
-        seconds = sum(m.seconds for m in busy)
+        seconds = sum(max(m.seconds, m.span or 0.0) for m in busy)
         taken = sum((m.others_cpu_s or 0.0) + (m.steal_s or 0.0) for m in busy)
         return taken / seconds if busy and seconds > 0 else None
 

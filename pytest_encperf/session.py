@@ -455,7 +455,9 @@ class EncperfSession:
             lock=lambda: host.measurement_lock(
                 self.lock_disks(volume, baseline), waiting=self.lock_waiting()
             ),
-            quiet=lambda: host.measurement_lock(self.lock_disks(volume, baseline), shared=True),
+            quiet=lambda: host.measurement_lock(
+                self.lock_disks(volume, baseline), shared=True, waiting=self.lock_waiting()
+            ),
         )
 
     def beside_no_measurement(self) -> AbstractContextManager[float]:
@@ -464,7 +466,7 @@ class EncperfSession:
         an interrupt, the wait is bounded (teardown_lock)."""
         if self.interrupted:
             return self.teardown_lock(self.lock_disks(), shared=True)
-        return host.measurement_lock(self.lock_disks(), shared=True)
+        return host.measurement_lock(self.lock_disks(), shared=True, waiting=self.lock_waiting())
 
     @contextlib.contextmanager
     def teardown_lock(self, disks: list[str] | None, *, shared: bool) -> Iterator[float]:

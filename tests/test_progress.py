@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import subprocess
 import sys
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +148,25 @@ def test_on_a_terminal_a_long_workload_shows_a_live_line_and_q_keeps_it_quiet(
     assert "passed" in shown
     quiet = on_a_terminal(gate, "-q")
     assert "round 1 of" not in quiet and "\x1b[A" not in quiet
+
+
+def test_on_a_terminal_the_plan_and_the_status_line_name_the_measurement_the_run_waits_for(
+    gate: pytest.Pytester,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    locks = tmp_path / "locks"
+    locks.mkdir(mode=0o700)
+    monkeypatch.setenv("ENCPERF_LOCK_DIR", str(locks))
+    holder = os.open(locks / "measure.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # this test is "another measurement" for 3 s
+    release = threading.Timer(3.0, os.close, [holder])
+    release.start()
+    try:
+        shown = on_a_terminal(gate)
+    finally:
+        release.join()
+    me = f"pid {os.getpid()} ("
+    assert f"encperf plan: another measurement holds the machine now ({me}" in shown
+    assert f"\rencperf: waiting for another measurement to finish: {me}" in shown
+    assert "round 1 of 2 (plain)" in shown and "passed" in shown
