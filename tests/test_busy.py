@@ -136,9 +136,11 @@ def test_every_report_flags_a_cell_with_busy_rounds_and_the_share_others_used() 
     assert not [mark for mark in charts.tile(quiet, "fscrypt", "median").marks if mark.kind == "busy"]
 
 
-BUSY_BENCHMARK = SCRIPTED_BENCHMARK.replace(
-    "def test_workload(encperf, encperf_workload):\n    encperf.engine = ENGINE\n",
-    '''import time
+BUSY_BENCHMARK = (
+    SCRIPTED_BENCHMARK.replace("    encperf.meter = None  #", "    encperf.meter = BusyReading()  #")
+    + '''
+
+import time
 from pytest_encperf.load import Load, Sample
 
 
@@ -153,12 +155,7 @@ class BusyReading:
 
     def between(self, before, after, daemons=()):
         return Load(1.0, 0.8, 0.0, 0.2)
-
-
-def test_workload(encperf, encperf_workload):
-    encperf.engine = ENGINE
-    encperf.meter = BusyReading()
-''',
+'''
 )
 
 

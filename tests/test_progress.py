@@ -8,6 +8,7 @@ import pty
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -106,7 +107,7 @@ def test_the_plan_is_printed_after_collection_and_nothing_else_when_not_a_termin
     assert "encperf plan: 1 backend" in quiet.stdout.str()  # the plan stays, even with -q
 
 
-def on_a_terminal(pytester: pytest.Pytester, *args: str) -> str:
+def on_a_terminal(pytester: pytest.Pytester, *args: str, watch: Callable[[str], None] | None = None) -> str:
     """Run pytest (the scripted benchmark) with its output on a pseudo-terminal; what it showed."""
     master, slave = pty.openpty()
     env = {
@@ -133,6 +134,8 @@ def on_a_terminal(pytester: pytest.Pytester, *args: str) -> str:
         if not chunk:
             break
         chunks.append(chunk)
+        if watch is not None:  # told what was shown so far
+            watch(b"".join(chunks).decode(errors="replace"))
     os.close(master)
     assert process.wait(timeout=60) == 0, b"".join(chunks).decode(errors="replace")
     return b"".join(chunks).decode(errors="replace")
@@ -159,13 +162,22 @@ def test_on_a_terminal_the_plan_and_the_status_line_name_the_measurement_the_run
     locks.mkdir(mode=0o700)
     monkeypatch.setenv("ENCPERF_LOCK_DIR", str(locks))
     holder = os.open(locks / "measure.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    fcntl.flock(holder, fcntl.LOCK_EX)  # this test is "another measurement" for 3 s
-    release = threading.Timer(3.0, os.close, [holder])
-    release.start()
+    fcntl.flock(holder, fcntl.LOCK_EX)  # this test is "another measurement" ...
+    released, once = threading.Event(), threading.Lock()
+
+    def release(shown: str = "") -> None:  # ... until the run says it waits (at most 60 s)
+        with once:
+            if not released.is_set() and (not shown or "waiting for another measurement" in shown):
+                released.set()
+                os.close(holder)
+
+    timer = threading.Timer(60.0, release)
+    timer.start()
     try:
-        shown = on_a_terminal(gate)
+        shown = on_a_terminal(gate, watch=release)
     finally:
-        release.join()
+        timer.cancel()
+        release()
     me = f"pid {os.getpid()} ("
     assert f"encperf plan: another measurement holds the machine now ({me}" in shown
     assert f"\rencperf: waiting for another measurement to finish: {me}" in shown
