@@ -226,6 +226,7 @@ RANGES = {
     "runtime": "more than zero and at most 86400s",
     "steady-budget": "more than zero and at most 86400s",
     "confirm-budget": "more than zero and at most 86400s",
+    "quiet-wait": "more than zero and at most 86400s",
     "rounds": "from 1 to 10000",
     "save-rounds": "from 1 to 10000",
     "warmup": "from 0 to 10000",
