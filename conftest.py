@@ -24,10 +24,18 @@ from pytest_encperf import host
 pytest_plugins = ["pytester"]
 
 
+# The suite's results must not depend on what else the machine runs (under -n 2 the other
+# worker's tests alone are "others"): no round is busy unless a test asks for the threshold
+# (--encperf-busy-threshold on its command line wins over the environment).
+BUSY_THRESHOLD_ENV = "ENCPERF_BUSY_THRESHOLD"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """The suite measures under locks of its own, never the machine-wide ones: a benchmark run
     beside it (or another checkout's suite) neither waits for it nor makes it wait. xdist workers
-    and the sessions the tests start inherit the variable; a directory given from outside wins."""
+    and the sessions the tests start inherit the variables; a lock directory given from outside
+    wins, a busy threshold does not."""
+    os.environ[BUSY_THRESHOLD_ENV] = "off"
     if os.environ.get(host.LOCK_DIR_ENV) or hasattr(config, "workerinput"):
         return
     directory = tempfile.mkdtemp(prefix="encperf-test-locks-")  # 0700, this user's

@@ -559,7 +559,8 @@ def busy_problem(cell: Cell, side: str) -> str | None:
         return None
     return (
         f"all {cell.busy} rounds of {side} were measured while processes outside the run used more than "
-        f"{BUSY_SHARE:g} of a core: nothing is decided from them (--encperf-quiet-wait waits for quiet)"
+        f"the busy threshold (--encperf-busy-threshold, {BUSY_SHARE:g} of a core by default): "
+        "nothing is decided from them (--encperf-quiet-wait waits for quiet)"
     )
 
 

@@ -13,8 +13,9 @@ Three figures per round, each a delta between two samples of /proc:
 - ``cpu_pressure_s``: the "some" CPU pressure stall time (/proc/pressure/cpu, PSI): how long at
   least one runnable task waited for a CPU. None where the kernel has no PSI.
 
-A round is *busy* when others and steal together took more than BUSY_SHARE of one core, on
-average over the round. What others took is bounded by the machine's count of every task's time
+A round is *busy* when others and steal together took more than the threshold of one core, on
+average over the round (--encperf-busy-threshold, BUSY_SHARE by default; off: no round is busy,
+the three figures are still recorded). What others took is bounded by the machine's count of every task's time
 (/proc/stat user + nice + system) less this run's and the kernel threads'. Parsing is pure
 (text in, numbers out) so the tests feed it scripted /proc text; ``LoadMeter`` reads the real
 files.
@@ -205,7 +206,11 @@ class Load:
         taken = self.others_cpu_s + (self.steal_s or 0.0)
         return taken / self.seconds if self.seconds > 0 else 0.0
 
-    def busy(self, threshold: float = BUSY_SHARE) -> bool:
+    def busy(self, threshold: float | None = BUSY_SHARE) -> bool:
+        """Others took more than ``threshold`` cores over the span; never with the threshold off
+        (None)."""
+        if threshold is None:
+            return False
         taken = self.others_cpu_s + (self.steal_s or 0.0)
         return taken > threshold * max(self.seconds, SHORTEST_JUDGED)
 
@@ -243,14 +248,15 @@ def _read(path: Path) -> str | None:
 
 class LoadMeter:
     """Samples /proc (``proc``) and tells the Load between two samples; this run's own tree is
-    ``roots`` (run_root by default) plus the daemons given to ``between``."""
+    ``roots`` (run_root by default) plus the daemons given to ``between``. ``threshold``: the
+    cores others may take before a round is busy, None for off."""
 
     def __init__(
         self,
         proc: Path = Path("/proc"),
         roots: tuple[int, ...] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        threshold: float = BUSY_SHARE,
+        threshold: float | None = BUSY_SHARE,
     ) -> None:
         self.proc, self.clock, self.threshold = proc, clock, threshold
         self.roots = roots if roots is not None else (run_root(),)
@@ -291,9 +297,9 @@ def wait_for_quiet(
     waiting: Callable[[Load], None] | None = None,
 ) -> float:
     """Wait until others took no more than the meter's threshold over one ``window``, or
-    ``limit`` seconds passed; the seconds waited (0 when quiet at once, or ``limit`` <= 0).
-    ``waiting`` is told each busy window's Load (the progress line)."""
-    if limit <= 0:
+    ``limit`` seconds passed; the seconds waited (0 when quiet at once, ``limit`` <= 0 or the
+    threshold off). ``waiting`` is told each busy window's Load (the progress line)."""
+    if limit <= 0 or meter.threshold is None:
         return 0.0
     pids = tuple(daemons)
     started = meter.clock()

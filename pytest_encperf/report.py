@@ -99,8 +99,9 @@ CACHED_BELOW_MEANING = (
 
 
 BUSY_MEANING = (
-    "rounds of both sides during which processes outside this run (and steal) used more than "
-    f"{BUSY_SHARE:g} of a core (others: their average over those rounds, in cores); such a cell's "
+    "rounds of both sides during which processes outside this run (and steal) used more than the "
+    f"busy threshold (--encperf-busy-threshold, {BUSY_SHARE:g} of a core by default; others: their "
+    "average over those rounds, in cores); such a cell's "
     "numbers say what a busy machine gave, and the gate decides no check from its busy rounds"
 )
 

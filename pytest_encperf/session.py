@@ -138,7 +138,8 @@ class EncperfSession:
         self._device_refused = ""
         self._device_lost = ""
         self._progress: ProgressLine | bool | None = None  # False: no terminal to show it on
-        self.meter = LoadMeter()  # what others take of the machine in each round (load.py)
+        # what others take of the machine in each round (load.py)
+        self.meter = LoadMeter(threshold=settings.busy_threshold)
         self._reference_data: realwork.Reference | None = None  # the real-work tasks' tree
         self._reference_error = ""  # why it could not be made (said again to every later task)
         # --encperf-ladder: the layer rungs (RAM-backed, kept apart from the results) and the
@@ -1259,7 +1260,7 @@ class Reference:
 
 _SAVED_SETTINGS = (
     "backends", "target", "dir", "size", "runtime", "rounds", "warmup", "engine", "profile",
-    "lifecycle_cycles", "tree_size",
+    "lifecycle_cycles", "tree_size", "busy_threshold",
 )  # fmt: skip
 
 
@@ -1272,6 +1273,8 @@ def _titled_table(tr: pytest.TerminalReporter, title: str, table: str) -> None:
 
 
 def _setting_text(value: object) -> str:
+    if value is None:  # an option that is off (--encperf-busy-threshold=off)
+        return "off"
     return ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
 
 

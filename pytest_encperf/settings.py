@@ -33,6 +33,7 @@ from .backends import PLANNED, BackendSpec, known_names, parse_backend_list
 from .compare import LIFECYCLE_METRIC, MIN_HISTORY, MIN_LIFECYCLE_CYCLES, Rule, parse_rules
 from .engines import ENGINES
 from .html import matplotlib_problem
+from .load import BUSY_SHARE
 from .parsing import parse_bool, parse_choice, parse_path, whole_number
 from .sweep import DEFAULT_MARGIN, SWEEPS, sweep_specs
 from .targets import KINDS
@@ -55,6 +56,7 @@ MAX_CYCLES = 1000
 MAX_HISTORY = 1000
 MAX_SEED = 2**63 - 1
 MAX_RUN_NUMBER = 999_999_999  # saved runs are numbered 0001, 0002, ... per machine
+MAX_CORES = 8192  # Linux's most CPUs (NR_CPUS): a busy threshold above it could never be reached
 
 
 def _amount(text: str) -> float | None:
@@ -138,6 +140,24 @@ def parse_steady_cv(text: str) -> float | None:
     if not 0 < number < 1:
         raise ValueError(f"bad steady-state target {text!r}: expected off, or a CV such as 5% or 0.05")
     return number
+
+
+def parse_busy_threshold(text: str) -> float | None:
+    """The cores others may use before a round is busy (``0.25``, ``1``), or off (``0`` too, as
+    for every threshold and budget here: a threshold of no CPU at all would flag every round)."""
+    value = str(text).strip().lower()
+    if value in ("off", "no", "none"):
+        return None
+    match = re.match(r"^(\d+(?:\.\d+)?)$", value)
+    cores = float(match.group(1)) if match else -1.0
+    if cores == 0:
+        return None
+    if not 0 < cores <= MAX_CORES:
+        raise ValueError(
+            f"bad busy threshold {text!r}: expected off, or the cores that processes outside the run may "
+            f"use before a round is busy, such as 0.25; more than zero and at most {MAX_CORES}"
+        )
+    return cores
 
 
 def comma_items(what: str, text: str) -> list[str]:
@@ -339,9 +359,13 @@ OPTIONS: tuple[Option, ...] = (
            "of both sides is below CV (a fraction such as 0.05), or off", parse_steady_cv, "off"),
     Option("steady-budget", "SECONDS", "most time the steady-state rounds of one workload may take",
            parse_duration, "60s"),
+    Option("busy-threshold", "CORES",
+           "a round is busy when processes outside this run (and steal) used more than this many cores "
+           "over it: busy rounds are flagged in every report and not gated; off (or 0): none is busy, "
+           "what others used is still recorded", parse_busy_threshold, f"{BUSY_SHARE:g}"),
     Option("quiet-wait", "SECONDS",
            "before each workload's rounds, wait up to this long for processes outside this run to use less "
-           "than a quarter of a core (busy rounds are flagged and not gated); 0 = off", parse_budget, "0"),
+           "than --encperf-busy-threshold; 0 = off", parse_budget, "0"),
     Option("engine", "ENGINE",
            f"I/O engine: {' | '.join((*ENGINES, 'auto'))} (auto: fio when installed, else native)",
            parse_choice((*ENGINES, "auto")), "auto"),
@@ -424,6 +448,7 @@ class Settings:
     warmup: int = 1
     steady_cv: float | None = None
     steady_budget: float = 60.0
+    busy_threshold: float | None = BUSY_SHARE
     quiet_wait: float = 0.0
     engine: str = "auto"
     profile: list[str] = field(default_factory=lambda: ["cdm"])
@@ -483,6 +508,7 @@ def resolve(
             raise ValueError(f"{where}: {exc}") from None
         sources[option.name] = source
     check_partition_options(values)
+    check_quiet_wait(values, sources)
     if values["sweep"]:
         swept = parse_backend_list(",".join(sweep_specs(values["sweep"])))
         given = [] if sources["backends"] == "default" else values["backends"]
@@ -564,6 +590,21 @@ def argument_files_naming(flag: str, typed: Sequence[str], depth: int = 0) -> li
         if any(_names(flag, line) for line in lines) or argument_files_naming(flag, lines, depth + 1):
             found.append(argument)
     return found
+
+
+def check_quiet_wait(values: dict[str, Any], sources: dict[str, str]) -> None:
+    """--encperf-quiet-wait waits for the others' CPU to fall below the busy threshold: with the
+    threshold off there is nothing to wait for, and a wait asked for must not quietly do nothing."""
+    if values["quiet_wait"] > 0 and values["busy_threshold"] is None:
+
+        def given(name: str) -> str:
+            flag = f"--encperf-{name}"
+            return flag if sources[name] == flag else f"{flag} (from {sources[name]})"
+
+        raise ValueError(
+            f"{given('quiet-wait')} waits until processes outside the run use less than "
+            f"{given('busy-threshold')}, which is off: give a threshold, or no quiet wait"
+        )
 
 
 def check_partition_options(values: dict[str, Any]) -> None:

@@ -260,6 +260,45 @@ def test_quiet_wait_option_follows_the_precedence_of_every_option() -> None:
         resolve({"quiet-wait": "soon"}, {}, {})
 
 
+def test_busy_threshold_option_takes_cores_or_off_and_follows_the_precedence() -> None:
+    assert resolve({}, {}, {}).busy_threshold == BUSY_SHARE == 0.25
+    assert resolve({}, {"busy-threshold": "0.5"}, {}).busy_threshold == 0.5
+    env = resolve({}, {"busy-threshold": "0.5"}, {"ENCPERF_BUSY_THRESHOLD": "off"})
+    assert env.busy_threshold is None and env.sources["busy-threshold"] == "ENCPERF_BUSY_THRESHOLD"
+    cli = resolve({"busy-threshold": "1"}, {}, {"ENCPERF_BUSY_THRESHOLD": "off"})
+    assert cli.busy_threshold == 1.0 and cli.sources["busy-threshold"] == "--encperf-busy-threshold"
+    # 0 is off, as for every budget and threshold: no CPU at all would flag every round
+    assert resolve({"busy-threshold": "0"}, {}, {}).busy_threshold is None
+    assert resolve({"busy-threshold": "0.0"}, {}, {}).busy_threshold is None
+    for bad in ("-1", "quarter", "25%", "8193"):
+        with pytest.raises(ValueError, match=r"--encperf-busy-threshold: bad busy threshold .*expected off"):
+            resolve({"busy-threshold": bad}, {}, {})
+
+
+def test_a_quiet_wait_with_the_threshold_off_is_a_usage_error_naming_both_sources() -> None:
+    with pytest.raises(ValueError) as refused:
+        resolve({"quiet-wait": "30"}, {}, {"ENCPERF_BUSY_THRESHOLD": "off"})
+    assert str(refused.value) == (
+        "--encperf-quiet-wait waits until processes outside the run use less than "
+        "--encperf-busy-threshold (from ENCPERF_BUSY_THRESHOLD), which is off: "
+        "give a threshold, or no quiet wait"
+    )
+    with pytest.raises(ValueError, match=r"^--encperf-quiet-wait \(from encperf_quiet_wait\)"):
+        resolve({"busy-threshold": "0"}, {"quiet-wait": "30"}, {})
+    assert resolve({"busy-threshold": "off"}, {}, {}).quiet_wait == 0.0  # no wait asked: fine
+
+
+def test_with_the_threshold_off_no_round_is_busy_and_nothing_waits(tmp_path: Path) -> None:
+    assert Load(1.0, 1.9, 0.1, None).busy(None) is False
+    assert Load(1.0, 0.6, 0.0, None).busy(0.5) and not Load(1.0, 0.6, 0.0, None).busy(1.0)
+    off = busy_meter(tmp_path, Clock(), busy_windows=100)
+    off.threshold = None
+    before = off.sample()
+    off.sleep(1.0)  # type: ignore[attr-defined]
+    assert off.between(before, off.sample()).others_cpu_s == pytest.approx(1.0)  # still measured
+    assert wait_for_quiet(off, 60.0, sleep=off.sleep) == 0.0  # type: ignore[attr-defined]
+
+
 # ----------------------------------------------------------------------------- rounds
 
 
@@ -306,6 +345,14 @@ def test_each_round_carries_what_others_took_and_the_json_keeps_it() -> None:
     }  # fmt: skip
     again = Result.from_dict(entry["extra_info"]["encperf"])
     assert again.busy_rounds == 1 and again.rounds[0].others_cpu_s == 0.9
+    # the threshold off: the same rounds keep what others took, and none is busy
+    meter = ScriptedMeter([0.0, 0.9])
+    meter.threshold = None  # type: ignore[assignment]
+    off_meter = RoundMeter(meter)  # type: ignore[arg-type]
+    pairs = PairedRounds(lambda runtime: measured(), lambda runtime: measured(50), meter=off_meter)
+    off = measure_rounds(Result("gocryptfs", CDM[0]), pairs, runtime=1.0, rounds=2)
+    assert sorted(m.others_cpu_s or 0.0 for m in off.baseline_rounds + off.rounds) == [0.0, 0.0, 0.9, 0.9]
+    assert off.busy_rounds == 0 and benchmark_entry(off)["extra_info"]["busy_rounds"] == 0
     # without a meter (older saved runs, other callers) a round says nothing about the machine
     plain = PairedRounds(lambda runtime: measured(), lambda runtime: measured())
     alone = measure_rounds(Result("x", CDM[0]), plain, runtime=1.0, rounds=1)

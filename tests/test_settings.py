@@ -227,6 +227,7 @@ RANGES = {
     "steady-budget": "more than zero and at most 86400s",
     "confirm-budget": "more than zero and at most 86400s",
     "quiet-wait": "more than zero and at most 86400s",
+    "busy-threshold": "more than zero and at most 8192",
     "rounds": "from 1 to 10000",
     "save-rounds": "from 1 to 10000",
     "warmup": "from 0 to 10000",
