@@ -79,6 +79,8 @@ class Tile:
     tone: str
     marks: tuple[Mark, ...] = ()
     skipped: str = ""  # why the backend did not run
+    # half the width of the 95% interval of the overhead, in points (Result.overhead_interval)
+    half_width: float | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,7 @@ def tile(result: Result | None, backend: str, value: str, skipped: str = "") -> 
         change,
         tone(change),
         marks(result),
+        half_width=interval.half_width if (interval := result.overhead_interval) is not None else None,
     )
 
 

@@ -461,6 +461,7 @@ def _tile_html(t: charts.Tile, unit: str) -> str:
     marks = "".join(f'<span class="mark mark-{m.kind}">{_e(m.text)}</span>' for m in t.marks)
     plain = f"plain {_format_value(t.plain)}" if t.plain is not None else "no plain rounds"
     change = _percent(t.change) if t.change is not None else "not compared"
+    change += f" ±{t.half_width:.1f}" if t.change is not None and t.half_width is not None else ""
     classes = f"tile tone-{t.tone}" + (" marked" if t.marks else "")
     return (
         f'<div class="{classes}"><b>{_e(t.backend)}</b><span class="value">{_format_value(t.value)}</span>'

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from . import stats
 from .workloads import GiB, Workload
 
 # A read round whose device reads are below this fraction of its logical reads came from memory.
@@ -78,6 +79,9 @@ class Measurement:
     steal_s: float | None = None
     cpu_pressure_s: float | None = None
     busy: bool = False
+    # Where the round ran in its A B B A pair: 1 first, 2 second (None: not in a pair, or saved
+    # before it was recorded); a cell's rounds in whole blocks have as many of each per side
+    pair_position: int | None = None
 
     @property
     def cached(self) -> bool | None:
@@ -136,6 +140,25 @@ class Measurement:
         if "steps" in values:
             values["steps"] = tuple((str(name), float(seconds)) for name, seconds in values["steps"])
         return cls(**values)
+
+
+@dataclass(frozen=True)
+class OverheadInterval:
+    """The 95% interval of a cell's overhead: the mean of its paired log ratios backend/plain
+    (stats.mean_interval) as changes in speed, in percent (-24.3 is 24.3% slower than plain)."""
+
+    estimate: float
+    low: float
+    high: float
+    pairs: int
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width, in percentage points (the ``±1.8`` of ``-24.3% ±1.8``)."""
+        return (self.high - self.low) / 2
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {**asdict(self), "half_width": self.half_width}
 
 
 @dataclass
@@ -244,6 +267,42 @@ class Result:
         ratios = round_ratios(self.rounds, self.baseline_rounds, metric, before_after=self.before_after)
         finite = [r for r in ratios if math.isfinite(r)]  # a plain round of 0 has no ratio
         return statistics.median(finite) if finite else None
+
+    @property
+    def overhead_interval(self) -> OverheadInterval | None:
+        """The 95% interval of the overhead over the paired rounds (log scale, t interval of the
+        mean); None with fewer than two pairs, across I/O modes, or on the partition target
+        (plain measured before and after, not beside each round)."""
+        if self.before_after or not self.comparable or len(self.rounds) != len(self.baseline_rounds):
+            return None
+        ratios = round_ratios(self.rounds, self.baseline_rounds, self.primary_metric)
+        logs = [math.log(r) for r in ratios if math.isfinite(r) and r > 0]
+        if self.workload.lower_is_better:  # a time: plain's over the backend's is the speed
+            logs = [-value for value in logs]
+        interval = stats.mean_interval(logs)
+        if interval is None:
+            return None
+
+        def change(log_ratio: float) -> float:
+            return (math.exp(log_ratio) - 1) * 100
+
+        low, high = change(interval.low), change(interval.high)
+        return OverheadInterval(change(interval.estimate), low, high, interval.n)
+
+    @property
+    def order_problem(self) -> str | None:
+        """Why the paired rounds are not whole A B B A blocks (as many pairs with plain first as
+        with the backend first); None when they are, or when the order was not recorded."""
+        positions = [m.pair_position for m in self.baseline_rounds]
+        if self.before_after or not positions or None in positions:
+            return None
+        plain_first = positions.count(1)
+        if plain_first * 2 == len(positions):
+            return None
+        return (
+            f"{plain_first} pairs with plain first and {len(positions) - plain_first} with the backend "
+            "first: not whole A B B A blocks, so an order effect does not cancel"
+        )
 
     @property
     def change_percent(self) -> float | None:

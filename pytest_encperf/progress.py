@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .load import Load
 from .model import Measurement
-from .runner import WARMUP_SECONDS
+from .runner import WARMUP_SECONDS, whole_blocks
 from .workloads import Workload
 
 LIVE_AFTER = 10.0  # seconds: a workload estimated to take at least this long gets a status line
@@ -70,15 +70,20 @@ class Plan:
     warmup: int
     sequential: bool = False  # partition target: plain measured before and after each volume
     workloads_per_volume: int = 0  # partition target: workloads of each plain measurement
-    steady_budget: float | None = None  # --encperf-steady-cv: most extra seconds per workload
+    steady_budget: float | None = None  # --encperf-steady-cv/-precision: most extra seconds per workload
     confirm_budget: float = 0.0  # most extra seconds of confirmation rounds in the run
     quiet_wait: float = 0.0  # --encperf-quiet-wait: most seconds waited for quiet per workload
     lock_holders: str = ""  # who holds the measurement lock as the run starts (process_text)
 
+    @property
+    def counted_rounds(self) -> int:
+        """The rounds each workload gets: whole A B B A blocks beside plain (3 asked: 4)."""
+        return self.rounds if self.sequential else whole_blocks(self.rounds)
+
     def seconds(self) -> float:
         """The rounds alone (warm-up included); making volumes and test files is extra."""
         sides = 1 if self.sequential else 2
-        total = len(self.tests) * workload_seconds(self.rounds, self.runtime, self.warmup, sides)
+        total = len(self.tests) * workload_seconds(self.counted_rounds, self.runtime, self.warmup, sides)
         if self.sequential:  # plain, every workload, before and after each encrypted volume
             volumes = len({backend for backend, _ in self.tests})
             total += volumes * 2 * self.workloads_per_volume * (self.rounds + self.warmup) * self.runtime
@@ -98,9 +103,12 @@ class Plan:
         kinds = ["steady-state and confirmation rounds"] if extra > len(self.tests) * self.quiet_wait else []
         kinds += ["waiting for quiet"] if self.quiet_wait else []
         more = f", up to {format_duration(extra)} more for {' and '.join(kinds)}" if extra else ""
+        rounds = f"{self.counted_rounds} rounds"
+        if self.counted_rounds != self.rounds:
+            rounds += f" ({self.rounds} rounded up to whole A B B A blocks)"
         return (
             f"encperf plan: {len(backends)} backend{'s' * (len(backends) != 1)} ({', '.join(backends)}) x "
-            f"{len(workloads)} workload{'s' * (len(workloads) != 1)} x {self.rounds} rounds{warmup} of "
+            f"{len(workloads)} workload{'s' * (len(workloads) != 1)} x {rounds}{warmup} of "
             f"{self.runtime:g} s, {against}: {len(self.tests)} tests, about "
             f"{format_duration(self.seconds())} of rounds{more} (making volumes and test files comes on top)"
         )

@@ -117,10 +117,26 @@ def busy_mark(result: Result) -> str:
     return f"busy {result.busy_rounds}/{total}{others}"
 
 
+INTERVAL_MEANING = (
+    "±: half the width of the 95% interval of the overhead, in percentage points (Student's t "
+    "interval of the mean log ratio over the A B B A pairs; --encperf-precision runs pairs until it is "
+    "narrow enough)"
+)
+
+
+def interval_mark(result: Result) -> str:
+    """`` ±1.8``: half the width of the 95% interval of the cell's overhead, in percentage points
+    (model.Result.overhead_interval); "" when its rounds cannot give one."""
+    interval = result.overhead_interval
+    return f" ±{interval.half_width:.1f}" if interval is not None else ""
+
+
 def _vs_plain(result: Result) -> str:
-    """The detail table's and the Markdown's ``vs plain``: the median paired ratio as a change,
-    whether memory below the volume explains a read beating plain, and busy rounds."""
-    text = _format_change(result.change_percent) + (f" {CACHED_BELOW_MARK}" if result.cached_below else "")
+    """The detail table's and the Markdown's ``vs plain``: the median paired ratio as a change
+    with its interval's half-width, whether memory below the volume explains a read beating
+    plain, and busy rounds."""
+    text = _format_change(result.change_percent) + interval_mark(result)
+    text += f" {CACHED_BELOW_MARK}" if result.cached_below else ""
     return text + (f" {busy_mark(result)}" if result.busy_rounds else "")
 
 
@@ -139,7 +155,7 @@ def _change_cell(result: Result, value: str) -> str:
     if not result.comparable:
         vol, base = result.io_modes
         return f"modes differ ({vol} vs {base})"
-    text = _format_change(_shown_change(result, value))
+    text = _format_change(_shown_change(result, value)) + interval_mark(result)
     if any(result.cached_rounds):
         text += " cached!"
     for caveat in result.caveats:
@@ -967,7 +983,10 @@ def results_markdown(results: list[Result]) -> str:
         for r in results
         if r.rounds
     ]
-    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True) if rows else ""
+    if not rows:
+        return ""
+    table = tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+    return table + f"\n\nvs plain {INTERVAL_MEANING}" if any(r.overhead_interval for r in results) else table
 
 
 def markdown_report(

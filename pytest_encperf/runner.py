@@ -230,6 +230,12 @@ def io_mode_policy(engine: Engine, volume_file: Path, baseline_file: Path) -> tu
 WARMUP_SECONDS = 1.0
 # At most this many pairs are added to one workload to confirm a check, whatever the budget.
 MAX_CONFIRM_PAIRS = 12
+# Pairs of one A B B A block: plain first, then the backend first. Counted, steady-state,
+# precision and confirmation rounds all come in whole blocks.
+BLOCK_PAIRS = 2
+# --encperf-precision stops no earlier than this many pairs: two blocks, an interval on 3 df (on
+# fewer, one lucky pair of close ratios would look precise)
+PRECISION_MIN_PAIRS = 4
 
 
 class Confirmer(Protocol):
@@ -307,17 +313,35 @@ class PairedRounds:
         return self.meter.measure(lambda: side(runtime), self.clock)
 
     def pair(self, index: int, runtime: float) -> tuple[Measurement, Measurement]:
-        """(baseline, volume) of the pair at ``index``; even pairs start with the baseline."""
+        """(baseline, volume) of the pair at ``index``, each with its ``pair_position``; even
+        pairs start with the baseline."""
         if index % 2 == 0:
             base = self.measure(self.baseline, runtime)
-            return base, self.measure(self.volume, runtime)
+            vol = self.measure(self.volume, runtime)
+            return dataclasses.replace(base, pair_position=1), dataclasses.replace(vol, pair_position=2)
         vol = self.measure(self.volume, runtime)
-        return self.measure(self.baseline, runtime), vol
+        base = self.measure(self.baseline, runtime)
+        return dataclasses.replace(base, pair_position=2), dataclasses.replace(vol, pair_position=1)
 
     def add(self, result: Result, runtime: float) -> None:
         base, vol = self.pair(len(result.rounds), runtime)
         result.baseline_rounds.append(base)
         result.rounds.append(vol)
+
+    def add_block(self, result: Result, runtime: float) -> int:
+        """Pairs up to the end of the next whole A B B A block; returns how many were added."""
+        added = 0
+        while not added or len(result.rounds) % BLOCK_PAIRS:
+            self.add(result, runtime)
+            added += 1
+        return added
+
+
+def whole_blocks(pairs: int) -> int:
+    """``pairs`` rounded up to whole A B B A blocks (3 -> 4): only over whole blocks does the side
+    that runs second in a pair (a drifting machine, a warm cache) favour plain and the backend
+    equally often."""
+    return -(-pairs // BLOCK_PAIRS) * BLOCK_PAIRS
 
 
 def measure_rounds(
@@ -332,35 +356,72 @@ def measure_rounds(
     steady_budget: float = 60.0,
     gate: Confirmer | None = None,
     budget: ConfirmBudget | None = None,
+    precision: float | None = None,
+    steady_clock: Callable[[], float] = time.monotonic,
 ) -> Result:
-    """The measuring loop: warm-up pairs (discarded), the counted pairs, steady state if asked,
-    then confirmation: while the gate cannot decide a check of this workload, more pairs, as long
-    as the run's confirmation budget lasts."""
+    """The measuring loop: warm-up pairs (discarded), the counted pairs rounded up to whole
+    A B B A blocks, then more blocks while the steady state or the precision asked is not reached
+    (within ``steady_budget``), then confirmation: while the gate cannot decide a check of this
+    workload, more blocks, as long as the run's confirmation budget lasts."""
     for index in range(warmup):
         pairs.pair(index, runtime if warmup_runtime is None else warmup_runtime)
-    for _ in range(rounds):
+    counted = whole_blocks(rounds)
+    for _ in range(counted):
         pairs.add(result, runtime)
-    result.stop_reason = f"{rounds} rounds"
-    if steady_cv is not None:
-        result.stop_reason = _steady_state(result, pairs, runtime, steady_cv, steady_budget)
+    rounded = f" ({rounds} rounded up to whole A B B A blocks)" if counted != rounds else ""
+    result.stop_reason = f"{counted} rounds{rounded}"
+    if steady_cv is not None or precision is not None:
+        result.stop_reason = _steady_state(
+            result, pairs, runtime, steady_cv, precision, steady_budget, steady_clock
+        )
     if gate is not None and budget is not None:
         result.stop_reason = _confirm(result, pairs, runtime, gate, budget)
     return result
 
 
-def _steady_state(result: Result, pairs: PairedRounds, runtime: float, target: float, budget: float) -> str:
-    """Add rounds until the coefficient of variation of both sides is below the target."""
-    deadline = time.monotonic() + budget
+def is_precise(result: Result, precision: float) -> bool:
+    """--encperf-precision: the 95% interval of the overhead is within ±``precision`` points,
+    over at least PRECISION_MIN_PAIRS pairs."""
+    interval = result.overhead_interval
+    return interval is not None and interval.pairs >= PRECISION_MIN_PAIRS and interval.half_width <= precision
+
+
+def _steady_state(
+    result: Result,
+    pairs: PairedRounds,
+    runtime: float,
+    target: float | None,
+    precision: float | None,
+    budget: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> str:
+    """Add blocks until the coefficient of variation of both sides is below ``target`` and the
+    overhead's interval is within ±``precision`` points (each when asked), or ``budget`` seconds
+    were spent."""
+    deadline = clock() + budget
 
     def steady() -> bool:
         cvs = (result.cv(), result.cv(baseline=True))
-        return all(cv is not None and cv < target for cv in cvs)
+        return target is None or all(cv is not None and cv < target for cv in cvs)
 
-    while not steady():
-        if time.monotonic() >= deadline:
-            return f"{len(result.rounds)} rounds, CV target not reached in {budget:g} s"
-        pairs.add(result, runtime)
-    return f"{len(result.rounds)} rounds, CV < {target:.0%}"
+    def precise() -> bool:
+        return precision is None or is_precise(result, precision)
+
+    while not (steady() and precise()):
+        if clock() >= deadline:
+            missed = [] if steady() else ["CV target"]
+            missed += [] if precise() else [f"precision ±{precision:g}{_reached(result)}"]
+            return f"{len(result.rounds)} rounds, {' and '.join(missed)} not reached in {budget:g} s"
+        pairs.add_block(result, runtime)
+    reached = [f"CV < {target:.0%}"] if target is not None else []
+    reached += [f"within ±{precision:g}{_reached(result)}"] if precision is not None else []
+    return f"{len(result.rounds)} rounds, {' and '.join(reached)}"
+
+
+def _reached(result: Result) -> str:
+    """`` (±3.1)``: the half-width the overhead's interval has now ("" when it has none)."""
+    interval = result.overhead_interval
+    return f" (±{interval.half_width:.1f})" if interval is not None else ""
 
 
 def _confirm(
@@ -381,9 +442,8 @@ def _confirm(
         if budget.left <= 0:
             return f"{measured}{confirmed}, confirmation budget spent ({why})"
         started = budget.clock()
-        pairs.add(result, runtime)
+        result.confirm_rounds += pairs.add_block(result, runtime)
         budget.spent += budget.clock() - started
-        result.confirm_rounds += 1
 
 
 @dataclass
@@ -403,6 +463,9 @@ class Runner:
     warmup: int = 1  # pairs of rounds measured first and discarded (file layout, caches, clocks)
     steady_cv: float | None = None  # keep adding rounds until both sides' CV is below this ...
     steady_budget: float = 60.0  # ... or this many seconds have been spent on the extra rounds
+    # --encperf-precision: keep adding blocks until the overhead's 95% interval is within ±this
+    # many points (or the steady budget is spent); None: off
+    precision: float | None = None
     gate: Confirmer | None = None  # asked after the rounds whether the checks are decided ...
     confirm_budget: ConfirmBudget | None = None  # ... and more pairs are run while this lasts
     # Held around all rounds of one workload (warm-up to confirmation), never inside a round;
@@ -525,6 +588,7 @@ class Runner:
             steady_budget=self.steady_budget,
             gate=self.gate,
             budget=self.confirm_budget,
+            precision=self.precision,
         )
 
     def _run_task(self, workload: Workload) -> Result:

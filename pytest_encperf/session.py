@@ -52,6 +52,7 @@ from .load import Load, LoadMeter
 from .model import MachineRun, Measurement, Result, RunData
 from .progress import Plan, ProgressLine, lock_wait_text, process_text, quiet_wait_text
 from .report import (
+    INTERVAL_MEANING,
     MACHINES_NOTE,
     cpu_line,
     detail_table,
@@ -75,6 +76,7 @@ from .runner import (
     measure_all,
     open_volume,
     slug,
+    whole_blocks,
 )
 from .settings import Settings
 from .targets import DeviceClaim, Target, container_size
@@ -446,6 +448,7 @@ class EncperfSession:
             warmup=self.settings.warmup,
             steady_cv=self.settings.steady_cv,
             steady_budget=self.settings.steady_budget,
+            precision=self.settings.precision,
             gate=self.gate(),
             confirm_budget=self._confirm_budget,
             on_round=self.round_callback(),
@@ -600,7 +603,7 @@ class EncperfSession:
         s = self.settings
         plan = Plan(
             tests, s.rounds, s.runtime, s.warmup, self.sequential, len(self.workloads),
-            s.steady_budget if s.steady_cv else None,
+            s.steady_budget if s.steady_cv or (s.precision and not self.sequential) else None,
             s.confirm_budget if (s.fail or s.max_overhead) and not self.sequential else 0.0,
             s.quiet_wait, ", ".join(process_text(pid) for pid in host.measurement_lock_holders()),
         )  # fmt: skip
@@ -648,7 +651,8 @@ class EncperfSession:
         s = self.settings
         return ProgressLine(
             write, lambda: writer.width_of_current_line, lambda: writer.fullwidth,
-            rounds=s.rounds, runtime=s.runtime, warmup=s.warmup, sides=1 if self.sequential else 2,
+            rounds=s.rounds if self.sequential else whole_blocks(s.rounds), runtime=s.runtime,
+            warmup=s.warmup, sides=1 if self.sequential else 2,
         )  # fmt: skip
 
     @pytest.hookimpl(tryfirst=True)
@@ -1121,7 +1125,8 @@ class EncperfSession:
         tr.write_sep("-", "encperf: encryption overhead vs plain")
         tr.write_line(
             f"target: {s.target} in {part.settings.get('dir', s.dir)} | engine: {part.engine} | "
-            f"file: {s.size // (1024 * 1024)} MiB | {s.rounds} rounds x {s.runtime:g} s, "
+            f"file: {s.size // (1024 * 1024)} MiB | "
+            f"{s.rounds if self.sequential else whole_blocks(s.rounds)} rounds x {s.runtime:g} s, "
             + (
                 "baseline measured before and after each volume"
                 if self.sequential
@@ -1130,11 +1135,10 @@ class EncperfSession:
         )
         tr.write_line(cpu_line(part.machine_info))
         skipped = {k: v for k, v in part.skipped.items() if k != BASELINE}
-        steady = (
-            f"; then steady state until CV < {s.steady_cv:.0%} (at most {s.steady_budget:g} s)"
-            if s.steady_cv
-            else ""
-        )
+        until = [f"CV < {s.steady_cv:.0%}"] if s.steady_cv else []
+        until += [f"the overhead's 95% interval is within ±{s.precision:g} points"] if s.precision else []
+        steady = f"; then whole A B B A blocks until {' and '.join(until)} (at most {s.steady_budget:g} s)"
+        steady = steady if until else ""
         tr.write_line(f"each workload: {s.warmup} warm-up round(s) per side discarded{steady}")
         shown_names: set[str] = set()
         for name in s.profile:
@@ -1198,7 +1202,8 @@ class EncperfSession:
             tr.write_line(
                 "vs plain: median of per-round ratios to the plain round run just before each "
                 "(positive = faster than plain; the gate's vs-plain metric); never computed between "
-                "different I/O modes. p50/p99: total latency of each I/O, submission to completion "
+                f"different I/O modes; {INTERVAL_MEANING}. p50/p99: total latency of each I/O, "
+                "submission to completion "
                 "(fio's lat, not clat); small files: create + write + fsync of each file. "
                 "CV: coefficient of variation of the rounds. CPU s/GiB: system-wide busy CPU "
                 "seconds per GiB moved; daemon: the backend's own processes. eff.: median MB/s / "

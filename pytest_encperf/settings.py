@@ -130,6 +130,25 @@ def parse_budget(text: str) -> float:
     return parse_duration(text)
 
 
+MAX_PRECISION = 100.0  # points: an interval of ±100 is no bound on a change that cannot pass -100%
+
+
+def parse_precision(text: str) -> float | None:
+    """``off``, or the half-width in percentage points (``2%`` or ``2``) the overhead's 95% interval
+    must reach, more than 0 and at most 100."""
+    value = str(text).strip().lower()
+    if value in ("off", "no", "0", "none"):
+        return None
+    match = re.match(r"^(\d{1,4}(?:\.\d{1,6})?)\s*%?$", value)
+    number = float(match.group(1)) if match else 0.0
+    if not 0 < number <= MAX_PRECISION:
+        raise ValueError(
+            f"bad precision {text!r}: expected off, or percentage points more than 0 and at most "
+            f"{MAX_PRECISION:g} such as 2%"
+        )
+    return number
+
+
 def parse_steady_cv(text: str) -> float | None:
     """``off``, or a coefficient-of-variation target such as ``5%`` or ``0.05`` (0 < cv < 1)."""
     value = str(text).strip().lower()
@@ -347,7 +366,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("tree-seed", "N", "realwork profile: the seed the reference tree is generated from (the same "
            "seed and size give a byte-identical tree)", parse_seed, "1"),
     Option("runtime", "SECONDS", "duration of one measured round", parse_duration, "1.5s"),
-    Option("rounds", "N", "measured rounds per workload, alternating with the baseline", parse_rounds, "3"),
+    Option("rounds", "N",
+           "measured rounds per workload, alternating with the baseline in whole A B B A blocks (an odd N "
+           "is rounded up)", parse_rounds, "4"),
     Option("save-rounds", "N",
            "measured rounds per workload in a run that saves a baseline (--encperf-save, --encperf-autosave) "
            "when --encperf-rounds is not given: a reference with more rounds lets each checking run decide "
@@ -357,8 +378,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("steady-cv", "CV",
            "steady state: after the counted rounds, add rounds until the coefficient of variation "
            "of both sides is below CV (a fraction such as 0.05), or off", parse_steady_cv, "off"),
-    Option("steady-budget", "SECONDS", "most time the steady-state rounds of one workload may take",
-           parse_duration, "60s"),
+    Option("precision", "P%",
+           "after the counted rounds, add whole A B B A blocks until the 95% interval of the overhead vs "
+           "plain is within ±P percentage points (4 pairs at least), or off", parse_precision, "off"),
+    Option("steady-budget", "SECONDS",
+           "most time the steady-state and precision rounds of one workload may take", parse_duration, "60s"),
     Option("busy-threshold", "CORES",
            "a round is busy when processes outside this run (and steal) used more than this many cores "
            "over it: busy rounds are flagged in every report and not gated; off (or 0): none is busy, "
@@ -443,10 +467,11 @@ class Settings:
     tree_size: int = 64 * MiB
     tree_seed: int = 1
     runtime: float = 1.5
-    rounds: int = 3
+    rounds: int = 4
     save_rounds: int = 10
     warmup: int = 1
     steady_cv: float | None = None
+    precision: float | None = None
     steady_budget: float = 60.0
     busy_threshold: float | None = BUSY_SHARE
     quiet_wait: float = 0.0

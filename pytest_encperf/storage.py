@@ -146,6 +146,8 @@ def benchmark_entry(result: Result) -> dict[str, Any]:
             "lat_p99_us": result.median("lat_p99_us") if result.rounds else None,
             "cpu_s_per_gib": result.median("cpu_s_per_gib") if result.rounds else None,
             "vs_plain_percent": result.change_percent,  # positive: faster than plain
+            # the 95% interval of the overhead over the paired rounds (model.OverheadInterval)
+            "overhead_interval": interval.to_dict() if (interval := result.overhead_interval) else None,
             "latency": LATENCY_MEANING,  # what lat_p99_us (and each round's lat_*) measures
             # rounds of (this backend, its plain baseline) each caveat applies to (model.CAVEATS)
             "caveats": {key: list(counts) for key, counts in result.caveats.items()},

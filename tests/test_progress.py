@@ -27,13 +27,17 @@ def test_durations() -> None:
 
 def test_the_plan_counts_rounds_and_warm_ups_on_both_sides() -> None:
     tests = [(b, w.name) for b in ("fscrypt", "gocryptfs") for w in CDM]
-    plan = Plan(tests, rounds=3, runtime=1.5, warmup=1)
-    # per test: 2 sides x (3 x 1.5 s + 1 warm-up of at most 1 s) = 11 s; 16 tests
-    assert plan.seconds() == 16 * 11 and plan.extra_seconds() == 0
+    plan = Plan(tests, rounds=4, runtime=1.5, warmup=1)
+    # per test: 2 sides x (4 x 1.5 s + 1 warm-up of at most 1 s) = 14 s; 16 tests
+    assert plan.seconds() == 16 * 14 and plan.extra_seconds() == 0
     assert plan.line() == (
-        "encperf plan: 2 backends (fscrypt, gocryptfs) x 8 workloads x 3 rounds + 1 warm-up of 1.5 s, "
-        "alternating with plain: 16 tests, about 3 min of rounds (making volumes and test files comes on top)"
+        "encperf plan: 2 backends (fscrypt, gocryptfs) x 8 workloads x 4 rounds + 1 warm-up of 1.5 s, "
+        "alternating with plain: 16 tests, about 4 min of rounds (making volumes and test files comes on top)"
     )
+    # an odd number of rounds is rounded up to whole A B B A blocks, and the plan says so
+    odd = Plan(tests, rounds=3, runtime=1.5, warmup=1)
+    assert odd.seconds() == plan.seconds()
+    assert " x 4 rounds (3 rounded up to whole A B B A blocks) + 1 warm-up of 1.5 s, " in odd.line()
     gated = Plan(tests[:1], rounds=10, runtime=5, warmup=0, steady_budget=60.0, confirm_budget=60.0)
     assert gated.seconds() == 100 and gated.extra_seconds() == 120
     assert gated.line().endswith(
@@ -98,8 +102,9 @@ def test_the_plan_is_printed_after_collection_and_nothing_else_when_not_a_termin
     result.stdout.fnmatch_lines(
         [
             "collected 8 items / 6 deselected / 2 selected",
-            "encperf plan: 1 backend (fakecrypt) x 2 workloads x 1 rounds of 5 s, alternating with plain: "
-            "2 tests, about 20 s of rounds (making volumes and test files comes on top)",
+            "encperf plan: 1 backend (fakecrypt) x 2 workloads x 2 rounds (1 rounded up to whole A B B A "
+            "blocks) of 5 s, alternating with plain: 2 tests, about 40 s of rounds (making volumes and test "
+            "files comes on top)",
         ]
     )
     assert "round 1 of" not in result.stdout.str() and "\x1b" not in result.stdout.str()
@@ -145,8 +150,9 @@ def test_on_a_terminal_a_long_workload_shows_a_live_line_and_q_keeps_it_quiet(
     gate: pytest.Pytester,  # noqa: F811
 ) -> None:
     shown = on_a_terminal(gate)
-    assert "\rencperf: fakecrypt SEQ1M-Q8T1-read: round 1 of 2 (plain), 100.0 MB/s, about " in shown
-    assert "\rencperf: fakecrypt SEQ1M-Q8T1-read: round 2 of 2 (fakecrypt), 100.0 MB/s, done\x1b[K" in shown
+    # 1 round asked: one whole A B B A block, plain first and last
+    assert "\rencperf: fakecrypt SEQ1M-Q8T1-read: round 1 of 4 (plain), 100.0 MB/s, about " in shown
+    assert "\rencperf: fakecrypt SEQ1M-Q8T1-read: round 4 of 4 (plain), 100.0 MB/s, done\x1b[K" in shown
     assert "\r\x1b[K\x1b[A" in shown  # erased before pytest writes the outcome
     assert "passed" in shown
     quiet = on_a_terminal(gate, "-q")
@@ -181,4 +187,4 @@ def test_on_a_terminal_the_plan_and_the_status_line_name_the_measurement_the_run
     me = f"pid {os.getpid()} ("
     assert f"encperf plan: another measurement holds the machine now ({me}" in shown
     assert f"\rencperf: waiting for another measurement to finish: {me}" in shown
-    assert "round 1 of 2 (plain)" in shown and "passed" in shown
+    assert "round 1 of 4 (plain)" in shown and "passed" in shown

@@ -32,7 +32,8 @@ def test_markdown_leads_with_the_verdict_the_failures_and_the_compact_table() ->
     )
     assert failure < table < lines.index("<details>")
     # the summary table's three lines in one cell: best, best of plain beside it, the change
-    assert "| fscrypt   | 60.0 / 60.0<br>plain 120.0 / 120.0<br>-50.0% / -50.0% " in text
+    # the change with half the width of its 95% interval (two pairs of ratios 0.5: ±0.0)
+    assert "| fscrypt   | 60.0 / 60.0<br>plain 120.0 / 120.0<br>-50.0% ±0.0 / -50.0% ±0.0 " in text
     details = text[text.index("<details>") :]
     assert details.startswith("<details>\n<summary>Details: every result and check</summary>\n")
     assert "| fscrypt   | SEQ1M-Q8T1-read" in details  # every result

@@ -223,8 +223,9 @@ def test_each_backend_shows_its_own_plain_rounds_and_the_change_follows_from_the
         baseline_rounds=[measurement(v) for v in (90, 100, 150)],
     )  # fmt: skip
     table = summary_table([fast, slow], {}, ["fscrypt", "gocryptfs"], list(CDM), value="median")
-    assert cell_lines(table, "fscrypt") == ["50.0 / -", "plain 200.0 / -", "-75.0%"]  # 50 / 200 - 1
-    assert cell_lines(table, "gocryptfs") == ["45.0 / -", "plain 100.0 / -", "-55.0%"]  # 45 / 100 - 1
+    # 50 / 200 - 1, then half the width of the 95% interval of the paired ratios (3 pairs)
+    assert cell_lines(table, "fscrypt") == ["50.0 / -", "plain 200.0 / -", "-75.0% ±6.4"]
+    assert cell_lines(table, "gocryptfs") == ["45.0 / -", "plain 100.0 / -", "-55.0% ±16.4"]  # 45 / 100 - 1
     assert "plain (baseline)" not in table
     best = summary_table([fast], {}, ["fscrypt"], list(CDM), value="best")
     assert "60.0 / -" in best and "plain 220.0 / -" in best and "-72.7%" in best
@@ -387,9 +388,9 @@ def test_a_read_beating_plain_with_fewer_device_requests_is_flagged_cached_below
     assert result.cached_below
     assert result.device_per_logical().requests == pytest.approx(400 / (1300 * 4 * KiB))
     assert result.device_per_logical(baseline=True).request_size == 4 * KiB
-    assert "+30.0% cached below!" in summary_table([result], {}, ["gocryptfs"], list(CDM))
+    assert "+30.0% ±0.0 cached below!" in summary_table([result], {}, ["gocryptfs"], list(CDM))
     detail = detail_table([result])
-    assert "+30.0% cached below" in detail and "(plain r 1.00, 4 KiB/req)" in detail
+    assert "+30.0% ±0.0 cached below" in detail and "(plain r 1.00, 4 KiB/req)" in detail
     assert "cached below: a read that beats plain" in detail
     # fewer device bytes per byte read flags it too
     fewer_bytes = random_read_round(1300, 1300 * 2 * KiB, 1300)

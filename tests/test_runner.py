@@ -74,25 +74,25 @@ def confirm(need: int, budget_seconds: float) -> tuple[Result, ConfirmBudget, Sc
     timeline = Timeline()
     pairs = PairedRounds(timeline.side("plain", 100), timeline.side("volume", 50), clock=timeline)
     gate, budget = ScriptedGate(need), ConfirmBudget(budget_seconds, clock=timeline)
-    result = measure_rounds(Result("fscrypt", CDM[0]), pairs, runtime=1.0, rounds=3, gate=gate, budget=budget)
+    result = measure_rounds(Result("fscrypt", CDM[0]), pairs, runtime=1.0, rounds=4, gate=gate, budget=budget)
     return result, budget, gate
 
 
 def test_confirmation_adds_pairs_until_decided_and_says_so() -> None:
     result, budget, gate = confirm(need=5, budget_seconds=60)
-    assert (len(result.rounds), result.confirm_rounds) == (5, 2)
-    assert result.stop_reason == "3 rounds + 2 to confirm, decided"
+    assert (len(result.rounds), result.confirm_rounds) == (6, 2)  # one whole A B B A block
+    assert result.stop_reason == "4 rounds + 2 to confirm, decided"
     assert budget.spent == 4.0  # two pairs of one-second rounds
-    assert gate.asked == [MAX_CONFIRM_PAIRS, MAX_CONFIRM_PAIRS - 1, MAX_CONFIRM_PAIRS - 2]
+    assert gate.asked == [MAX_CONFIRM_PAIRS, MAX_CONFIRM_PAIRS - 2]
 
 
 def test_confirmation_stops_when_the_budget_is_spent() -> None:
     result, budget, _ = confirm(need=50, budget_seconds=5)
-    assert result.confirm_rounds == 3  # 2 s per pair: the third pair starts with 1 s left
-    assert budget.spent == 6.0
-    assert result.stop_reason == "3 rounds + 3 to confirm, confirmation budget spent (undecided)"
+    assert result.confirm_rounds == 4  # 4 s per block: the second block starts with 1 s left
+    assert budget.spent == 8.0
+    assert result.stop_reason == "4 rounds + 4 to confirm, confirmation budget spent (undecided)"
     again, _, _ = confirm(need=50, budget_seconds=0.0)
-    assert again.stop_reason == "3 rounds, confirmation budget spent (undecided)"
+    assert again.stop_reason == "4 rounds, confirmation budget spent (undecided)"
 
 
 def test_confirmation_is_capped_per_workload() -> None:
@@ -105,14 +105,14 @@ def test_confirmation_is_capped_per_workload() -> None:
 
 def test_a_check_more_rounds_cannot_decide_stops_and_says_so() -> None:
     result, budget, _ = confirm(need=100, budget_seconds=60)
-    assert result.stop_reason == "3 rounds, not decidable by more rounds (cannot get there)"
+    assert result.stop_reason == "4 rounds, not decidable by more rounds (cannot get there)"
     assert (result.confirm_rounds, budget.spent) == (0, 0.0)
 
 
 def test_nothing_to_confirm_leaves_the_rounds_alone() -> None:
 
     result, budget, _ = confirm(need=0, budget_seconds=60)
-    assert (result.confirm_rounds, result.stop_reason, budget.spent) == (0, "3 rounds", 0.0)
+    assert (result.confirm_rounds, result.stop_reason, budget.spent) == (0, "4 rounds", 0.0)
 
 
 def test_a_task_on_the_partition_target_is_refused_with_the_way_out() -> None:

@@ -235,6 +235,7 @@ RANGES = {
     "history": "from 0 to 1000",
     "tree-seed": "from 0 to 9223372036854775807",
     "steady-cv": "expected off, or a CV",
+    "precision": "percentage points more than 0 and at most 100",
     "sweep-margin": "expected a relative difference",
 }
 
@@ -356,3 +357,28 @@ def test_empty_values_the_readme_describes() -> None:
     assert from_env.sources["target"] == "default"
     with pytest.raises(ValueError, match=r"^--encperf-profile: bad profile 'cdm,': expected a comma list"):
         resolve({"profile": "cdm,"}, {}, environ={})
+
+
+def test_precision_is_off_by_default_and_follows_the_precedence() -> None:
+    assert resolve({}, {}, environ={}).precision is None
+    ini = {"precision": "5%"}
+    assert resolve({}, ini, environ={}).precision == 5.0
+    from_env = resolve({}, ini, environ={"ENCPERF_PRECISION": "2.5"})
+    assert (from_env.precision, from_env.sources["precision"]) == (2.5, "ENCPERF_PRECISION")
+    typed = resolve({"precision": "off"}, ini, environ={"ENCPERF_PRECISION": "2%"})
+    assert typed.precision is None
+
+
+@pytest.mark.parametrize("value", ["0.5%", "2", "2%", " 10 % ", "100%"])
+def test_precision_takes_percentage_points(value: str) -> None:
+    assert resolve({"precision": value}, {}, environ={}).precision == float(value.strip(" %"))
+
+
+@pytest.mark.parametrize("value", ["-2%", "101%", "two", "2x", "0.0"])
+def test_precision_refuses_what_is_not_points_from_0_to_100(value: str) -> None:
+    with pytest.raises(ValueError, match=r"--encperf-precision: bad precision .*at most 100 such as 2%"):
+        resolve({"precision": value}, {}, environ={})
+
+
+def test_rounds_default_to_two_whole_a_b_b_a_blocks() -> None:
+    assert resolve({}, {}, environ={}).rounds == 4
