@@ -109,7 +109,7 @@ def gate(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.P
 
 
 def run(
-    pytester: pytest.Pytester, *args: str, rounds: int | None = 3, backends: str = "fakecrypt", **env: str
+    pytester: pytest.Pytester, *args: str, rounds: int | None = 4, backends: str = "fakecrypt", **env: str
 ) -> pytest.RunResult:
     mp = pytest.MonkeyPatch()
     try:
@@ -154,11 +154,11 @@ def test_save_writes_a_numbered_file_with_every_round(gate: pytest.Pytester) -> 
     assert set(doc) >= {"machine_info", "commit_info", "datetime", "version", "benchmarks"}
     entry = doc["benchmarks"][0]
     assert entry["group"] == "SEQ1M-Q8T1-read"
-    assert entry["stats"]["rounds"] == 3
+    assert entry["stats"]["rounds"] == 4
     # stats in seconds per GiB: 100 MB/s moves a GiB in 10.74 s
     assert entry["stats"]["median"] == pytest.approx(2**30 / 100e6, rel=0.01)
-    assert len(entry["extra_info"]["encperf"]["rounds"]) == 3
-    assert len(entry["extra_info"]["encperf"]["baseline_rounds"]) == 3
+    assert len(entry["extra_info"]["encperf"]["rounds"]) == 4
+    assert len(entry["extra_info"]["encperf"]["baseline_rounds"]) == 4
     assert doc["machine_info"]["machine_id"] == run_file.machine_id
     assert doc["encperf"]["settings"]["size"] == str(1024 * 1024)
 
@@ -189,7 +189,7 @@ def test_identical_run_passes_the_gate(gate: pytest.Pytester) -> None:
         [
             "*encperf: compared with *0001_main.json*",
             "encperf: 0 regressions, 2 within threshold, 2 reported, not gated",
-            "*fakecrypt*SEQ1M-Q8T1-read*throughput*x plain*x plain*3/10*paired ratios*10%*pass",
+            "*fakecrypt*SEQ1M-Q8T1-read*throughput*x plain*x plain*4/10*paired ratios*10%*pass",
             "*2 absolute check(s) not gated: an absolute number is decided only against the run-to-run "
             "spread of at least 3 comparable saved runs (1 here, see --encperf-history)*",
         ]
@@ -205,7 +205,7 @@ def test_encrypted_regression_fails_with_status_and_message(gate: pytest.Pyteste
             "encperf: 2 regressions, 0 within threshold, 2 reported, not gated",
             "*FAIL: fakecrypt SEQ1M-Q8T1-read throughput: baseline 0.500 x plain -> now 0.400 x plain "
             "(-20.0%, 95% interval -20.*..-19.*%; rule 10%): worse by 20.0% > 10%, adjusted p=0.00* <= 0.05; "
-            "evidence: paired ratios, adjusted p=0.00*, 3 vs 10 rounds (3 rounds)",
+            "evidence: paired ratios, adjusted p=0.00*, 4 vs 10 rounds (4 rounds)",
             "*exit status 7 (performance gate failed)*",
             "*= 2 passed, 6 deselected in *",  # pytest's own result line survives
         ]
@@ -225,19 +225,19 @@ def test_drift_of_the_whole_machine_does_not_fail_an_encrypted_backend(gate: pyt
 
 def test_confirmation_rounds_decide_an_open_check_and_are_reported(gate: pytest.Pytester) -> None:
     baseline(gate, "--encperf-save-rounds=5", SCRIPTED_VOLUME_SCALE="0.5")
-    # two gated checks: each is decided at 0.05 / 2. 2 rounds against 5 can give p >= 1/21 at
-    # best, so the runner adds a pair: 3 vs 5 gives 1/56 and decides
+    # two gated checks: each is decided at 0.05 / 2. 2 rounds against 6 (5 rounded up to whole
+    # A B B A blocks) can give p >= 1/28 at best, so the runner adds a block: 4 vs 6 gives 1/210
     result = run(gate, "--encperf-fail=10%", rounds=2, SCRIPTED_VOLUME_SCALE="0.4")
     assert result.ret == EXIT_REGRESSION
     result.stdout.fnmatch_lines(
         [
-            "*SEQ1M-Q8T1-read*3/5 (+1 decided)*paired ratios*FAIL",
-            "*3 vs 5 rounds (2 rounds + 1 to confirm, decided)",
+            "*SEQ1M-Q8T1-read*4/6 (+2 decided)*paired ratios*FAIL",
+            "*4 vs 6 rounds (2 rounds + 2 to confirm, decided)",
         ]
     )
     off = run(gate, "--encperf-fail=10%", "--encperf-confirm-budget=0", rounds=2, SCRIPTED_VOLUME_SCALE="0.4")
-    assert off.ret == pytest.ExitCode.OK  # without them: 1/21 x 2 checks > 0.05
-    off.stdout.fnmatch_lines(["*SEQ1M-Q8T1-read*2/5 *paired ratios*not significant"])
+    assert off.ret == pytest.ExitCode.OK  # without them: 1/28 x 2 checks > 0.05
+    off.stdout.fnmatch_lines(["*SEQ1M-Q8T1-read*2/6 *paired ratios*not significant"])
 
 
 def test_plain_is_gated_against_the_history_of_saved_runs(gate: pytest.Pytester) -> None:
@@ -303,7 +303,8 @@ def test_failing_test_keeps_its_own_exit_status(gate: pytest.Pytester) -> None:
 
 
 def test_max_overhead_within_one_run(gate: pytest.Pytester) -> None:
-    result = run(gate, "--encperf-max-overhead=fakecrypt:seq-read:15%", SCRIPTED_VOLUME_SCALE="0.8")
+    # 2 vs 2 rounds cannot decide (p >= 1/6): a confirmation block makes it 4 vs 4
+    result = run(gate, "--encperf-max-overhead=fakecrypt:seq-read:15%", rounds=2, SCRIPTED_VOLUME_SCALE="0.8")
     assert result.ret == EXIT_REGRESSION
     result.stdout.fnmatch_lines(
         [
