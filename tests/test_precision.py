@@ -219,3 +219,15 @@ def test_a_session_with_precision_shows_the_interval_in_the_summary_and_the_json
         assert f"{entry['extra_info']['vs_plain_percent']:+.1f}% ±{interval['half_width']:.1f}" in text
         positions = [r["pair_position"] for r in entry["extra_info"]["encperf"]["baseline_rounds"]]
         assert positions == [1, 2, 1, 2]
+
+
+def test_the_html_tiles_and_the_markdown_show_the_change_with_its_interval() -> None:
+    from pytest_encperf import html
+    from pytest_encperf.report import markdown_report
+
+    result = measure(Script([75.0, 75.2, 74.8, 75.0]), 4, precision=None)
+    half = result.overhead_interval.half_width  # type: ignore[union-attr]
+    # the tile shows CrystalDiskMark's best against plain's best (75.2 / 100), then the interval
+    assert f"-24.8% ±{half:.1f}</span>" in html.tiles_html([result], ["fscrypt"], {}, ["cdm"])
+    markdown = markdown_report([result], None)
+    assert f"-25.0% ±{half:.1f}" in markdown and "vs plain ±: half the width of the 95% interval" in markdown
