@@ -89,6 +89,23 @@ def test_the_overhead_interval_is_on_the_log_scale_of_the_paired_ratios() -> Non
     assert before_after.overhead_interval is None
 
 
+def test_a_tasks_interval_is_of_its_speed_plain_over_backend() -> None:
+    from pytest_encperf.workloads import REALWORK
+
+    task = next(w for w in REALWORK if w.kind == "task")
+    assert task.lower_is_better
+
+    def took(seconds: float) -> Measurement:
+        return Measurement("t", "1", 1, seconds, 1, 1.0, 1.0, 1.0, 0.1, "direct")
+
+    # 12.5 s against plain's 10 s: 20% slower, as change_percent says it
+    result = Result("fscrypt", task, [took(v) for v in (12.4, 12.6, 12.5, 12.5)], [took(10.0)] * 4)
+    interval = result.overhead_interval
+    assert interval is not None and result.change_percent == pytest.approx(-20.0)
+    assert interval.low < interval.estimate < interval.high < 0
+    assert interval.estimate == pytest.approx(-20.0, abs=0.1)
+
+
 # ----------------------------------------------------------------------------- whole blocks
 
 
