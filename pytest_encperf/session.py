@@ -67,8 +67,8 @@ from .report import (
     task_steps_table,
     verdict_report,
 )
+from .rounds import ConfirmBudget, whole_blocks
 from .runner import (
-    ConfirmBudget,
     MountedVolume,
     Runner,
     Unavailable,
@@ -76,7 +76,6 @@ from .runner import (
     measure_all,
     open_volume,
     slug,
-    whole_blocks,
 )
 from .settings import Settings
 from .targets import DeviceClaim, Target, container_size

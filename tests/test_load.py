@@ -33,7 +33,7 @@ from pytest_encperf.load import (
 )
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.progress import Plan, lock_wait_text, process_text, quiet_wait_text
-from pytest_encperf.runner import PairedRounds, RoundMeter, measure_rounds
+from pytest_encperf.rounds import PairedRounds, RoundMeter, measure_rounds
 from pytest_encperf.settings import resolve
 from pytest_encperf.storage import benchmark_entry
 from pytest_encperf.workloads import CDM

@@ -12,7 +12,7 @@ import pytest
 from pytest_encperf import stats
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.report import summary_table
-from pytest_encperf.runner import PRECISION_MIN_PAIRS, PairedRounds, is_precise, measure_rounds, whole_blocks
+from pytest_encperf.rounds import PRECISION_MIN_PAIRS, PairedRounds, is_precise, measure_rounds, whole_blocks
 from pytest_encperf.storage import benchmark_entry
 from pytest_encperf.workloads import CDM
 from tests.test_gate import CONFTEST, SCRIPTED_BENCHMARK, run

@@ -7,7 +7,7 @@ import statistics
 import pytest
 
 from pytest_encperf.model import Measurement, Result
-from pytest_encperf.runner import MAX_CONFIRM_PAIRS, ConfirmBudget, PairedRounds, measure_rounds
+from pytest_encperf.rounds import MAX_CONFIRM_PAIRS, ConfirmBudget, PairedRounds, measure_rounds
 from pytest_encperf.workloads import CDM
 
 
