@@ -4,7 +4,9 @@ The document keeps pytest-benchmark's outer shape (``machine_info``, ``commit_in
 ``datetime``, ``version``, ``benchmarks[]`` with ``group``, ``name``, ``fullname``, ``params``,
 ``stats``, ``extra_info``) so ``pytest-benchmark --storage file://.encperf compare`` reads it.
 ``stats`` are in seconds per GiB moved (lower is better, like a benchmark's time); encperf's own
-fields, including every round of both sides, live in ``extra_info["encperf"]``.
+fields, including every round of both sides, live in ``extra_info["encperf"]``. Plain's side of each
+pair also has an entry of its own, for pytest-benchmark's table; encperf reads past it (see
+benchmarkentries).
 
 Files are written to a temporary name and hard-linked to the final name, which fails if that
 name exists: a run never overwrites another, even when two sessions save at once.
@@ -27,10 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_benchmark.stats import Stats  # the same statistics pytest-benchmark saves
 from pytest_benchmark.utils import get_commit_info
 
-from . import __version__, machine
+from . import __version__, benchmarkentries, machine
 from .model import LATENCY_MEANING, Result, RunData, lifecycle_samples
 
 FORMAT = 1  # extra_info["encperf"]["format"]
@@ -127,19 +128,12 @@ def autosave_name(commit: dict[str, Any], now: dt.datetime) -> str:
 
 
 def benchmark_entry(result: Result) -> dict[str, Any]:
-    stats = Stats()
-    for measurement in result.rounds:
-        stats.update(measurement.seconds_per_gib)
-    # "iterations" is what pytest-benchmark adds to Stats.as_dict(); its compare table needs it
-    entry_stats = {**stats.as_dict(), "iterations": 1, "data": list(stats.data)} if stats else {}
     return {
         "group": result.workload.name,
-        "name": f"{result.workload.name}[{result.backend}]",
-        "fullname": f"encperf::{result.workload.name}[{result.backend}]",
+        **benchmarkentries.entry_names(result.workload.name, result.backend),
         "params": {"backend": result.backend, "workload": result.workload.name},
-        "param": f"{result.backend}-{result.workload.name}",
-        "options": {"timer": "encperf", "unit": "seconds per GiB", "warmup": False},
-        "stats": entry_stats,
+        "options": dict(benchmarkentries.OPTIONS),
+        "stats": benchmarkentries.seconds_per_gib_stats(result.rounds),
         "extra_info": {
             "mb_per_s": result.median("mb_per_s") if result.rounds else None,
             "iops": result.median("iops") if result.rounds else None,
@@ -178,13 +172,17 @@ def document(
     own: dict[str, Any] = {"format": FORMAT, "settings": settings}
     if incomplete:
         own["incomplete"] = incomplete
+    measured = [result for result in results if result.rounds]
     return {
         "machine_info": {**machine_info, "machine_id": machine_id},
         "commit_info": commit,
         "datetime": now.astimezone(dt.UTC).isoformat(),
         "version": __version__,
         "encperf": own,
-        "benchmarks": [benchmark_entry(result) for result in results if result.rounds],
+        "benchmarks": [
+            *(benchmark_entry(result) for result in measured),
+            *(entry for entry in map(benchmarkentries.plain_entry, measured) if entry),
+        ],
     }
 
 
@@ -193,7 +191,7 @@ def results_of(doc: Any, source: str = "document") -> list[Result]:
     try:
         entries = doc["benchmarks"]
         results = []
-        for entry in entries:
+        for entry in benchmarkentries.measured(entries):
             data = entry["extra_info"]["encperf"]
             if data.get("format") != FORMAT:
                 raise ValueError(f"unsupported encperf format {data.get('format')!r} (expected {FORMAT})")

@@ -11,6 +11,7 @@ import json
 import pytest
 
 from pytest_encperf import charts
+from pytest_encperf.benchmarkentries import measured
 from pytest_encperf.compare import MACHINE_BUSY, PASS, Gate, judge, parse_rules, quiet_rounds
 from pytest_encperf.model import Measurement, Result, RunData
 from pytest_encperf.report import (
@@ -175,7 +176,7 @@ def test_a_session_with_a_busy_reading_says_so_in_the_summary_and_the_json(pytes
     )
     outcome.assert_outcomes(passed=2)
     assert "busy 4/4 (others 0.80 core)!" in outcome.stdout.str()
-    (entry, _) = json.loads(out.read_text())["benchmarks"]
+    (entry, _) = measured(json.loads(out.read_text())["benchmarks"])
     assert entry["extra_info"]["busy_rounds"] == 4
     first = entry["extra_info"]["encperf"]["rounds"][0]
     assert (first["busy"], first["others_cpu_s"], first["cpu_pressure_s"]) == (True, 0.8, 0.2)

@@ -159,6 +159,13 @@ def test_save_writes_a_numbered_file_with_every_round(gate: pytest.Pytester) -> 
     assert entry["stats"]["median"] == pytest.approx(2**30 / 100e6, rel=0.01)
     assert len(entry["extra_info"]["encperf"]["rounds"]) == 4
     assert len(entry["extra_info"]["encperf"]["baseline_rounds"]) == 4
+    assert entry["name"] == "SEQ1M-Q8T1-read[fakecrypt] per GiB"  # the unit of its stats
+    # plain's side of the pair has an entry of its own for pytest-benchmark, which encperf reads past
+    plain = next(
+        e for e in doc["benchmarks"] if e["name"] == "SEQ1M-Q8T1-read[plain-beside-fakecrypt] per GiB"
+    )
+    assert plain["stats"]["rounds"] == 4 and plain["group"] == "SEQ1M-Q8T1-read"
+    assert len(storage.load(run_file.path)[1]) == 2
     assert doc["machine_info"]["machine_id"] == run_file.machine_id
     assert doc["encperf"]["settings"]["size"] == str(1024 * 1024)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf import host, resources, storage
+from pytest_encperf.benchmarkentries import measured
 from pytest_encperf.engines import select_engine
 from pytest_encperf.ladder import Rung
 from pytest_encperf.layer import RAM_MOUNT, RAM_SOURCE, LayerSettings, measure_layers, mount_ram, ram_bytes
@@ -67,7 +68,7 @@ def test_the_ladder_names_a_limiting_rung_for_each_workload_and_leaves_nothing(
             assert row["layer"]["note"].startswith("RAM-backed")
         # what the gate compares with is the device rung alone: the saved results are those rounds
         _, results = storage.load(path)
-        assert len(results) == len(rows) == len(doc["benchmarks"])
+        assert len(results) == len(rows) == len(measured(doc["benchmarks"]))
         device = {(row["backend"], row["workload"]): row["device"]["mb_per_s"] for row in rows}
         for saved_result in results:
             key = (saved_result.backend, saved_result.workload.name)

@@ -268,7 +268,10 @@ def test_an_incomplete_run_keeps_pytest_benchmarks_shape_and_says_why(tmp_path: 
     saved, results = storage.load(path)
     assert saved["encperf"]["incomplete"] == "interrupted by SIGTERM; 1 of 2 tests ran"
     assert results == sample_results()
-    assert [entry["name"] for entry in saved["benchmarks"]] == ["SEQ1M-Q8T1-read[fscrypt:contents=adiantum]"]
+    assert [entry["name"] for entry in saved["benchmarks"]] == [
+        "SEQ1M-Q8T1-read[fscrypt:contents=adiantum] per GiB",
+        "SEQ1M-Q8T1-read[plain-beside-fscrypt:contents=adiantum] per GiB",  # plain's side of the pair
+    ]
     assert storage.list_runs(tmp_path)[0].incomplete == "interrupted by SIGTERM; 1 of 2 tests ran"
     assert "incomplete" not in doc()["encperf"]  # a complete run has no such field
     assert storage.SavedRun(tmp_path / "m1" / "0001_base.json", "m1", 1, "base").incomplete

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf import storage
+from pytest_encperf.benchmarkentries import measured
 from pytest_encperf.compare import EXIT_REGRESSION
 from pytest_encperf.model import Result
 
@@ -181,10 +182,12 @@ def test_with_and_without_xdist_the_report_is_the_same_and_the_verdict_is_set_on
     assert sum("encperf: gate" in line for line in outputs["2"]) == 1  # the verdict, once
     assert any("8 within threshold" in line for line in outputs["2"])
     docs = {mode: json.loads((bench.path / f"{mode}.json").read_text()) for mode in outputs}
-    rows = {mode: [b["name"] for b in doc["benchmarks"]] for mode, doc in docs.items()}
+    rows = {mode: [b["name"] for b in measured(doc["benchmarks"])] for mode, doc in docs.items()}
     assert rows["2"] == rows["no:xdist"] and len(rows["2"]) == 8
     machine_id = docs["2"]["machine_info"]["machine_id"]
-    assert {b["extra_info"]["encperf"]["machine_id"] for b in docs["2"]["benchmarks"]} == {machine_id}
+    assert {b["extra_info"]["encperf"]["machine_id"] for b in measured(docs["2"]["benchmarks"])} == {
+        machine_id
+    }
 
 
 def test_a_worker_saves_nothing_the_controller_saves_once(bench: pytest.Pytester) -> None:
