@@ -21,7 +21,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from . import backends, html, journal, machine, storage, sweep
+from . import backends, gatescope, html, journal, machine, storage, sweep
 from .backends import BASELINE, BackendSpec, backend_class, known_names, make_backend, recommend
 from .compare import EXIT_REGRESSION, Verdict, judge
 from .model import RunData
@@ -120,6 +120,9 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     add_shared_option(parser, "history", "--history")
     parser.add_argument("--strict", action="store_true", help=_option("strict").help)
     parser.add_argument(
+        "--allow-other-hardware", action="store_true", help=_option("allow-other-hardware").help
+    )
+    parser.add_argument(
         "--markdown", type=argument_type(parse_path), metavar="PATH", help="also write Markdown"
     )
 
@@ -142,6 +145,13 @@ def saved_verdict(
             f"warning: the runs come from different machines ({base_run.machine_id}, "
             f"{current_run.machine_id}): differences may be the machines', not the code's"
         )
+        notes, unchecked = gatescope.other_hardware(
+            reference.label, reference.machine_info, current.machine_info, args.allow_other_hardware,
+            gated=bool(args.fail), flag="--allow-other-hardware",
+        )  # fmt: skip
+        verdict.notes += notes
+        verdict.unchecked += unchecked
+    verdict.not_gated = gatescope.ungated_in_document(storage.load(current_run.path)[0])
     return verdict, current
 
 
@@ -184,6 +194,9 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     add_shared_option(parser, "max-overhead", "--max-overhead", " (in the newest run)")
     add_shared_option(parser, "history", "--history")
     parser.add_argument("--strict", action="store_true", help=_option("strict").help)
+    parser.add_argument(
+        "--allow-other-hardware", action="store_true", help=_option("allow-other-hardware").help
+    )
 
 
 def run_report(args: argparse.Namespace) -> int:

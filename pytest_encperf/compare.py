@@ -960,6 +960,7 @@ class Verdict:
     history: list[str] = field(default_factory=list)  # labels of the saved runs used as history
     notes: list[str] = field(default_factory=list)  # shown, never failing
     unchecked: list[str] = field(default_factory=list)  # what the gate could not check (strict fails)
+    not_gated: list[str] = field(default_factory=list)  # timings it never checks (gatescope), in the header
     errors: list[str] = field(default_factory=list)  # failing: unreadable baseline, save failed
     strict: bool = False
     saved: str | None = None

@@ -549,10 +549,12 @@ _COUNTED = (  # (statuses, singular, plural) in the order the header gives them
 
 
 def verdict_header(verdict: Verdict) -> str:
-    """``encperf: 2 regressions, 14 within threshold, 1 not comparable`` (what a CI log shows first)."""
+    """``encperf: 2 regressions, 14 within threshold, 1 not comparable`` (what a CI log shows first),
+    then ``; not gated: kdf timings (luks2)`` for the timings of this run the gate never checks."""
+    never = f"; not gated: {', '.join(verdict.not_gated)}" if verdict.not_gated else ""
     if not verdict.checks:
         problems = verdict.errors or verdict.incomplete
-        return "encperf: nothing was checked" + (f" ({problems[0]})" if problems else "")
+        return "encperf: nothing was checked" + (f" ({problems[0]})" if problems else "") + never
     parts = []
     for index, (statuses, one, many) in enumerate(_COUNTED):
         number = sum(verdict.count(status) for status in statuses)
@@ -560,7 +562,7 @@ def verdict_header(verdict: Verdict) -> str:
             parts.append(f"{number} {one if number == 1 else many}")
     if verdict.only_in_reference:
         parts.append(f"{len(verdict.only_in_reference)} missing now")
-    return "encperf: " + ", ".join(parts)
+    return "encperf: " + ", ".join(parts) + never
 
 
 def verdict_messages(verdict: Verdict) -> list[tuple[str, str]]:
@@ -583,6 +585,12 @@ def verdict_messages(verdict: Verdict) -> list[tuple[str, str]]:
     not_gated = [check for check in verdict.checks if check.status == NOT_GATED]
     if not_gated:
         out.append(("yellow", f"{len(not_gated)} absolute check(s) not gated: {not_gated[0].reason}"))
+    if verdict.not_gated:
+        out.append((
+            "",
+            f"not gated: {', '.join(verdict.not_gated)}: one timing per backend and run, with no plain side "
+            "to pair with; reported, never checked",
+        ))  # fmt: skip
     out += [("red" if verdict.strict else "yellow", f"not checked: {item}") for item in verdict.incomplete]
     if verdict.only_in_current:
         out.append(("", f"new in this run (not in the baseline): {', '.join(verdict.only_in_current)}"))

@@ -28,6 +28,7 @@ import pytest
 
 from . import (
     backends,
+    gatescope,
     host,
     inplace,
     journal,
@@ -895,6 +896,11 @@ class EncperfSession:
             return loaded
         if warning:
             loaded.notes.append(f"warning: {warning}")
+        notes, unchecked = gatescope.other_hardware(
+            loaded.run.label, loaded.run.machine_info, info, s.allow_other_hardware, gated=bool(s.fail)
+        )
+        loaded.notes += notes
+        loaded.unchecked += unchecked
         loaded.machine_differences = machine.differences(loaded.run.machine_info, info)
         for saved in storage.history(s.storage, run, wanted, s.history)[1:]:
             try:
@@ -1009,6 +1015,8 @@ class EncperfSession:
             verdict.unchecked = [*reference.unchecked, *verdict.unchecked]
             verdict.machine_differences = reference.machine_differences
             verdict.machine = part.label if fleet else ""
+            if s.fail or s.max_overhead or s.compare:  # a gate: it says what it never checks
+                verdict.not_gated = gatescope.ungated_timings({"kdf": part.kdf, "inplace": part.inplace})
         if s.html:
             try:
                 self.write_html(parts, references, verdicts)

@@ -418,7 +418,12 @@ OPTIONS: tuple[Option, ...] = (
            parse_history, "5"),
     Option("strict", "BOOL",
            "fail the gate (exit 7) when it cannot check what it was asked to: no usable baseline, a "
-           "backend x workload of the baseline missing now, settings that differ (bare flag = yes)",
+           "backend x workload of the baseline missing now, settings that differ, a baseline from other "
+           "hardware (bare flag = yes)",
+           parse_bool, "no", form="flag", const="1"),
+    Option("allow-other-hardware", "BOOL",
+           "accept a baseline measured on other hardware (CPU model, cores, crypto flags, disk model): a "
+           "note instead of a check not made, which strict mode fails (bare flag = yes)",
            parse_bool, "no", form="flag", const="1"),
     Option("max-overhead", "EXPR", "fail when a backend is slower than plain in this run by more than "
            "EXPR and significant, e.g. fscrypt:seq-read:15% (same grammar as --encperf-fail)",
@@ -485,6 +490,7 @@ class Settings:
     confirm_budget: float = 60.0
     history: int = 5
     strict: bool = False
+    allow_other_hardware: bool = False
     max_overhead: list[Rule] = field(default_factory=list)
     json: Path | None = None
     markdown: Path | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -117,8 +118,52 @@ def test_compare_across_machines_warns(tmp_path: Path, capsys: pytest.CaptureFix
         encperf(tmp_path, "compare", "m1/1", "m2/1", "--fail", "10%", "--markdown", str(tmp_path / "r.md"))
         == 0
     )
-    assert "the runs come from different machines (m1, m2)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "the runs come from different machines (m1, m2)" in out
+    # m2 is other hardware: the checks pass, but a difference could be the hardware's
+    assert (
+        "not checked: baseline m1/0001_main.json was measured on other hardware (cpu_model test cpu -> "
+        "other cpu): a difference may be the hardware's, not the code's (--allow-other-hardware accepts "
+        "such a baseline)" in out
+    )
     assert "**✅ encperf: 0 regressions, 1 within threshold" in (tmp_path / "r.md").read_text()
+
+
+def test_strict_fails_on_other_hardware_unless_it_is_allowed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    save(tmp_path, "main", 100)
+    save(tmp_path, "other", 100, machine_id="m2")
+    assert encperf(tmp_path, "compare", "m1/1", "m2/1", "--fail", "10%", "--strict") == EXIT_REGRESSION
+    assert "exit status 7 (performance gate failed)" in capsys.readouterr().out
+    allowed = ("--fail", "10%", "--strict", "--allow-other-hardware")
+    assert encperf(tmp_path, "compare", "m1/1", "m2/1", *allowed) == 0
+    out = capsys.readouterr().out
+    assert "accepted by --allow-other-hardware: a difference may be the hardware's" in out
+    assert "not checked" not in out
+    save(tmp_path, "pr", 100)  # the same hardware: nothing to accept
+    assert encperf(tmp_path, "compare", "m1/1", "m1/2", "--fail", "10%", "--strict") == 0
+    assert "other hardware" not in capsys.readouterr().out
+    report = ("report", "m1/1", "m2/1", "-o", str(tmp_path / "r.html"), "--fail", "10%", "--strict")
+    assert encperf(tmp_path, *report) == EXIT_REGRESSION
+    assert encperf(tmp_path, *report, "--allow-other-hardware") == 0
+
+
+def test_compare_says_kdf_and_inplace_timings_are_not_gated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    save(tmp_path, "main", 50, rounds=10)
+    path = save(tmp_path, "pr", 50)
+    doc = json.loads(path.read_text())
+    doc["encperf"]["kdf"] = {"luks2": {"spec": "luks2"}}
+    doc["encperf"]["inplace"] = {"luks2": {"spec": "luks2"}}
+    path.write_text(json.dumps(doc))
+    assert encperf(tmp_path, "compare", "main", "pr", "--fail", "10%", "--strict") == 0
+    out = capsys.readouterr().out
+    assert (
+        "encperf: 0 regressions, 1 within threshold, 1 reported, not gated; "
+        "not gated: kdf timings (luks2), in-place timings (luks2)" in out
+    )
 
 
 def test_show_prints_machine_and_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -399,6 +399,36 @@ def test_other_hardware_is_used_only_when_named_and_with_a_warning(gate: pytest.
     latest.stdout.fnmatch_lines(["*not checked: no baseline to compare with: no saved run matches 'latest'*"])
     named = run(gate, "--encperf-compare=main", "--encperf-fail=10%")
     named.stdout.fnmatch_lines(["*warning: baseline x86_64-*/0001_main.json comes from another machine*"])
+    # a difference from it may be the hardware's: not checked, so strict fails unless it is accepted
+    assert named.ret == pytest.ExitCode.OK
+    named.stdout.fnmatch_lines(
+        [
+            "*not checked: baseline x86_64-*/0001_main.json was measured on other hardware "
+            "(cpu_model Other CPU*"
+        ]
+    )
+    strict = run(gate, "--encperf-compare=main", "--encperf-fail=10%", "--encperf-strict")
+    assert strict.ret == EXIT_REGRESSION
+    allowed = run(
+        gate,
+        "--encperf-compare=main",
+        "--encperf-fail=10%",
+        "--encperf-strict",
+        "--encperf-allow-other-hardware",
+    )
+    assert allowed.ret == pytest.ExitCode.OK
+    allowed.stdout.fnmatch_lines(
+        ["*other hardware (cpu_model Other CPU*accepted by --encperf-allow-other-hardware*"]
+    )
+    assert "not checked" not in allowed.stdout.str()
+    from_env = run(
+        gate,
+        "--encperf-compare=main",
+        "--encperf-fail=10%",
+        ENCPERF_STRICT="1",
+        ENCPERF_ALLOW_OTHER_HARDWARE="1",
+    )
+    assert from_env.ret == pytest.ExitCode.OK
 
 
 def test_corrupted_baseline_names_the_file_and_overwrites_nothing(gate: pytest.Pytester) -> None:

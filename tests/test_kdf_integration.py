@@ -34,3 +34,17 @@ def test_kdf_profile_shows_default_slower_than_fast(pytester: pytest.Pytester, n
         assert "benchmark only" in fast["label"] and "benchmark only" not in default["label"]
         assert rows[name]["ratio"] > 1
         assert list(scratch.glob("encperf-*")) == [], "run directory left behind"
+
+
+def test_the_gate_says_kdf_timings_are_not_gated(pytester: pytest.Pytester) -> None:
+    """kdf timings have no check: a run that has them and a gate says so in the gate's header."""
+    with scratch_dir("encperf-kdf-") as scratch:
+        reasons = problems_here("gocryptfs", scratch)
+        if reasons:
+            pytest.skip("; ".join(reasons))
+        result = kdf_session(pytester, scratch, "--encperf-backends=gocryptfs", "--encperf-fail=10%")
+        result.assert_outcomes(passed=2)
+        assert result.ret == pytest.ExitCode.OK
+        # plain has no key derivation, so no timing to leave ungated
+        result.stdout.fnmatch_lines(["encperf: nothing was checked (*); not gated: kdf timings (gocryptfs)"])
+        assert list(scratch.glob("encperf-*")) == [], "run directory left behind"

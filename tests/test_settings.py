@@ -180,6 +180,23 @@ def test_ladder_is_off_by_default_and_resolves_cli_then_env_then_ini() -> None:
         resolve({}, {}, environ={"ENCPERF_LADDER": "perhaps"})
 
 
+def test_allow_other_hardware_is_off_by_default_and_resolves_cli_then_env_then_ini() -> None:
+    assert resolve({}, {}, environ={}).allow_other_hardware is False
+    from_ini = resolve({}, {"allow-other-hardware": "yes"}, environ={})
+    assert from_ini.allow_other_hardware is True
+    assert from_ini.sources["allow-other-hardware"] == "encperf_allow_other_hardware"
+    from_env = resolve({}, {"allow-other-hardware": "yes"}, environ={"ENCPERF_ALLOW_OTHER_HARDWARE": "no"})
+    assert from_env.allow_other_hardware is False
+    assert from_env.sources["allow-other-hardware"] == "ENCPERF_ALLOW_OTHER_HARDWARE"
+    typed = resolve({"allow-other-hardware": "1"}, {}, environ={"ENCPERF_ALLOW_OTHER_HARDWARE": "no"})
+    assert typed.allow_other_hardware is True
+    assert typed.sources["allow-other-hardware"] == "--encperf-allow-other-hardware"
+    with pytest.raises(
+        ValueError, match=r"--encperf-allow-other-hardware \(from ENCPERF_ALLOW_OTHER_HARDWARE\)"
+    ):
+        resolve({}, {}, environ={"ENCPERF_ALLOW_OTHER_HARDWARE": "perhaps"})
+
+
 def test_lifecycle_cycles_default_to_one_and_follow_the_precedence() -> None:
     assert resolve({}, {}, environ={}).lifecycle_cycles == 1  # the benchmark volume's cycle alone
     ini = {"lifecycle-cycles": "5"}
