@@ -372,9 +372,9 @@ def test_a_worker_without_the_baseline_in_its_own_storage_gets_no_confirmation_r
     )  # fmt: skip
     verdicts = checked.stdout.str().split("(beta): compared with")
     alpha, beta = verdicts[0].split("(alpha): compared with")[-1], verdicts[-1]
-    assert "8 regressions" in alpha and "(3 rounds + 8 to confirm, decided)" in alpha
+    assert "8 regressions" in alpha and "+ 4 to confirm, decided)" in alpha  # one A B B A block
     assert "8 over the threshold but not significant" in beta and "to confirm" not in beta
-    assert "3 vs 3 rounds (3 rounds)" in beta
+    assert "4 vs 4 rounds (4 rounds (3 rounded up to whole A B B A blocks))" in beta
 
 
 def test_identical_servers_of_a_fleet_are_two_machines(bench: pytest.Pytester) -> None:
