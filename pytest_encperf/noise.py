@@ -21,6 +21,9 @@ from pytest_encperf.storage import StorageError, results_of
 __all__ = ["NoiseEstimate", "StorageError", "chi2_ppf", "estimate", "estimate_all", "read_log_ratios"]
 
 CONFIDENCE = 0.90  # of the intervals given for each standard deviation
+# Below one effective df the chi-square quantiles underflow (a lower bound above the estimate):
+# no interval is given there.
+MIN_INTERVAL_DF = 1.0
 SHOWN_UPPER_LIMIT = 10.0  # an interval's top above sd 10 (1000%) is shown as ">1000" in the table
 
 
@@ -125,10 +128,16 @@ def estimate(groups: Sequence[Sequence[float]], confidence: float = CONFIDENCE) 
             df_effective = (ms_between - ms_within) ** 2 / (
                 ms_between**2 / df_between + ms_within**2 / df_within
             )
-            between_interval = (
-                math.sqrt(df_effective * moment / chi2_ppf(1 - tail, df_effective)),
-                math.sqrt(df_effective * moment / chi2_ppf(tail, df_effective)),
-            )
+            if df_effective < MIN_INTERVAL_DF:
+                notes.append(
+                    f"between-run interval undefined: Satterthwaite's effective df {df_effective:.2g} "
+                    f"is below {MIN_INTERVAL_DF} (the estimate is small beside the within-run noise)"
+                )
+            else:
+                between_interval = (
+                    math.sqrt(df_effective * moment / chi2_ppf(1 - tail, df_effective)),
+                    math.sqrt(df_effective * moment / chi2_ppf(tail, df_effective)),
+                )
     deviations = [abs(v - middle) for g in used if len(g) > 1 for middle in [statistics.median(g)] for v in g]
     robust = 1.4826 * statistics.median(deviations) if deviations else None
     return NoiseEstimate(
@@ -288,6 +297,8 @@ def markdown_table(table: Mapping[Cell, NoiseEstimate], *, label: str, date: str
     ]
     for (backend, workload), e in table.items():
         between = show(e.sd_between, e.between_interval) + (" (truncated)" if e.truncated else "")
+        if e.sd_between and e.between_interval is None:
+            between += " (no interval: df < 1)"
         lines.append(
             f"| {backend} | {workload} | {e.runs} | {e.rounds} | {show(e.sd_within, e.within_interval)} "
             f"| {show(e.sd_within_robust, None)} "

@@ -106,6 +106,36 @@ def test_a_negative_between_estimate_is_truncated_at_zero() -> None:
     assert estimate.to_dict()["sd_between_percent"] == 0.0
 
 
+def test_a_between_estimate_on_less_than_one_effective_df_has_no_interval() -> None:
+    """Runs that differ barely more than their rounds predict: a small positive estimate whose
+    Satterthwaite df is far below 1, where chi-square quantiles underflow (a 'lower bound' of
+    4e20% was once printed for a 0.8% estimate); the table says there is no interval."""
+    offset = math.sqrt(0.1008)  # ten runs' means at +-offset: MSB 1.12 just above MSW 1.11
+    groups = [
+        [(offset if i % 2 else -offset) + (1.0 if j % 2 else -1.0) for j in range(10)] for i in range(10)
+    ]
+    estimate = noise.estimate(groups)
+    assert 0 < estimate.sd_between < 0.05 and estimate.between_interval is None
+    assert any("effective df" in note for note in estimate.notes)
+    table = noise.markdown_table({("x", "w"): estimate}, label="test", date="2026-12-01")
+    assert "(no interval: df < 1)" in table
+
+
+def test_every_between_interval_given_holds_its_estimate() -> None:
+    generator = random.Random(7)
+    for _ in range(300):
+        runs, rounds = generator.randint(2, 8), generator.randint(2, 12)
+        spread = generator.choice([0.0, 0.01, 0.1, 0.5])
+        groups = [
+            [mean + generator.gauss(0, 0.3) for _ in range(rounds)]
+            for mean in [generator.gauss(0, spread) for _ in range(runs)]
+        ]
+        estimate = noise.estimate(groups)
+        if estimate.between_interval is not None:
+            low, high = estimate.between_interval
+            assert low <= estimate.sd_between <= high, (groups, estimate)
+
+
 def test_non_finite_values_are_refused() -> None:
     with pytest.raises(ValueError, match="finite"):
         noise.estimate([[0.1, math.inf]])
