@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
 
 # pytester's in-process runs remove from sys.modules what was first imported during them, and
@@ -22,6 +23,12 @@ import pytest
 from pytest_encperf import host
 
 pytest_plugins = ["pytester"]
+
+# Started as a background job of a shell without job control (`.ci/run &`), a process inherits
+# SIGINT ignored, and so would every session the tests start and then interrupt: they would run
+# to the end instead. The tests that send SIGINT test the run's own handling, so give it back.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # children exec with SIGINT default
 
 
 # The suite's results must not depend on what else the machine runs (under -n 2 the other

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.integration
 BENCH = """
 def test_workload(encperf, encperf_workload):
     result = encperf.run(encperf_workload)
-    assert len(result.rounds) == len(result.baseline_rounds) == 1
+    assert len(result.rounds) == len(result.baseline_rounds) == 2  # 1 round: one whole A B B A block
     assert all(m.bytes > 0 and m.ios > 0 for m in result.rounds + result.baseline_rounds)
 """
 
