@@ -365,9 +365,16 @@ def run_cleanup(args: argparse.Namespace) -> int:
         for line in run.lines():
             print(line)
     failed = sum(len(run.failed) for run in runs)
+    kept = sum(len(run.kept) for run in runs)
     refused = sum(len(run.refused) for run in runs)
     if failed:
         print(f"encperf cleanup: could not release {failed} resource(s) or journal(s)", file=sys.stderr)
+    if kept:
+        print(
+            f"encperf cleanup: kept {kept} resource(s) they may rest on in the journal: run "
+            "`encperf cleanup` again once the failures are fixed",
+            file=sys.stderr,
+        )
     if refused:
         print(f"encperf cleanup: refused {refused} journal(s) or resource(s) (not released)", file=sys.stderr)
     return 1 if failed or refused else 0

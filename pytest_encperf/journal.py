@@ -443,6 +443,7 @@ class DeadRun:
     done: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # not released: what failed may rest on it
 
     @property
     def head(self) -> str:
@@ -452,10 +453,13 @@ class DeadRun:
         return [f"{self.head}: {line}" for line in self.done] + self.problem_lines()
 
     def problem_lines(self) -> list[str]:
-        """What could not be released (FAILED) or was never touched (REFUSED), and why."""
-        return [f"{self.head}: FAILED {line}" for line in self.failed] + [
-            f"{self.head}: REFUSED {line}" for line in self.refused
-        ]
+        """What could not be released (FAILED), was kept for a later cleanup as what failed may
+        rest on it (KEPT) or was never touched (REFUSED), and why."""
+        return (
+            [f"{self.head}: FAILED {line}" for line in self.failed]
+            + [f"{self.head}: KEPT {line}" for line in self.kept]
+            + [f"{self.head}: REFUSED {line}" for line in self.refused]
+        )
 
 
 def _read_journal(runs_fd: int, name: str) -> Document:
@@ -494,17 +498,22 @@ def _lstat_mode(dir_fd: int, name: str) -> int | None:
 
 
 def _release_entries(dead: DeadRun, document: Document, bases: list[Path], dry_run: bool) -> list[Entry]:
-    """Release a dead run's entries newest first; returns the entries to keep (failed ones and
-    everything older than the first failure, which may depend on it)."""
+    """Release a dead run's entries newest first; returns the entries to keep: those whose release
+    failed, and every older one that one of those may rest on (resources.overlaps: its container,
+    the run directory holding it, the loop device under its mount), which is not forced from
+    under it. Everything else is still released."""
     scope = resources.RunScope(document.pid, tuple(bases), document.token)
-    ordered = sorted(document.entries, key=lambda entry: -entry.id)  # as release_order
-    for index, entry in enumerate(ordered):
+    held: list[tuple[str, resources.Footprint]] = []  # kept entries: what they are and rest on
+    keep: list[Entry] = []
+    for entry in sorted(document.entries, key=lambda entry: -entry.id):  # as release_order
         what = f"{entry.kind} {entry.ident}"
         resource = entry.resource
         kind = resources.KINDS.get(resource.kind)
         if kind is None:
             dead.failed.append(f"{what}: no way to release a {resource.kind!r} resource")
-            return ordered[index:]
+            held.append((what, None))
+            keep.append(entry)
+            continue
         try:
             reason = kind.check(resource, scope)
         except resources.Reused as reused:
@@ -519,12 +528,20 @@ def _release_entries(dead: DeadRun, document: Document, bases: list[Path], dry_r
         if dry_run:
             dead.done.append(f"would release {what}")
             continue
+        footprint = resources.footprint(resource)
+        blocker = next((name for name, held_print in held if resources.overlaps(held_print, footprint)), None)
+        if blocker is not None:
+            dead.kept.append(f"{what}: {blocker} is not released and may rest on it")
+            held.append((what, footprint))
+            keep.append(entry)
+            continue
         try:
             dead.done.append(resources.release(resource))
         except Exception as exc:
             dead.failed.append(f"{what}: {exc}")
-            return ordered[index:]
-    return []
+            held.append((what, footprint))
+            keep.append(entry)
+    return sorted(keep, key=lambda entry: -entry.id)
 
 
 @contextlib.contextmanager

@@ -152,7 +152,12 @@ class Kind:
 
     release: Callable[[Resource], str]
     check: Callable[[Resource, RunScope], str | None]
+    footprint: Callable[[Resource], Footprint] | None = None
 
+
+# The paths (files, directories, device nodes) a resource is or rests on; None: not known, so it
+# may rest on anything (and anything on it).
+Footprint = tuple[str, ...] | None
 
 KINDS: dict[str, Kind] = {}
 
@@ -166,10 +171,38 @@ def register_kind(
     release: Callable[[Resource], str],
     *,
     check: Callable[[Resource, RunScope], str | None] = _check_ident_path,
+    footprint: Callable[[Resource], Footprint] | None = None,
 ) -> None:
     """Add (or replace, on re-import) the release function of a resource kind; ``check`` holds
-    a dead run's entry to the run's scope (default: ``ident`` is a path it acts on)."""
-    KINDS[name] = Kind(release, check)
+    a dead run's entry to the run's scope (default: ``ident`` is a path it acts on);
+    ``footprint`` says what a resource is and rests on, so that when one release fails, what
+    does not rest on it (nor it on that) is still released (default: not known, nothing is)."""
+    KINDS[name] = Kind(release, check, footprint)
+
+
+def footprint(resource: Resource) -> Footprint:
+    """What ``resource`` is and rests on, now (see Footprint); None when its kind cannot say."""
+    kind = KINDS.get(resource.kind)
+    if kind is None or kind.footprint is None:
+        return None
+    try:
+        return kind.footprint(resource)
+    except Exception:  # a footprint that cannot be read holds everything: never a reason to force
+        return None
+
+
+def overlaps(one: Footprint, other: Footprint) -> bool:
+    """Whether of two resources one may rest on the other: a path of one is, or lies under, a
+    path of the other (a loop device's backing file in a mount, a mount from a loop device);
+    a footprint not known overlaps everything."""
+    if one is None or other is None:
+        return True
+    return any(_nested(a, b) or _nested(b, a) for a in one for b in other)
+
+
+def _nested(inner: str, outer: str) -> bool:
+    inner, outer = os.path.normpath(inner), os.path.normpath(outer)
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
 
 
 def release(resource: Resource) -> str:
@@ -570,10 +603,40 @@ def _deepest_first(mountpoints: list[Path]) -> list[Path]:
     return sorted(mountpoints, key=lambda p: len(p.parts), reverse=True)
 
 
-register_kind("path", _release_path)
-register_kind("mount", _release_mount)
-register_kind("loop", _release_loop, check=_check_loop)
-register_kind("dm", _release_dm, check=_check_dm)
+def _ident_footprint(resource: Resource) -> Footprint:
+    return (resource.ident,)
+
+
+def _mount_footprint(resource: Resource) -> Footprint:
+    """A mount point and the device mounted there; a FUSE mount rests on a daemon no entry names."""
+    for fields in mounttable.lines(mounttable.MOUNTS):
+        if len(fields) > 2 and fields[1] == resource.ident:
+            if fields[2].startswith("fuse"):
+                return None
+            return (resource.ident, fields[0]) if fields[0].startswith("/dev/") else (resource.ident,)
+    return (resource.ident,)
+
+
+def _loop_footprint(resource: Resource) -> Footprint:
+    return (resource.ident, resource.detail) if resource.detail else (resource.ident,)
+
+
+def _dm_footprint(resource: Resource) -> Footprint:
+    """A mapping's device and the devices it maps (a loop device under dm-crypt)."""
+    found = [f"/dev/mapper/{resource.ident}"]
+    for entry in Path("/sys/block").glob("dm-*"):
+        with contextlib.suppress(OSError):
+            if (entry / "dm" / "name").read_text().strip() == resource.ident:
+                found.append(f"/dev/{entry.name}")
+                found += [f"/dev/{slave.name}" for slave in (entry / "slaves").iterdir()]
+    return tuple(found)
+
+
+register_kind("path", _release_path, footprint=_ident_footprint)
+register_kind("mount", _release_mount, footprint=_mount_footprint)
+register_kind("loop", _release_loop, check=_check_loop, footprint=_loop_footprint)
+register_kind("dm", _release_dm, check=_check_dm, footprint=_dm_footprint)
+# a process's or daemon's footprint is not known (what it serves, what it holds open)
 register_kind("process", _release_process, check=_check_process)
 register_kind("daemon", _release_daemon, check=_check_daemon)
 

@@ -503,6 +503,76 @@ def test_unknown_kind_is_kept_and_so_is_everything_older(tmp_path: Path) -> None
     assert [r["ident"] for r in json.loads(path.read_text())["resources"]] == ["t1", str(run)]
 
 
+def test_a_failed_release_keeps_what_it_may_rest_on_and_releases_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def stuck(resource: Resource) -> str:
+        raise host.HostError("still busy")
+
+    monkeypatch.setitem(
+        resources.KINDS, "stuck", resources.Kind(stuck, lambda r, s: None, lambda r: (r.ident,))
+    )
+    pid = dead_pid()
+    run = run_dir(tmp_path, pid)
+    (run / "a").mkdir(mode=0o700)
+    (run / "b").mkdir(mode=0o700)
+    (run / "b" / "under-b").write_text("")
+    path = write_journal(
+        tmp_path,
+        pid,
+        1.0,
+        [
+            {"kind": "path", "ident": str(run)},
+            {"kind": "path", "ident": str(run / "a")},
+            {"kind": "path", "ident": str(run / "b")},
+            {"kind": "stuck", "ident": str(run / "a" / "volume")},
+            {"kind": "path", "ident": str(run / "b" / "under-b")},
+        ],
+    )
+    (dead,) = journal.release_dead_runs(tmp_path)
+    volume = run / "a" / "volume"
+    assert dead.failed == [f"stuck {volume}: still busy"]
+    assert dead.kept == [
+        f"path {run / 'a'}: stuck {volume} is not released and may rest on it",
+        f"path {run}: stuck {volume} is not released and may rest on it",
+    ]
+    # released: what is newer than the failure, and what is older but independent of it
+    assert not (run / "b").exists() and (run / "a").exists()
+    left = [r["ident"] for r in json.loads(path.read_text())["resources"]]
+    assert left == [str(volume), str(run / "a"), str(run)]
+
+
+def test_what_a_kept_resource_rests_on_is_kept_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a loop device over a file kept: the file's directory is kept, the failure is named
+    def stuck(resource: Resource) -> str:
+        raise host.HostError("still busy")
+
+    def on(resource: Resource) -> resources.Footprint:
+        return (resource.ident, resource.detail)
+
+    monkeypatch.setitem(resources.KINDS, "stuck", resources.Kind(stuck, lambda r, s: None, on))
+    monkeypatch.setitem(resources.KINDS, "layer", resources.Kind(stuck, lambda r, s: None, on))
+    pid = dead_pid()
+    run = run_dir(tmp_path, pid)
+    write_journal(
+        tmp_path,
+        pid,
+        1.0,
+        [
+            {"kind": "path", "ident": str(run)},
+            {"kind": "layer", "ident": "/dev/fake0", "detail": str(run / "image")},
+            {"kind": "stuck", "ident": "/dev/fake1", "detail": "/dev/fake0"},
+        ],
+    )
+    (dead,) = journal.release_dead_runs(tmp_path)
+    assert dead.failed == ["stuck /dev/fake1: still busy"]
+    assert dead.kept == [
+        "layer /dev/fake0: stuck /dev/fake1 is not released and may rest on it",
+        f"path {run}: layer /dev/fake0 is not released and may rest on it",
+    ]
+    assert run.exists()
+
+
 def test_dry_run_changes_nothing(tmp_path: Path, released: list[Resource]) -> None:
     pid = dead_pid()
     run = run_dir(tmp_path, pid)

@@ -442,3 +442,22 @@ def test_removing_a_symbolic_link_to_a_mount_point_removes_the_link_only(
     link.symlink_to("/proc")  # a mount point of the system's
     assert resources.release(Resource("path", str(link))) == f"removed {link}"
     assert not os.path.lexists(link) and unmounted == []
+
+
+@pytest.mark.parametrize(
+    ("one", "other", "expected"),
+    [
+        (("/r/a",), ("/r/a",), True),
+        (("/r/a/file",), ("/r/a",), True),  # a file in a directory, a backing file in a mount
+        (("/r/a",), ("/r/a/file",), True),
+        (("/r/a",), ("/r/ab",), False),  # a name's prefix is not a parent
+        (("/dev/loop1", "/r/x.img"), ("/r/mnt", "/dev/loop1"), True),  # a mount from a loop device
+        (("/dev/loop1", "/r/x.img"), ("/r/mnt", "/dev/loop2"), False),
+        (("/r/a/",), ("/r/a/b",), True),
+        ((), ("/r",), False),
+        (None, ("/r",), True),  # not known: may rest on anything
+        (("/r",), None, True),
+    ],
+)
+def test_what_may_rest_on_what(one: resources.Footprint, other: resources.Footprint, expected: bool) -> None:
+    assert resources.overlaps(one, other) is expected

@@ -148,7 +148,11 @@ def _check_key(resource: Resource, scope: resources.RunScope) -> str | None:
     return scope.unsafe(resource.detail)  # the ioctl goes through that directory
 
 
-resources.register_kind(KEY_KIND, release_key, check=_check_key)
+def _key_footprint(resource: Resource) -> resources.Footprint:
+    return (resource.detail,)  # the key is the directory's: it rests on that directory's file system
+
+
+resources.register_kind(KEY_KIND, release_key, check=_check_key, footprint=_key_footprint)
 
 
 class FscryptBackend(BackendBase):

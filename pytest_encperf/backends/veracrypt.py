@@ -417,7 +417,19 @@ def dismount(resource: Resource) -> str:
     return f"{''.join(detached)}dismounted veracrypt volume {container}"
 
 
-resources.register_kind(KIND, dismount)
+def footprint(resource: Resource) -> resources.Footprint:
+    """A volume's container and the device VeraCrypt maps it to (what a file system on it is
+    mounted from); the container alone when veracrypt cannot say (not installed: nothing mapped
+    by it can be released either)."""
+    container = resource.ident
+    try:
+        device = mapped_device(Path(container))
+    except host.HostError:
+        return (container,)
+    return (container,) if device is None else (container, str(device))
+
+
+resources.register_kind(KIND, dismount, footprint=footprint)
 
 
 __all__ = ["VeracryptBackend", "cli_reads_stdin", "mapping_name"]
