@@ -20,14 +20,13 @@ see BlockStack.openers).
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from . import host, loopbacking, loopdev
+from . import host, loopbacking, loopdev, openfiles
 
 if TYPE_CHECKING:
     from .targets import BlockStack
@@ -196,34 +195,17 @@ def sharers(stack: BlockStack, name: str) -> list[tuple[str, Written]]:
 
 
 def file_openers(stack: BlockStack, files: list[LoopSpan]) -> dict[str, list[str]]:
-    """Backing file path -> the other processes that have it open (``pid 812 (qemu-system-x86)``),
-    found through /proc/PID/fd (``stat`` follows each descriptor to the file opened)."""
+    """Backing file path -> the other processes that have it open or mapped (``pid 812
+    (qemu-system-x86)``, see openfiles)."""
     wanted = {span.backing[1:]: span.path for span in files if span.backing[0] == "file"}
-    found: dict[str, list[str]] = {}
     if not wanted:
-        return found
-    for entry in stack.proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            descriptors = list((entry / "fd").iterdir())
-        except OSError:
-            continue  # gone, or not ours to read
-        paths = set()
-        for descriptor in descriptors:
-            with contextlib.suppress(OSError):
-                st = os.stat(descriptor)
-                key = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
-                if stat.S_ISREG(st.st_mode) and key in wanted:
-                    paths.add(wanted[key])
-        if paths:
-            try:
-                command = (entry / "comm").read_text().strip()
-            except OSError:
-                command = "?"
-            for path in sorted(paths):
-                found.setdefault(path, []).append(f"pid {entry.name} ({command})")
-    return found
+        return {}
+
+    def backing_file(info: os.stat_result) -> str | None:
+        key = (os.major(info.st_dev), os.minor(info.st_dev), info.st_ino)
+        return wanted.get(key) if stat.S_ISREG(info.st_mode) else None
+
+    return dict(sorted(openfiles.holders(backing_file, stack.proc).items()))
 
 
 def sharer_use(stack: BlockStack, name: str, loop: str, via: Written) -> str:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from . import host, loopbacking, loopsharing, mounttable, resources
+from . import host, loopbacking, loopsharing, mounttable, openfiles, resources
 from .workloads import MiB
 
 KINDS = ("container", "partition", "directory")
@@ -359,34 +359,18 @@ class BlockStack:
         return os.makedev(int(major), int(minor))
 
     def openers(self, names: list[str]) -> dict[str, list[str]]:
-        """Device name -> the other processes that have it open (``pid 812 (qemu-system-x86)``).
+        """Device name -> the other processes that have it open or mapped (``pid 812
+        (qemu-system-x86)``).
 
         A virtual machine, dd or a backup tool opens a disk without O_EXCL, which the exclusive
-        probe cannot see; their open descriptors can (``stat`` follows /proc/PID/fd/N to the
-        device opened, so every path to the node counts)."""
+        probe cannot see; their open descriptors and memory maps can (see openfiles: every path
+        to the node counts)."""
         wanted = {number: name for name in names if (number := self.number(name)) is not None}
-        found: dict[str, list[str]] = {}
-        for entry in self.proc.iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                descriptors = list((entry / "fd").iterdir())
-            except OSError:
-                continue  # gone, or not ours to read
-            devices = set()
-            for descriptor in descriptors:
-                with contextlib.suppress(OSError):
-                    st = os.stat(descriptor)
-                    if stat.S_ISBLK(st.st_mode) and st.st_rdev in wanted:
-                        devices.add(wanted[st.st_rdev])
-            if devices:
-                try:
-                    command = (entry / "comm").read_text().strip()
-                except OSError:
-                    command = "?"
-                for name in sorted(devices):
-                    found.setdefault(name, []).append(f"pid {entry.name} ({command})")
-        return found
+
+        def device(info: os.stat_result) -> str | None:
+            return wanted.get(info.st_rdev) if stat.S_ISBLK(info.st_mode) else None
+
+        return openfiles.holders(device, self.proc)
 
 
 class DeviceClaim:
