@@ -15,7 +15,7 @@ A loop device over a disjoint range of the same file (``losetup --offset``/``--s
 shares no byte with it and is allowed. A process that has such a backing file open (a virtual
 machine's image, ``dd``) makes it in use too: the file is live, and what the process reads or
 writes there would be destroyed under it (an open of the device itself counts the same way,
-see BlockStack.openers).
+see BlockStack.openers); so does a process that has it mapped into its memory (openfiles).
 """
 
 from __future__ import annotations

@@ -40,6 +40,32 @@ def held_files(proc: Path = PROC) -> Iterator[Held]:
             for descriptor in list((entry / "fd").iterdir()):
                 with contextlib.suppress(OSError):
                     yield Held(pid, os.stat(descriptor), False)
+        for mapping in _distinct_mappings(entry):
+            with contextlib.suppress(OSError):
+                yield Held(pid, os.stat(entry / "map_files" / mapping), True)
+
+
+def _distinct_mappings(entry: Path) -> list[str]:
+    try:
+        return mapping_names((entry / "maps").read_text())
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
+def mapping_names(maps: str) -> list[str]:
+    """The map_files names (``start-end``) of one mapping of each distinct file a
+    /proc/PID/maps text lists (by device and inode); anonymous memory has inode 0."""
+    seen: set[tuple[str, str]] = set()
+    found = []
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) < 5 or fields[4] == "0" or (fields[3], fields[4]) in seen:
+            continue
+        seen.add((fields[3], fields[4]))
+        start, _, end = fields[0].partition("-")
+        with contextlib.suppress(ValueError):
+            found.append(f"{int(start, 16):x}-{int(end, 16):x}")  # maps pads, map_files does not
+    return found
 
 
 def label(proc: Path, pid: int, mapped: bool) -> str:
