@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import resources
+from . import trust
 from .backends import BackendBase, BackendSpec, make_backend, placement_problems
 from .host import signals_deferred
 from .runner import close_volume, open_volume
@@ -95,7 +95,7 @@ def measure(spec_text: str, target: Target, workdir: Path, amount: int) -> Inpla
     if problems:
         raise InplaceUnavailable("; ".join(problems))
     workdir.parent.mkdir(parents=True, exist_ok=True)  # a session's run directory: there already
-    resources.make_private_dir(workdir)  # 0700 whatever the umask: dead-run cleanup checks it
+    trust.make_private_dir(workdir)  # 0700 whatever the umask: dead-run cleanup checks it
     if backend.in_place_method():
         return encrypt_in_place(backend, spec_text, target, workdir, amount)
     mounted = open_volume(backend, target, workdir / "volume")

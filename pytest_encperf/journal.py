@@ -56,7 +56,7 @@ from typing import Any
 
 import psutil
 
-from . import children, host, journalschema, outputs, resources
+from . import children, footprints, host, journalschema, outputs, processes, resources, secretdirs, trust
 from .journalschema import Document, Entry, Malformed, start_json, start_of
 from .resources import Resource
 
@@ -78,7 +78,7 @@ def state_file() -> Path:
     As root, never a place another user controls: under ``sudo -E``, $HOME and $XDG_STATE_HOME
     are a user's, who could put a FIFO (hanging ``encperf cleanup``) or a symbolic link there.
     Root's home comes from the password database, and $XDG_STATE_HOME is taken only when no
-    other user can change it (resources.unsafe_ancestor).
+    other user can change it (trust.unsafe_ancestor).
     """
     home = pwd.getpwuid(os.geteuid()).pw_dir if host.is_root() else os.path.expanduser("~")
     default = Path(home) / ".local" / "state"
@@ -95,7 +95,7 @@ def _unsafe_to_make(path: Path) -> str | None:
     existing = path
     while not os.path.lexists(existing) and existing != existing.parent:
         existing = existing.parent
-    return resources.unsafe_ancestor(existing)
+    return trust.unsafe_ancestor(existing)
 
 
 def _make_private_dirs(path: Path) -> None:
@@ -111,8 +111,8 @@ def _make_private_dirs(path: Path) -> None:
         current = current.parent
     for directory in reversed(missing):
         with contextlib.suppress(FileExistsError):
-            resources.make_private_dir(directory)
-    problem = resources.unsafe_ancestor(path)  # one made by someone else meanwhile, a link
+            trust.make_private_dir(directory)
+    problem = trust.unsafe_ancestor(path)  # one made by someone else meanwhile, a link
     if problem:
         raise OSError(errno.EPERM, f"not using {path}: {problem}")
 
@@ -138,7 +138,7 @@ def known_directories() -> list[Path]:
     state file is read only when it is our regular 0600 file (no FIFO, no symbolic link) in a
     directory nobody else can change."""
     path = state_file()
-    if resources.unsafe_ancestor(path.parent):
+    if trust.unsafe_ancestor(path.parent):
         return []
     try:
         fd = host.open_own_file(path, os.O_RDONLY)
@@ -167,7 +167,7 @@ def directory_refusal(directory: Path) -> str | None:
     directory, so a killed run's leftovers could not be found either.
     """
     real = Path(os.path.realpath(directory))
-    problem = resources.unsafe_ancestor(real)
+    problem = trust.unsafe_ancestor(real)
     if problem is None:
         return _journal_refusal(directory, real)
     culprit = next((d for d in [real, *real.parents] if problem.startswith(f"{d} ")), real)
@@ -249,20 +249,20 @@ def open_runs_dir(directory: Path, *, create: bool = False) -> int:
     """A descriptor of ``<directory>/.encperf-runs``; Refused unless it is ours, 0700, not a
     symbolic link, in a directory chain nobody else can change. FileNotFoundError if absent."""
     os.lstat(directory)  # FileNotFoundError when it does not exist
-    problem = resources.unsafe_ancestor(directory)
+    problem = trust.unsafe_ancestor(directory)
     if problem:
         raise Refused(f"{directory}: not safe to use ({problem})")
     runs = directory / RUNS_DIR
     if create:
         with contextlib.suppress(FileExistsError):
-            resources.make_private_dir(runs)
+            trust.make_private_dir(runs)
     try:
         fd = os.open(runs, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise Refused(f"{runs} is a symbolic link or not a directory") from None
         raise
-    problem = resources.owned_problem(os.fstat(fd), runs, mode=0o700)
+    problem = trust.owned_problem(os.fstat(fd), runs, mode=0o700)
     if problem:
         os.close(fd)
         raise Refused(problem)
@@ -324,7 +324,7 @@ class Journal:
     def __init__(self, directory: Path) -> None:
         self.directory = Path(os.path.realpath(directory))
         self.pid = os.getpid()
-        self.start = resources.process_start(self.pid)
+        self.start = processes.process_start(self.pid)
         self.token = resources.run_token()
         self.path = self.directory / RUNS_DIR / f"run-{self.pid}-{secrets.token_hex(4)}.json"
         self._entries: dict[int, dict[str, Any]] = {}
@@ -499,11 +499,11 @@ def _lstat_mode(dir_fd: int, name: str) -> int | None:
 
 def _release_entries(dead: DeadRun, document: Document, bases: list[Path], dry_run: bool) -> list[Entry]:
     """Release a dead run's entries newest first; returns the entries to keep: those whose release
-    failed, and every older one that one of those may rest on (resources.overlaps: its container,
+    failed, and every older one that one of those may rest on (footprints.overlaps: its container,
     the run directory holding it, the loop device under its mount), which is not forced from
     under it. Everything else is still released."""
-    scope = resources.RunScope(document.pid, tuple(bases), document.token)
-    held: list[tuple[str, resources.Footprint]] = []  # kept entries: what they are and rest on
+    scope = trust.RunScope(document.pid, tuple(bases), document.token)
+    held: list[tuple[str, footprints.Footprint]] = []  # kept entries: what they are and rest on
     keep: list[Entry] = []
     for entry in sorted(document.entries, key=lambda entry: -entry.id):  # as release_order
         what = f"{entry.kind} {entry.ident}"
@@ -516,10 +516,10 @@ def _release_entries(dead: DeadRun, document: Document, bases: list[Path], dry_r
             continue
         try:
             reason = kind.check(resource, scope)
-        except resources.Reused as reused:
+        except trust.Reused as reused:
             dead.done.append(f"{what}: {reused}")
             continue
-        except resources.Gone:
+        except trust.Gone:
             dead.done.append(f"{what}: already gone")
             continue
         if reason:
@@ -529,7 +529,7 @@ def _release_entries(dead: DeadRun, document: Document, bases: list[Path], dry_r
             dead.done.append(f"would release {what}")
             continue
         footprint = resources.footprint(resource)
-        blocker = next((name for name, held_print in held if resources.overlaps(held_print, footprint)), None)
+        blocker = footprints.held_by(held, footprint)
         if blocker is not None:
             dead.kept.append(f"{what}: {blocker} is not released and may rest on it")
             held.append((what, footprint))
@@ -586,7 +586,7 @@ def release_dead_runs(
         return [DeadRun(runs, None, refused=[f"not looking at any journal there: {exc}"])]
     except OSError as exc:  # not a traceback in encperf cleanup, nor an INTERNALERROR in a session
         return [DeadRun(runs, None, failed=[f"could not open it: {exc.strerror or exc}"])]
-    bases = [directory, *(Path(os.path.realpath(b)) for b in resources.secret_bases())]
+    bases = [directory, *(Path(os.path.realpath(b)) for b in secretdirs.secret_bases())]
     found: list[DeadRun] = []
     try:
         with _cleanup_lock(runs_fd, runs, lock_timeout):
@@ -626,11 +626,11 @@ def _release_journal(
     if os.path.realpath(document.directory) != str(directory):
         dead.refused.append(f"journal left alone: it belongs to directory {document.directory!r}")
         return dead
-    elsewhere = resources.another_namespace(document.started)
+    elsewhere = processes.another_namespace(document.started)
     if elsewhere:
         dead.refused.append(f"journal left alone: {elsewhere}")
         return dead
-    if resources.is_alive(pid, document.started):
+    if processes.is_alive(pid, document.started):
         return None  # a live run: never touched
     # the schema held the mark to encperf-<pid>-<hex>: its tools still running (dying of its
     # death, or forked by one) would go on making mounts and mappings after the releases below

@@ -9,7 +9,7 @@ parser's recursion, a number out of range, a field too many or missing) is :clas
 with the reason, and the journal is refused as a whole, never half used.
 
 Formats read (``version``): 3 records exact process starts (``start``: clock ticks after boot,
-boot id, pid namespace: resources.ProcessStart); 1 and 2 recorded psutil's wall-clock start
+boot id, pid namespace: processes.ProcessStart); 1 and 2 recorded psutil's wall-clock start
 time (``started``), 2 added each process entry's ``wait``. Fields of version 3 that other
 changes add are read when present and checked like the rest: the run ``token`` (16 hex digits,
 in its device-mapper names), the ``children`` mark its tools carry (``encperf-<pid>-<hex>``),
@@ -24,7 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .resources import TOKEN_PATTERN, ProcessStart, Resource
+from .processes import ProcessStart
+from .resources import TOKEN_PATTERN, Resource
 
 VERSIONS = (1, 2, 3)
 MAX_BYTES = 1 << 20  # a run journals tens of resources: a few KB

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import resources
+from . import trust
 from .backends import BackendBase, BackendSpec, make_backend, placement_problems
 from .host import signals_deferred
 from .targets import Target
@@ -89,7 +89,7 @@ def measure(spec_text: str, target: Target, workdir: Path) -> KdfTiming:
     if settings == ("default",) and not given:
         timing.note = "no fast setting: benchmark volumes already use its own"
     workdir.parent.mkdir(parents=True, exist_ok=True)  # a session's run directory: there already
-    resources.make_private_dir(workdir)  # 0700 whatever the umask: dead-run cleanup checks it
+    trust.make_private_dir(workdir)  # 0700 whatever the umask: dead-run cleanup checks it
     for setting in settings:
         variant = make_backend(setting_spec(spec, setting, settings if not given else ()))
         problems = variant.problems(target) + placement_problems(variant, target)
@@ -102,7 +102,7 @@ def measure(spec_text: str, target: Target, workdir: Path) -> KdfTiming:
 def time_open(backend: BackendBase, target: Target, workdir: Path) -> KdfSetting:
     """Create, mount, unmount, mount again (timed: an existing volume opened), then destroy.
     The seconds of create and of that second mount (the base's step timings)."""
-    resources.make_private_dir(workdir)
+    trust.make_private_dir(workdir)
     started = time.perf_counter()
     volume = backend.create(target, workdir)
     created = time.perf_counter() - started

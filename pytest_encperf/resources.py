@@ -9,23 +9,18 @@ first), same tools, same test of whether it is still there.
 
 Backends register the kinds they add with :func:`register_kind`; this module imports no
 backend. A kind also says how a dead run's entry is held to that run's own directories and
-names (:class:`RunScope`).
-
-Secrets that must be files (a key file a tool reads) live in a :class:`SecretDir`: a 0700
-directory on a RAM file system, named like a run directory (``encperf-<pid>-*``), registered
-for removal like any directory (so the journal removes it after a SIGKILL).
+names (trust.RunScope), and what it rests on (its footprint), so that a failed release keeps
+only what may rest on it. Which process a pid names is processes.py's job; the rules for
+trusting a path are trust.py's; key-file directories are secretdirs.py's.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import functools
 import os
 import re
 import secrets
 import shutil
-import stat
 import subprocess
 import threading
 import time
@@ -33,12 +28,15 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import psutil
 
 from . import children, host, mounttable
+from .footprints import Footprint
 from .host import HostError
+from .processes import ProcessStart, executable, foreign_process, is_alive, process_start
+from .trust import Gone, Reused, RunScope, unsafe_ancestor
 
 PROCESS_EXIT_WAIT = 10.0  # seconds a process gets after SIGTERM (and after SIGKILL)
 
@@ -64,84 +62,6 @@ class Resource:
 
 
 @dataclass(frozen=True)
-class RunScope:
-    """What a dead run's journal may name: paths inside its own run directories
-    (``<base>/encperf-<pid>-*``: the run directory under --encperf-dir, its secret directory on
-    the RAM file system) and names carrying its pid and its run token (None: the journal, of an
-    older version, recorded none)."""
-
-    pid: int
-    bases: tuple[Path, ...]
-    token: str | None = None
-
-    def outside(self, path_text: str) -> str | None:
-        """Why ``path_text`` does not name something inside the run's directories, by its text
-        alone (for a path the release does not act on through the file system)."""
-        path = Path(path_text)
-        if not path.is_absolute() or os.path.normpath(path_text) != path_text:
-            return f"{path_text!r} is not a normalised absolute path"
-        if self._run_relative(path) is None:
-            where = " or ".join(f"{base}/encperf-{self.pid}-*" for base in self.bases)
-            return f"{path_text} is outside the run's own directories ({where})"
-        return None
-
-    def unsafe(self, path_text: str) -> str | None:
-        """Why acting on ``path_text`` could touch something the run did not make, or None.
-
-        Besides :meth:`outside`: the run directory must be ours and 0700, and every directory
-        from it down to the path's parent ours, a real directory (no symbolic link) and writable
-        by us only; then nobody else can have made or redirect anything below it. (The path
-        itself is not examined: a mount point shows what is mounted on it.) Raises Gone when a
-        directory on the way no longer exists: there is nothing to release, and a name that
-        may be made again by someone else must not be acted on.
-        """
-        reason = self.outside(path_text)
-        if reason:
-            return reason
-        base, parts = self._run_relative(Path(path_text)) or (Path("/"), ())
-        current = base
-        for depth, part in enumerate(parts[:-1] if len(parts) > 1 else parts):
-            current = current / part
-            try:
-                info = os.lstat(current)
-            except FileNotFoundError:
-                raise Gone(path_text) from None
-            except OSError as exc:
-                if exc.errno == errno.ENOTCONN and str(current) in mounttable.mountpoints():
-                    continue  # a FUSE mount of the run whose daemon died with it; its parents are checked
-                return f"{current}: {exc.strerror}"
-            if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-                return f"{current} is not a directory"
-            problem = owned_problem(info, current, mode=0o700 if depth == 0 else None)
-            if problem:
-                return problem
-            if info.st_mode & 0o022:
-                return f"{current} is writable by other users"
-        return None
-
-    def _run_relative(self, path: Path) -> tuple[Path, tuple[str, ...]] | None:
-        pattern = re.compile(rf"encperf-{self.pid}-[A-Za-z0-9_]+")
-        for base in self.bases:
-            try:
-                parts = path.relative_to(base).parts
-            except ValueError:
-                continue
-            if parts and pattern.fullmatch(parts[0]):
-                return base, parts
-        return None
-
-
-class Gone(Exception):
-    """A dead run's path whose directory no longer exists: nothing there to release."""
-
-
-class Reused(Gone):
-    """A dead run's resource whose name now belongs to something else (its loop device is
-    attached to another file): nothing of the run's is there, and it is left alone. The
-    message says so."""
-
-
-@dataclass(frozen=True)
 class Kind:
     """How resources of one kind are released, and what a dead run's journal may say of them.
 
@@ -154,10 +74,6 @@ class Kind:
     check: Callable[[Resource, RunScope], str | None]
     footprint: Callable[[Resource], Footprint] | None = None
 
-
-# The paths (files, directories, device nodes) a resource is or rests on; None: not known, so it
-# may rest on anything (and anything on it).
-Footprint = tuple[str, ...] | None
 
 KINDS: dict[str, Kind] = {}
 
@@ -191,20 +107,6 @@ def footprint(resource: Resource) -> Footprint:
         return None
 
 
-def overlaps(one: Footprint, other: Footprint) -> bool:
-    """Whether of two resources one may rest on the other: a path of one is, or lies under, a
-    path of the other (a loop device's backing file in a mount, a mount from a loop device);
-    a footprint not known overlaps everything."""
-    if one is None or other is None:
-        return True
-    return any(_nested(a, b) or _nested(b, a) for a in one for b in other)
-
-
-def _nested(inner: str, outer: str) -> bool:
-    inner, outer = os.path.normpath(inner), os.path.normpath(outer)
-    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
-
-
 def release(resource: Resource) -> str:
     """Release ``resource`` with its kind's function; HostError for a kind nobody registered."""
     kind = KINDS.get(resource.kind)
@@ -213,167 +115,14 @@ def release(resource: Resource) -> str:
     return kind.release(resource)
 
 
-# ---------------------------------------------------------------- processes
-
-
-BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
-BOOT_ID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # a UUID
-
-
-@dataclass(frozen=True)
-class ProcessStart:
-    """When a process started, exactly: clock ticks after boot (field 22 of /proc/PID/stat), in
-    which boot (the kernel's boot id) and in which pid namespace its pid is counted.
-
-    Unlike psutil's ``create_time`` (boot time + ticks, in wall-clock seconds), nothing moves
-    it: when the clock is stepped (chrony's makestep, a VM resumed, ``date -s``) the boot time
-    the kernel reports moves with it, and a live run looked dead to its neighbours. A pid alone
-    names different processes in different pid namespaces (containers) and after a reboot.
-    """
-
-    ticks: int
-    boot: str
-    pidns: int
-
-    def as_json(self) -> dict[str, Any]:
-        return {"ticks": self.ticks, "boot": self.boot, "pidns": self.pidns}
-
-    @classmethod
-    def from_json(cls, value: object) -> ProcessStart:
-        """Read what as_json wrote; ValueError if it is anything else."""
-        if not isinstance(value, dict):
-            raise ValueError("start must be an object")
-        ticks, boot, pidns = value.get("ticks"), value.get("boot"), value.get("pidns")
-        valid = isinstance(ticks, int) and isinstance(boot, str) and isinstance(pidns, int)
-        if not valid or isinstance(ticks, bool) or isinstance(pidns, bool):
-            raise ValueError("start must have whole ticks and pidns and a boot id")
-        if set(value) != {"ticks", "boot", "pidns"}:
-            raise ValueError("start must have ticks, boot and pidns only")
-        if not (0 <= ticks < 1 << 64 and 0 < pidns < 1 << 64 and BOOT_ID_TEXT.fullmatch(boot)):
-            raise ValueError("start must have ticks and pidns of 64 bits and a boot id like the kernel's")
-        return cls(ticks, boot, pidns)
-
-
-@functools.cache
-def boot_id() -> str:
-    """This boot's id (changes at every boot, never during one)."""
-    return BOOT_ID.read_text().strip()
-
-
-@functools.cache
-def pid_namespace() -> int:
-    """The inode of the pid namespace this process (and its /proc) counts pids in."""
-    return os.stat("/proc/self/ns/pid").st_ino
-
-
-def process_start(pid: int) -> ProcessStart | None:
-    """The start of process ``pid`` (see ProcessStart), None if it is gone.
-
-    A zombie counts as gone: it has exited and holds nothing; only its parent (or an init that
-    reaps) can remove its entry.
-    """
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) ": the name may hold anything
-    if fields[0] in ("Z", "X"):
-        return None
-    return ProcessStart(int(fields[19]), boot_id(), pid_namespace())
-
-
-def _wall_clock_start(pid: int) -> float | None:
-    """psutil's start time, as journals before ProcessStart recorded it (read for those only)."""
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return round(process.create_time(), 2)
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return None
-
-
-def another_namespace(started: ProcessStart | float | None) -> str | None:
-    """Why a recorded start cannot be checked here (its pid is counted in another pid namespace
-    of this boot), or None."""
-    if isinstance(started, ProcessStart) and started.boot == boot_id() and started.pidns != pid_namespace():
-        return (
-            f"its pid is counted in another pid namespace (pid:[{started.pidns}]; this process is in "
-            f"pid:[{pid_namespace()}]), so whether it still runs cannot be told from here"
-        )
-    return None
-
-
-def is_alive(pid: int, started: ProcessStart | float | None) -> bool:
-    """Is the process that started at ``started`` still running (and not a reuse of its pid)?
-
-    Exact for a ProcessStart: another boot's process is gone; one of another pid namespace
-    cannot be checked and counts as alive (never touched). An older journal's wall-clock start
-    time is compared as those journals were (to 0.05 s), which a clock step can defeat.
-    """
-    if isinstance(started, ProcessStart):
-        if started.boot != boot_id():
-            return False
-        if started.pidns != pid_namespace():
-            return True
-        now = process_start(pid)
-        return now is not None and now.ticks == started.ticks
-    now_wall = _wall_clock_start(pid)
-    if now_wall is None:
-        return False
-    if started is None:
-        return True  # cannot tell a reused pid apart: err on the side of not touching it
-    return abs(now_wall - started) < 0.05
-
-
-def executable(pid: int) -> str:
-    """The program ``pid`` runs (its executable's path), "" when it cannot be read."""
-    with contextlib.suppress(psutil.Error, OSError):
-        return psutil.Process(pid).exe()
-    return ""
-
-
 def process_resource(pid: int, *, wait: float = 0.0) -> Resource:
     """A process as a resource: pid, start and executable, which together identify it."""
     return Resource("process", str(pid), executable(pid), process_start(pid), wait)
 
 
-def foreign_process(resource: Resource) -> str | None:
-    """Why the pid ``resource`` names may now belong to another process (pid reused: another
-    start or executable; counted in another pid namespace), None when it is the same process
-    or gone (another boot's process is gone)."""
-    pid = int(resource.ident)
-    recorded = resource.started
-    elsewhere = another_namespace(recorded)
-    if elsewhere:
-        return f"pid {pid}: {elsewhere}"
-    if isinstance(recorded, ProcessStart) and recorded.boot != boot_id():
-        return None
-    now = process_start(pid)
-    if now is None:
-        return None
-    try:
-        exe = psutil.Process(pid).exe()
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return None
-    except psutil.AccessDenied:
-        return f"pid {pid}: cannot read its executable"
-    if isinstance(recorded, ProcessStart) and now.ticks != recorded.ticks:
-        return (
-            f"pid {pid} is another process now ({exe or '?'}, started {now.ticks} clock ticks after "
-            f"boot, not {recorded.ticks})"
-        )
-    wall = _wall_clock_start(pid) if isinstance(recorded, float) else None
-    if isinstance(recorded, float) and wall is not None and abs(wall - recorded) >= 0.05:
-        return f"pid {pid} is another process now ({exe or '?'}, started at {wall:.2f}, not {recorded:.2f})"
-    if resource.detail and exe and exe != resource.detail:  # "" while it exits: /proc/PID/exe is gone
-        return f"pid {pid} now runs {exe}, not {resource.detail}"
-    return None
-
-
 def _release_process(resource: Resource) -> str:
     what = f"{os.path.basename(resource.detail) or 'process'} (pid {resource.ident})"
-    foreign = foreign_process(resource)
+    foreign = foreign_process(int(resource.ident), resource.started, resource.detail)
     if foreign:
         return f"{what}: {foreign}: left alone"
     if not is_alive(int(resource.ident), resource.started):
@@ -394,7 +143,7 @@ def _check_process(resource: Resource, scope: RunScope) -> str | None:
         return f"process {resource.ident!r} is not a pid"
     if resource.started is None or not resource.detail:
         return f"process {resource.ident}: no start time and executable recorded, cannot tell it is the run's"
-    return foreign_process(resource)
+    return foreign_process(int(resource.ident), resource.started, resource.detail)
 
 
 def _release_daemon(resource: Resource) -> str:
@@ -641,58 +390,6 @@ register_kind("process", _release_process, check=_check_process)
 register_kind("daemon", _release_daemon, check=_check_daemon)
 
 
-# ---------------------------------------------------------------- trusting files in shared directories
-
-
-def unsafe_ancestor(path: Path) -> str | None:
-    """Why ``path``'s directory chain could be changed under us by another user, or None.
-
-    OpenSSH's ``safe_path``: every directory from ``path`` up to / must be owned by root or by
-    us and not writable by group or others, unless it has the sticky bit (/tmp, /var/tmp:
-    others cannot rename or remove what we own in it).
-    """
-    me = os.geteuid()
-    current = Path(os.path.abspath(path))
-    for directory in [current, *current.parents]:
-        try:
-            info = os.lstat(directory)
-        except OSError as exc:
-            return f"{directory}: {exc.strerror}"
-        if stat.S_ISLNK(info.st_mode):
-            return f"{directory} is a symbolic link"
-        if info.st_uid not in (0, me):
-            return f"{directory} is owned by uid {info.st_uid}"
-        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
-            return f"{directory} is writable by other users"
-    return None
-
-
-def make_private_dir(path: Path, mode: int = 0o700) -> Path:
-    """``mkdir`` with exactly ``mode``, whatever the umask; FileExistsError if ``path`` exists.
-
-    mkdir's mode goes through the umask: under ``umask 0277`` a 0700 directory comes out 0500
-    (and a later check of ours refuses it for ever), under ``umask 0`` a plain mkdir() makes
-    0777, writable by everybody. Our own new directory is set explicitly, on its descriptor.
-    """
-    os.mkdir(path, mode)
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        os.fchmod(fd, mode)
-    finally:
-        os.close(fd)
-    return path
-
-
-def owned_problem(info: os.stat_result, path: object, *, mode: int | None = None) -> str | None:
-    """Why a file we opened (``info`` from fstat/lstat) is not ours to act on, or None."""
-    me = os.geteuid()
-    if info.st_uid != me:
-        return f"{path} is owned by uid {info.st_uid}, not by this user (uid {me})"
-    if mode is not None and stat.S_IMODE(info.st_mode) != mode:
-        return f"{path} has mode {stat.S_IMODE(info.st_mode):04o}, not {mode:04o}"
-    return None
-
-
 # ---------------------------------------------------------------- holding resources
 
 
@@ -844,100 +541,3 @@ class Cleanup:
                     self._observer.released(token)
         if errors:
             raise HostError("cleanup failed: " + "; ".join(errors))
-
-
-# ---------------------------------------------------------------- secrets
-
-MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")
-RUN_SECRETS = Path("/run/encperf")  # root's: not world-writable, unlike /dev/shm
-
-
-def secret_bases() -> list[Path]:
-    """Directories on a RAM file system where this user's secret directories may live, best
-    first: /run/encperf (root, if /run is a tmpfs), $XDG_RUNTIME_DIR (if it is ours), /dev/shm."""
-    found: list[Path] = []
-    if host.is_root():
-        found.append(RUN_SECRETS)
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isabs(runtime):
-        found.append(Path(runtime))
-    found.append(Path("/dev/shm"))
-    return found
-
-
-def _usable_base(base: Path) -> bool:
-    try:
-        if base == RUN_SECRETS and host.filesystem_type(base.parent) in MEMORY_FILESYSTEMS:
-            with contextlib.suppress(FileExistsError):
-                make_private_dir(base)
-        info = os.lstat(base)
-    except OSError:
-        return False
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        return False
-    if host.filesystem_type(base) not in MEMORY_FILESYSTEMS or not os.access(base, os.W_OK | os.X_OK):
-        return False
-    if info.st_uid == os.geteuid() and not info.st_mode & 0o077:
-        return True  # ours alone (/run/encperf, $XDG_RUNTIME_DIR)
-    return info.st_uid == 0 and bool(info.st_mode & stat.S_ISVTX)  # /dev/shm: sticky, shared
-
-
-def secret_base() -> Path:
-    """The first usable directory of :func:`secret_bases`; HostError if none is on a RAM
-    file system (a key file must never reach a disk)."""
-    for base in secret_bases():
-        if _usable_base(base):
-            return base
-    tried = ", ".join(map(str, secret_bases()))
-    raise HostError(f"no RAM file system for key files (tried {tried}): mount a tmpfs on /dev/shm")
-
-
-def private_directory(cleanup: Cleanup, base: Path) -> Path:
-    """A new 0700 directory ``<base>/encperf-<pid>-<random>``, registered (journaled) before it
-    is made: a run killed in between leaves a journal entry for a path that does not exist
-    (released as "already gone"), never a directory no journal names."""
-    for _ in range(100):
-        path = base / f"encperf-{os.getpid()}-{secrets.token_hex(8)}"
-        cleanup.path(path)
-        try:
-            os.mkdir(path, 0o700)
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            try:
-                os.fchmod(fd, 0o700)  # whatever the umask
-            finally:
-                os.close(fd)
-            return path
-        except FileExistsError:
-            cleanup.drop_last(Resource("path", str(path)))  # someone else's: never release it
-        except BaseException:
-            cleanup.drop_last(Resource("path", str(path)))
-            raise
-    raise HostError(f"could not make a directory of ours in {base}: every name taken")
-
-
-@dataclass
-class SecretDir:
-    """A 0700 directory on a RAM file system for one volume's key files, removed with its content.
-
-    Named ``encperf-<pid>-*`` like a run directory and registered as a path on the Cleanup, so
-    a killed run's journal removes it too. Remove each file as soon as its tool has read it.
-    """
-
-    path: Path
-
-    @classmethod
-    def create(cls, cleanup: Cleanup) -> SecretDir:
-        return cls(private_directory(cleanup, secret_base()))
-
-    def write(self, name: str, data: bytes) -> Path:
-        """Write ``data`` to a new 0600 file ``name`` (replacing an old one)."""
-        target = self.path / name
-        target.unlink(missing_ok=True)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        os.fchmod(fd, 0o600)  # whatever the umask
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        return target
-
-    def discard(self, name: str) -> None:
-        (self.path / name).unlink(missing_ok=True)

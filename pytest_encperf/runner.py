@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import children, host, load, realwork, resources
+from . import children, host, load, realwork, trust
 from .backends import BackendBase, BackendError, Volume, placement_problems
 from .engines import Engine
 from .engines.observe import Observe
@@ -123,7 +123,7 @@ def open_volume(backend: BackendBase, target: Target, workdir: Path) -> MountedV
     if problems:
         raise Unavailable("; ".join(problems))
     workdir.parent.mkdir(parents=True, exist_ok=True)  # a session's run directory: there already
-    resources.make_private_dir(workdir)  # 0700 whatever the umask: dead-run cleanup checks it
+    trust.make_private_dir(workdir)  # 0700 whatever the umask: dead-run cleanup checks it
     volume: Volume | None = None
     try:
         started = time.perf_counter()

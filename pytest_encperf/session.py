@@ -39,6 +39,7 @@ from . import (
     outputs,
     realwork,
     resources,
+    secretdirs,
     storage,
     sweep,
 )
@@ -215,7 +216,7 @@ class EncperfSession:
             # under the directory's real path, where the journal holds a dead run's paths to be
             # journaled before it is made: a killed run's directory is always found
             self._run_cleanup = resources.Cleanup(self.journal)
-            self._run_dir = resources.private_directory(self._run_cleanup, self.journal.directory)
+            self._run_dir = secretdirs.private_directory(self._run_cleanup, self.journal.directory)
         return self._run_dir
 
     def check_room(self) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host, mounttable, resources
+from pytest_encperf import host, mounttable, secretdirs
 from pytest_encperf.backends import BackendSpec, make_backend, vcformat
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
@@ -111,7 +111,7 @@ def problems_here(spec: str, base: Path) -> list[str]:
 
 def secret_dirs(pid: int) -> list[Path]:
     """Secret directories of process ``pid`` on the RAM file systems (must not outlive it)."""
-    return [path for base in resources.secret_bases() for path in base.glob(f"encperf-{pid}-*")]
+    return [path for base in secretdirs.secret_bases() for path in base.glob(f"encperf-{pid}-*")]
 
 
 def veracrypt_leftovers(base: Path, state: Path) -> list[str]:

@@ -15,14 +15,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_encperf import children, journal, resources
+from pytest_encperf import children, journal, processes, resources
 from tests.test_journal import dead_pid, run_dir, write_journal
 
 
 def gone(pid: int, timeout: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if resources.process_start(pid) is None:  # gone, or a zombie nobody reaped yet
+        if processes.process_start(pid) is None:  # gone, or a zombie nobody reaped yet
             return True
         time.sleep(0.02)
     return False

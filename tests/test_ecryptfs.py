@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host, resources
+from pytest_encperf import host, redaction, resources
 from pytest_encperf.backends import (
     BackendSpec,
     ecryptfs,
@@ -29,8 +29,9 @@ from pytest_encperf.backends.ecryptfs import (
     passphrase_key,
 )
 from pytest_encperf.host import HostError
-from pytest_encperf.resources import Cleanup, Resource, RunScope
+from pytest_encperf.resources import Cleanup, Resource
 from pytest_encperf.targets import Target
+from pytest_encperf.trust import RunScope
 
 # What ecryptfs-add-passphrase 111 (Debian 12) put in the user keyring for this passphrase
 # (`printf %s encperf-test-passphrase-1 | ecryptfs-add-passphrase -`, read with keyctl pipe):
@@ -136,7 +137,7 @@ def test_describe_names_the_kernel_cipher(tmp_path: Path, monkeypatch: pytest.Mo
         assert info["cipher_ceiling"] == "kernel:cbc(aes):256"
         assert info["filename_encryption"] is True and info["passthrough"] is False
         assert (tmp_path / "lower").is_dir() and (tmp_path / "plain").is_dir()
-        assert isinstance(volume.state["passphrase"], host.Secret)
+        assert isinstance(volume.state["passphrase"], redaction.Secret)
     finally:
         made.destroy(volume)
     assert not (tmp_path / "lower").exists() and "passphrase" not in volume.state

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host
+from pytest_encperf import host, redaction
 from pytest_encperf.backends import BackendSpec, Volume, make_backend
 from pytest_encperf.backends.dmcrypt import read_password
 from pytest_encperf.targets import Target
@@ -22,20 +22,20 @@ VALUE = b"hunter2-not-shown"
 
 
 def test_a_secret_prints_as_a_placeholder_everywhere() -> None:
-    secret = host.Secret(VALUE)
+    secret = redaction.Secret(VALUE)
     assert secret == VALUE and bytes(secret) == VALUE and len(secret) == len(VALUE)
     for shown in (repr(secret), str(secret), f"{secret}", "%s" % secret):  # noqa: UP031
         assert shown == "<secret>"
     held = {"key": secret, "list": [secret]}
     assert "hunter2" not in repr(held) and "hunter2" not in pprint.pformat(held)
-    assert repr(host.SecretText("--password=hunter2")) == "<secret>"
-    assert "hunter2" not in repr(["tool", host.SecretText("--password=hunter2")])
+    assert repr(redaction.SecretText("--password=hunter2")) == "<secret>"
+    assert "hunter2" not in repr(["tool", redaction.SecretText("--password=hunter2")])
 
 
 def test_what_backends_hold_and_hand_to_tools_is_a_secret(tmp_path: Path) -> None:
     password = tmp_path / "pw"
     password.write_bytes(VALUE + b"\n")
-    assert isinstance(read_password(str(password), "tcrypt"), host.Secret)
+    assert isinstance(read_password(str(password), "tcrypt"), redaction.Secret)
     for spec in (
         f"tcrypt:image={password},password-file={password}",
         f"bitlk:image={password},password-file={password}",
@@ -43,11 +43,11 @@ def test_what_backends_hold_and_hand_to_tools_is_a_secret(tmp_path: Path) -> Non
         backend = make_backend(BackendSpec.parse(spec))
         volume = Volume(backend, Target("container", tmp_path, 1 << 20), tmp_path)
         _, stdin = backend.open_command(volume, Path("/dev/loop99"), "encperf-x")  # type: ignore[attr-defined]
-        assert isinstance(stdin, host.Secret) and stdin == VALUE + b"\n"
+        assert isinstance(stdin, redaction.Secret) and stdin == VALUE + b"\n"
     for spec, method in (("luks2", "secret_key"), ("veracrypt:tool=native", "password")):
         backend = make_backend(BackendSpec.parse(spec))
         volume = Volume(backend, Target("container", tmp_path, 1 << 20), tmp_path)
-        assert isinstance(getattr(backend, method)(volume), host.Secret)
+        assert isinstance(getattr(backend, method)(volume), redaction.Secret)
         (key,) = volume.state
         assert repr(volume.state) == f"{{{key!r}: <secret>}}" and "<secret>" in repr(volume)
         volume.created.release()

@@ -24,9 +24,10 @@ from typing import Any
 
 import pytest
 
-from pytest_encperf import cli, host, journal, resources
+from pytest_encperf import cli, footprints, host, journal, processes, resources, secretdirs
 from pytest_encperf.backends.dmcrypt import mapping_name
-from pytest_encperf.resources import Cleanup, ProcessStart, Resource
+from pytest_encperf.processes import ProcessStart
+from pytest_encperf.resources import Cleanup, Resource
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (files of another user)")
@@ -53,7 +54,7 @@ def released(monkeypatch: pytest.MonkeyPatch) -> list[Resource]:
 
 
 def started(pid: int) -> ProcessStart:
-    start = resources.process_start(pid)
+    start = processes.process_start(pid)
     assert start is not None, f"pid {pid} is not running"
     return start
 
@@ -348,7 +349,7 @@ def test_dead_run_is_released_newest_first_and_its_journal_removed(tmp_path: Pat
         [
             {"kind": "path", "ident": str(run)},
             {"kind": "path", "ident": str(run / "01-plain" / "container.img")},
-            {"kind": "process", "ident": str(daemon.pid), "detail": resources.executable(daemon.pid),
+            {"kind": "process", "ident": str(daemon.pid), "detail": processes.executable(daemon.pid),
              "start": started(daemon.pid).as_json()},
             {"kind": "mount", "ident": str(run / "01-plain" / "mnt")},
         ],
@@ -367,7 +368,7 @@ def test_dead_run_is_released_newest_first_and_its_journal_removed(tmp_path: Pat
 
 def test_secret_directory_on_the_ram_file_system_is_removed(tmp_path: Path) -> None:
     pid = dead_pid()
-    secret = Path(resources.secret_base()) / f"encperf-{pid}-s1"
+    secret = Path(secretdirs.secret_base()) / f"encperf-{pid}-s1"
     secret.mkdir(mode=0o700)
     (secret / "password").write_bytes(b"benchmark-password")
     try:
@@ -424,7 +425,7 @@ def test_a_run_of_an_earlier_boot_is_dead_and_its_pids_name_nothing_of_its(
     daemon = dataclasses.replace(started(sleeper.pid), boot=earlier_boot.boot)
     entries = [
         {"kind": "path", "ident": str(run)},
-        {"kind": "process", "ident": str(sleeper.pid), "detail": resources.executable(sleeper.pid),
+        {"kind": "process", "ident": str(sleeper.pid), "detail": processes.executable(sleeper.pid),
          "start": daemon.as_json()},
     ]  # fmt: skip
     write_journal(tmp_path, os.getpid(), earlier_boot, entries)
@@ -437,12 +438,12 @@ def test_a_journal_of_another_pid_namespace_is_left_alone(tmp_path: Path, releas
     """A pid names another process in another pid namespace (a container sharing /var/tmp)."""
     pid = dead_pid()
     run = run_dir(tmp_path, pid)
-    elsewhere = dataclasses.replace(this_process(), pidns=resources.pid_namespace() + 1)
+    elsewhere = dataclasses.replace(this_process(), pidns=processes.pid_namespace() + 1)
     path = write_journal(tmp_path, pid, elsewhere, [{"kind": "path", "ident": str(run)}])
     (dead,) = journal.release_dead_runs(tmp_path)
     assert dead.refused == [
         f"journal left alone: its pid is counted in another pid namespace (pid:[{elsewhere.pidns}]; "
-        f"this process is in pid:[{resources.pid_namespace()}]), so whether it still runs cannot be "
+        f"this process is in pid:[{processes.pid_namespace()}]), so whether it still runs cannot be "
         "told from here"
     ]
     assert released == [] and run.exists() and path.exists()
@@ -452,13 +453,13 @@ def test_a_process_entry_of_another_pid_namespace_is_refused(
     tmp_path: Path, sleeper: subprocess.Popen[bytes], released: list[Resource]
 ) -> None:
     pid = dead_pid()
-    other = dataclasses.replace(started(sleeper.pid), pidns=resources.pid_namespace() + 1)
-    entry = {"kind": "process", "ident": str(sleeper.pid), "detail": resources.executable(sleeper.pid)}
+    other = dataclasses.replace(started(sleeper.pid), pidns=processes.pid_namespace() + 1)
+    entry = {"kind": "process", "ident": str(sleeper.pid), "detail": processes.executable(sleeper.pid)}
     write_journal(tmp_path, pid, this_process(), [{**entry, "start": other.as_json()}])
     (dead,) = journal.release_dead_runs(tmp_path)
     assert dead.refused == [
         f"process {sleeper.pid}: pid {sleeper.pid}: its pid is counted in another pid namespace"
-        f" (pid:[{other.pidns}]; this process is in pid:[{resources.pid_namespace()}]), so whether "
+        f" (pid:[{other.pidns}]; this process is in pid:[{processes.pid_namespace()}]), so whether "
         "it still runs cannot be told from here"
     ]
     assert released == [] and sleeper.poll() is None
@@ -469,7 +470,7 @@ def test_journals_before_format_3_are_still_read(
 ) -> None:
     """They recorded psutil's wall-clock start time ("started"); compared as they were."""
     live = run_dir(tmp_path, sleeper.pid)
-    wall = resources._wall_clock_start(sleeper.pid)
+    wall = processes._wall_clock_start(sleeper.pid)
     write_journal(tmp_path, sleeper.pid, wall, [{"kind": "path", "ident": str(live)}])
     assert journal.release_dead_runs(tmp_path) == []  # alive: never touched
     pid = dead_pid()
@@ -547,7 +548,7 @@ def test_what_a_kept_resource_rests_on_is_kept_too(tmp_path: Path, monkeypatch: 
     def stuck(resource: Resource) -> str:
         raise host.HostError("still busy")
 
-    def on(resource: Resource) -> resources.Footprint:
+    def on(resource: Resource) -> footprints.Footprint:
         return (resource.ident, resource.detail)
 
     monkeypatch.setitem(resources.KINDS, "stuck", resources.Kind(stuck, lambda r, s: None, on))
@@ -760,7 +761,7 @@ def test_journal_naming_etc_and_other_outside_paths_is_refused(
     ]
     path = write_journal(tmp_path, pid, 1.0, entries, token=TOKEN)
     (dead,) = journal.release_dead_runs(tmp_path)
-    bases = " or ".join(f"{b}/encperf-{pid}-*" for b in [tmp_path, *resources.secret_bases()])
+    bases = " or ".join(f"{b}/encperf-{pid}-*" for b in [tmp_path, *secretdirs.secret_bases()])
     assert dead.refused == [
         f"dm cryptroot: dm target 'cryptroot' is not one of this run's (encperf-{pid}-{TOKEN}-N)",
         "loop /dev/sda: /dev/sda is not a loop device",
@@ -817,7 +818,7 @@ def test_foreign_pid_is_refused_and_left_running(
     tmp_path: Path, sleeper: subprocess.Popen[bytes], released: list[Resource]
 ) -> None:
     pid = dead_pid()
-    exe = resources.executable(sleeper.pid)
+    exe = processes.executable(sleeper.pid)
     start = started(sleeper.pid)
     earlier = dataclasses.replace(start, ticks=start.ticks - 50)
     entries = [

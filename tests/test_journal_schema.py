@@ -22,9 +22,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from pytest_encperf import cli, host, journal, journalschema, resources
+from pytest_encperf import cli, host, journal, journalschema, processes, secretdirs, trust
 from pytest_encperf.journalschema import Document, Malformed
-from pytest_encperf.resources import Cleanup, SecretDir
+from pytest_encperf.resources import Cleanup
+from pytest_encperf.secretdirs import SecretDir
 from tests.test_journal import NOBODY, dead_pid, needs_root, private_state, run_dir, write_journal  # noqa: F401
 
 DEEP = "[" * 200_000
@@ -243,9 +244,9 @@ def test_journal_lock_and_state_file_get_their_modes_whatever_the_umask(tmp_path
 def test_run_key_file_and_lock_directories_get_their_modes_whatever_the_umask(
     tmp_path: Path, umask: int
 ) -> None:
-    run = resources.private_directory(Cleanup(None), tmp_path)
+    run = secretdirs.private_directory(Cleanup(None), tmp_path)
     assert mode_of(run) == 0o700
-    assert mode_of(resources.make_private_dir(run / "01-plain")) == 0o700
+    assert mode_of(trust.make_private_dir(run / "01-plain")) == 0o700
     cleanup = Cleanup(None)
     secrets = SecretDir.create(cleanup)
     try:
@@ -260,12 +261,12 @@ def test_run_key_file_and_lock_directories_get_their_modes_whatever_the_umask(
 KILLED_RUN = """
 import os, sys
 from pathlib import Path
-from pytest_encperf import journal, resources
+from pytest_encperf import journal, resources, secretdirs, trust
 os.umask(int(sys.argv[2], 8))
 directory = Path(sys.argv[1])
 log = journal.Journal(directory)
-run = resources.private_directory(resources.Cleanup(log), directory)  # as a session does
-volume = resources.make_private_dir(run / "01-plain")
+run = secretdirs.private_directory(resources.Cleanup(log), directory)  # as a session does
+volume = trust.make_private_dir(run / "01-plain")
 resources.Cleanup(log).path(volume / "container.img")
 print(run, flush=True)
 os._exit(0)  # like SIGKILL: no teardown, the journal stays
@@ -310,7 +311,7 @@ def read_json(value: object) -> Document:
 def test_a_version_3_journal_is_read_into_typed_entries() -> None:
     document = read_json(v3_document())
     assert (document.version, document.pid, document.directory) == (3, 4242, "/var/tmp")
-    assert isinstance(document.started, resources.ProcessStart) and document.started.ticks == 123
+    assert isinstance(document.started, processes.ProcessStart) and document.started.ticks == 123
     process = document.entries[1].resource
     assert (process.kind, process.ident, process.started, process.wait) == (
         "process",

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 import pytest
 
-from pytest_encperf import backends, children, host, journal, resources
+from pytest_encperf import backends, children, host, journal, processes, resources
 from pytest_encperf.workloads import MiB
 from tests.support import (
     disk_dir,
@@ -250,7 +250,7 @@ def leftovers(
             found.append(f"recorded path {ident}")
         elif kind == "dm" and Path("/dev/mapper", ident).exists():
             found.append(f"dm target {ident}")
-        elif kind == "process" and resources.is_alive(int(ident), journal.start_of(entry)):
+        elif kind == "process" and processes.is_alive(int(ident), journal.start_of(entry)):
             found.append(f"process {entry.get('detail')} (pid {ident})")
         elif kind == "daemon":  # registered by the mark it carries (children.py)
             found += [

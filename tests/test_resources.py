@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host, journal, resources
-from pytest_encperf.resources import Cleanup, Resource, SecretDir
+from pytest_encperf import footprints, host, journal, processes, resources, secretdirs, trust
+from pytest_encperf.resources import Cleanup, Resource
+from pytest_encperf.secretdirs import SecretDir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,7 +82,7 @@ def test_process_release_stops_ours_and_leaves_a_reused_pid_alone() -> None:
     proc = subprocess.Popen(["sleep", "30"])
     try:
         resource = resources.process_resource(proc.pid)
-        assert isinstance(resource.started, resources.ProcessStart)
+        assert isinstance(resource.started, processes.ProcessStart)
         earlier = dataclasses.replace(resource.started, ticks=resource.started.ticks - 100)
         reused = Resource("process", resource.ident, resource.detail, earlier)
         assert "is another process now" in resources.release(reused)
@@ -167,8 +168,8 @@ def test_secret_dir_is_0700_in_ram_named_like_a_run_directory_and_removed_with_i
     key = secrets.write("key", b"s3cret")
     assert oct(secrets.path.stat().st_mode & 0o777) == "0o700"
     assert oct(key.stat().st_mode & 0o777) == "0o600"
-    assert host.filesystem_type(secrets.path) in resources.MEMORY_FILESYSTEMS
-    assert secrets.path.parent in resources.secret_bases()
+    assert host.filesystem_type(secrets.path) in secretdirs.MEMORY_FILESYSTEMS
+    assert secrets.path.parent in secretdirs.secret_bases()
     assert secrets.path.name.startswith(f"encperf-{os.getpid()}-")
     assert cleanup.resources == [Resource("path", str(secrets.path))]
     secrets.discard("key")
@@ -178,7 +179,7 @@ def test_secret_dir_is_0700_in_ram_named_like_a_run_directory_and_removed_with_i
 
 
 def test_key_file_directories_go_where_the_readme_says() -> None:
-    bases = resources.secret_bases()
+    bases = secretdirs.secret_bases()
     assert bases[-1] == Path("/dev/shm")
     assert (bases[0] == Path("/run/encperf")) is (os.geteuid() == 0)
     if os.environ.get("XDG_RUNTIME_DIR"):
@@ -186,32 +187,32 @@ def test_key_file_directories_go_where_the_readme_says() -> None:
 
 
 def test_no_ram_file_system_means_no_key_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(resources, "secret_bases", lambda: [tmp_path])  # on disk
+    monkeypatch.setattr(secretdirs, "secret_bases", lambda: [tmp_path])  # on disk
     with pytest.raises(host.HostError, match="no RAM file system for key files"):
         SecretDir.create(Cleanup())
 
 
 def test_safe_path_rules(tmp_path: Path) -> None:
-    assert resources.unsafe_ancestor(Path("/var/tmp")) is None  # sticky: fine
+    assert trust.unsafe_ancestor(Path("/var/tmp")) is None  # sticky: fine
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
-    assert resources.unsafe_ancestor(shared / "x") == f"{shared / 'x'}: No such file or directory"
-    assert resources.unsafe_ancestor(shared) == f"{shared} is writable by other users"
+    assert trust.unsafe_ancestor(shared / "x") == f"{shared / 'x'}: No such file or directory"
+    assert trust.unsafe_ancestor(shared) == f"{shared} is writable by other users"
     run = tmp_path / "encperf-7-a"
     run.mkdir(mode=0o755)
-    scope = resources.RunScope(7, (tmp_path,))
+    scope = trust.RunScope(7, (tmp_path,))
     assert scope.unsafe(str(run / "f")) == f"{run} has mode 0755, not 0700"
     run.chmod(0o700)
     assert scope.unsafe(str(run / "f")) is None
     assert scope.unsafe(str(run)) is None
-    assert resources.RunScope(8, (tmp_path,)).unsafe(str(run / "f")) is not None  # another run's
+    assert trust.RunScope(8, (tmp_path,)).unsafe(str(run / "f")) is not None  # another run's
     (run / "link").symlink_to("/etc")
     assert scope.unsafe(str(run / "link" / "passwd")) == f"{run / 'link'} is not a directory"
     assert scope.outside(str(run / "link" / "passwd")) is None  # by its text alone it is inside
     # a directory on the way is gone: nothing to release, and the name must not be acted on
     # (someone else could make it again, with a symbolic link in it)
-    with pytest.raises(resources.Gone):
+    with pytest.raises(trust.Gone):
         scope.unsafe(str(tmp_path / "encperf-7-b" / "link" / "shadow"))
 
 
@@ -382,7 +383,7 @@ class RecordingObserver:
 def test_a_private_directory_is_journaled_before_it_is_made(tmp_path: Path) -> None:
     observer = RecordingObserver()
     cleanup = Cleanup(observer)
-    made = resources.private_directory(cleanup, tmp_path)
+    made = secretdirs.private_directory(cleanup, tmp_path)
     assert observer.seen == [(str(made), False)]  # registered while it did not exist yet
     assert made.name.startswith(f"encperf-{os.getpid()}-")
     assert made.stat().st_mode & 0o777 == 0o700
@@ -394,12 +395,12 @@ def test_a_private_directory_whose_name_someone_took_is_never_released(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     names = iter(["taken", "free"])
-    monkeypatch.setattr(resources.secrets, "token_hex", lambda n: next(names))
+    monkeypatch.setattr(secretdirs.secrets, "token_hex", lambda n: next(names))
     taken = tmp_path / f"encperf-{os.getpid()}-taken"
     taken.mkdir()
     observer = RecordingObserver()
     cleanup = Cleanup(observer)
-    made = resources.private_directory(cleanup, tmp_path)
+    made = secretdirs.private_directory(cleanup, tmp_path)
     assert made.name.endswith("-free")
     assert observer.dropped == [1]  # the taken name's entry was dropped, not released
     cleanup.release()
@@ -459,5 +460,7 @@ def test_removing_a_symbolic_link_to_a_mount_point_removes_the_link_only(
         (("/r",), None, True),
     ],
 )
-def test_what_may_rest_on_what(one: resources.Footprint, other: resources.Footprint, expected: bool) -> None:
-    assert resources.overlaps(one, other) is expected
+def test_what_may_rest_on_what(
+    one: footprints.Footprint, other: footprints.Footprint, expected: bool
+) -> None:
+    assert footprints.overlaps(one, other) is expected

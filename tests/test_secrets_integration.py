@@ -4,7 +4,7 @@ While a volume is mounted the scan looks at every process's ``/proc/*/cmdline`` 
 the run's journal and every file of the run directory (the disk being measured, the volume's
 data included); after the run, at the terminal output and every file the session wrote (JUnit
 XML, JSON and Markdown reports). Key files of ours may exist only in a 0700 directory on a RAM
-file system (``resources.SecretDir``), and none may outlive the run.
+file system (``secretdirs.SecretDir``), and none may outlive the run.
 
 Every registered backend is tried (new ones are included automatically), the ones that open
 someone else's volume with a volume and password file from ``tests.support.spec_for`` (the
@@ -49,7 +49,7 @@ SCAN = r"""
 import base64, json, os, re, stat
 from pathlib import Path
 
-from pytest_encperf import host, resources
+from pytest_encperf import host, secretdirs
 
 HERE = Path(__file__).parent
 SECRET_KEY = re.compile(r"(secret|pass(word|phrase)?|^key|_key)$")
@@ -63,8 +63,8 @@ def material(volume):
             found.append(bytes(value))
         elif isinstance(value, str) and SECRET_KEY.search(key):
             found.append(value.encode())
-    for directory in (p for base in resources.secret_bases() for p in base.glob(f"encperf-{os.getpid()}-*")):
-        assert host.filesystem_type(directory) in resources.MEMORY_FILESYSTEMS, directory
+    for directory in (p for base in secretdirs.secret_bases() for p in base.glob(f"encperf-{os.getpid()}-*")):
+        assert host.filesystem_type(directory) in secretdirs.MEMORY_FILESYSTEMS, directory
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
         for path in directory.iterdir():
             assert stat.S_IMODE(path.lstat().st_mode) == 0o600, path

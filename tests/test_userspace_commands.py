@@ -29,7 +29,7 @@ from pytest_encperf.backends.fuse import (
 )
 from pytest_encperf.backends.qemu import QemuLuksBackend
 from pytest_encperf.host import HostError
-from pytest_encperf.resources import SecretDir, secret_base
+from pytest_encperf.secretdirs import SecretDir, secret_base
 from pytest_encperf.targets import Target
 from tests.standin import StandIns
 

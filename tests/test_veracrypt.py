@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host, resources, runner
+from pytest_encperf import host, resources, runner, trust
 from pytest_encperf.backends import BackendSpec, Volume, fusedaemon, make_backend, vcformat, veracrypt
 from pytest_encperf.resources import Cleanup, Resource
 from pytest_encperf.targets import Target
@@ -226,7 +226,7 @@ def test_veracrypt_volume_is_journaled_before_the_map_and_dismounted_by_its_kind
     assert cleanup.resources == [Resource("veracrypt-volume", str(container))]
     # a dead run's journal may name only a container in its own run directory
     check = resources.KINDS["veracrypt-volume"].check
-    scope = resources.RunScope(os.getpid(), (tmp_path,))
+    scope = trust.RunScope(os.getpid(), (tmp_path,))
     assert check(Resource("veracrypt-volume", "/home/someone/private.hc"), scope) == (
         f"/home/someone/private.hc is outside the run's own directories ({tmp_path}/encperf-{os.getpid()}-*)"
     )

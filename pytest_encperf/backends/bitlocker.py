@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .. import host
+from .. import host, redaction
 from ..host import HostError
 from ..parsing import parse_bool, parse_choice, parse_path
 from ..targets import Target
@@ -156,7 +156,7 @@ class BitlockerBackend(BackendBase):
         if kind == "password-file":
             argv.append("-u")  # no value: dislocker prompts and reads the password from stdin
         elif kind == "recovery-file":
-            argv.append(host.SecretText("-p" + volume.state["secret"].decode()))  # no other way
+            argv.append(redaction.SecretText("-p" + volume.state["secret"].decode()))  # no other way
         else:
             argv += ["-f", str(path)]
         return [*argv, "--", "-f", str(self.dislocker_dir(volume))]  # -f after --: FUSE foreground
@@ -175,7 +175,9 @@ class BitlockerBackend(BackendBase):
             self.dislocker_dir(volume),
             volume.workdir / "dislocker.log",
             what="dislocker-fuse",
-            stdin_data=host.Secret(secret + b"\n") if self.unlock[0] == "password-file" and secret else None,
+            stdin_data=redaction.Secret(secret + b"\n")
+            if self.unlock[0] == "password-file" and secret
+            else None,
             secrets=[secret] if secret else [],
         )
         decrypted = self.dislocker_dir(volume) / "dislocker-file"
@@ -193,7 +195,7 @@ class BitlockerBackend(BackendBase):
         try:
             if kind != "bek-file":
                 # kept in memory for remounts; forgotten at destroy
-                volume.state["secret"] = host.Secret(path.read_bytes().strip())
+                volume.state["secret"] = redaction.Secret(path.read_bytes().strip())
                 volume.created.push("forget password", lambda: volume.state.pop("secret", None))
             elif not path.is_file():
                 raise FileNotFoundError(2, "no such file", str(path))

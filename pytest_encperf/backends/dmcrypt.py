@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
-from .. import host, resources
+from .. import host, redaction, resources, trust
 from ..ceiling import dm_crypt_cipher
 from ..parsing import parse_bool, parse_int, parse_int_choice, parse_path
 from ..targets import Target, wipe_own_signature
@@ -222,7 +222,7 @@ class CryptsetupBackend(BackendBase):
     def secret_key(self, volume: Volume) -> bytes:
         """The volume's random key, made on first use; in memory only, forgotten at destroy."""
         if "key" not in volume.state:
-            volume.state["key"] = host.Secret(os.urandom(KEY_BYTES))
+            volume.state["key"] = redaction.Secret(os.urandom(KEY_BYTES))
             volume.created.push("forget the key", lambda: volume.state.pop("key", None))
         return volume.state["key"]
 
@@ -376,7 +376,7 @@ class LuksBackend(CryptsetupBackend):
     ) -> tuple[Volume, int, float]:
         if target.kind != "container":
             raise BackendError(f"{self.spec}: in-place encryption runs on the container target only")
-        resources.make_private_dir(workdir)  # 0700 whatever the umask: dead-run cleanup checks it
+        trust.make_private_dir(workdir)  # 0700 whatever the umask: dead-run cleanup checks it
         volume = Volume(self, target, workdir)
         with self.undo_on_failure(volume, "in-place encryption", self.destroy):
             device = self.target_device(volume)
@@ -491,7 +491,7 @@ class PlainDmcryptBackend(CryptsetupBackend):
             return self.secret_key(volume)
         name = f"key_{layer}"
         if name not in volume.state:
-            volume.state[name] = host.Secret(os.urandom(KEY_BYTES))
+            volume.state[name] = redaction.Secret(os.urandom(KEY_BYTES))
             volume.created.push(f"forget {name}", lambda: volume.state.pop(name, None))
         return volume.state[name]
 
@@ -545,11 +545,11 @@ def parse_paths(text: str) -> list[Path]:
     return [Path(part) for part in text.split(":")]
 
 
-def read_password(path_text: str, backend: str) -> host.Secret:
+def read_password(path_text: str, backend: str) -> redaction.Secret:
     path = Path(path_text)
     try:
         # one password per file; a trailing newline from an editor is not part of it
-        return host.Secret(path.read_bytes().rstrip(b"\r\n"))
+        return redaction.Secret(path.read_bytes().rstrip(b"\r\n"))
     except OSError as exc:
         raise BackendError(f"{backend}: cannot read password file {path}: {exc.strerror}") from exc
 
@@ -660,7 +660,7 @@ class TcryptBackend(ExistingVolumeBackend):
         for keyfile in self.keyfiles:
             argv += ["--key-file", str(keyfile)]
         password = read_password(self.password_file, self.name) if self.password_file else b""
-        return [*argv, str(device), name], host.Secret(password + b"\n")
+        return [*argv, str(device), name], redaction.Secret(password + b"\n")
 
     def describe(self, volume: Volume) -> dict[str, Any]:
         info = super().describe(volume)
@@ -692,4 +692,4 @@ class BitlkBackend(ExistingVolumeBackend):
     def open_command(self, volume: Volume, device: Path, name: str) -> tuple[list[str], bytes | None]:
         # cryptsetup tries the given passphrase against the password and the recovery keyslots
         argv = ["cryptsetup", "open", "--type", "bitlk", str(device), name]
-        return argv, host.Secret(read_password(self.secret_file, self.name) + b"\n")
+        return argv, redaction.Secret(read_password(self.secret_file, self.name) + b"\n")

@@ -34,9 +34,10 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from .. import host, resources
-from ..host import HostError, Secret
+from .. import host, resources, trust
+from ..host import HostError
 from ..parsing import parse_bool, parse_choice, parse_int
+from ..redaction import Secret
 from ..resources import Resource
 from ..targets import Target
 from . import BackendBase, BackendSpec, Param, Volume
@@ -189,7 +190,7 @@ def release_key(resource: Resource) -> str:
     return f"invalidated ecryptfs key {sig} (serial {serial})"
 
 
-def _check_key(resource: Resource, scope: resources.RunScope) -> str | None:
+def _check_key(resource: Resource, scope: trust.RunScope) -> str | None:
     if not resource.ident.isdigit():
         return f"{resource.ident!r} is not a key serial number"
     if not re.fullmatch(r"[0-9a-f]{16}", resource.detail):

@@ -19,7 +19,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from .. import host, resources
+from .. import footprints, host, redaction, resources, trust
 from ..parsing import parse_choice
 from ..resources import Resource
 from ..targets import Target
@@ -142,13 +142,13 @@ def release_key(resource: Resource) -> str:
     return f"removed fscrypt key {resource.ident} from {directory}"
 
 
-def _check_key(resource: Resource, scope: resources.RunScope) -> str | None:
+def _check_key(resource: Resource, scope: trust.RunScope) -> str | None:
     if not re.fullmatch(r"[0-9a-f]{32}", resource.ident):
         return f"{resource.ident!r} is not a key identifier"
     return scope.unsafe(resource.detail)  # the ioctl goes through that directory
 
 
-def _key_footprint(resource: Resource) -> resources.Footprint:
+def _key_footprint(resource: Resource) -> footprints.Footprint:
     return (resource.detail,)  # the key is the directory's: it rests on that directory's file system
 
 
@@ -185,7 +185,7 @@ class FscryptBackend(BackendBase):
 
     def build(self, volume: Volume) -> None:
         # The volume's key: random, in memory only, reused by every mount of this volume.
-        volume.state["raw_key"] = host.Secret(os.urandom(RAW_KEY_BYTES))
+        volume.state["raw_key"] = redaction.Secret(os.urandom(RAW_KEY_BYTES))
         volume.created.push("forget fscrypt key", lambda: volume.state.pop("raw_key", None))
         self.ext4_on_target(volume, features=["encrypt"])
 

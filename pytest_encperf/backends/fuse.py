@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import host
-from ..host import Secret
 from ..parsing import parse_bool, parse_choice, parse_int
-from ..resources import SecretDir
+from ..redaction import Secret
+from ..secretdirs import SecretDir
 from ..targets import Target
 from . import KDF_PARAM, KDF_SETTINGS, BackendBase, BackendSpec, Param, Volume
 from .fusedaemon import fuse_problems, package_version, start_fuse_daemon, tool_problems

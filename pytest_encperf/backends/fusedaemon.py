@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-from .. import children, host, resources
+from .. import children, host, processes, redaction
 from ..host import HostError
 from . import Volume
 
@@ -131,12 +131,12 @@ def start_fuse_daemon(
         code = proc.poll()
         if code is not None:
             volume.mounted.release()
-            detail = host.redact(read_log_tail(log, log_start) or "no message", hidden)
+            detail = redaction.redact(read_log_tail(log, log_start) or "no message", hidden)
             raise HostError(f"{what} exited with status {code} before mounting: {detail}")
         if time.monotonic() > deadline:
             host.stop_process(psutil.Process(proc.pid))  # never mounted: don't wait for it to exit
             volume.mounted.release()
-            detail = host.redact(read_log_tail(log, log_start) or "no message", hidden)
+            detail = redaction.redact(read_log_tail(log, log_start) or "no message", hidden)
             raise HostError(f"{what} did not mount {mountpoint} within {timeout:g} s: {detail}")
         time.sleep(0.05)
     return proc
@@ -144,7 +144,7 @@ def start_fuse_daemon(
 
 def boot_ticks() -> int:
     """Now, in the clock ticks after boot that /proc/PID/stat counts a process's start in (so
-    that a stepped wall clock cannot move it, see resources.ProcessStart)."""
+    that a stepped wall clock cannot move it, see processes.ProcessStart)."""
     return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
 
 
@@ -171,7 +171,7 @@ def foreign_daemon_pids(
             continue
         if not any(os.path.realpath(arg) == wanted for arg in cmdline[1:] if "/" in arg):
             continue
-        started = resources.process_start(pid)
+        started = processes.process_start(pid)
         if started is not None and started.ticks >= since:
             found.append(pid)
     return sorted(found)

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import host
+from .. import host, redaction
 from ..host import HostError
 from ..parsing import parse_int_choice
-from ..resources import SecretDir
+from ..secretdirs import SecretDir
 from ..targets import Target
 from ..workloads import MiB
 from . import KDF_PARAM, KDF_SETTINGS, BackendBase, BackendSpec, Param, Volume
@@ -183,7 +183,7 @@ class QemuLuksBackend(BackendBase):
         volume.state.update(device=loop.path, loop_direct_io=loop.direct_io)
 
     def build(self, volume: Volume) -> None:
-        volume.state["password"] = host.Secret(secrets.token_urlsafe(24).encode())
+        volume.state["password"] = redaction.Secret(secrets.token_urlsafe(24).encode())
         volume.created.push("forget passphrase", lambda: volume.state.pop("password", None))
         volume.state["secrets"] = SecretDir.create(volume.created)
         volume.created.path(volume.workdir / "qemu-storage-daemon.log")

@@ -38,7 +38,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .. import children, host, mounttable, resources
+from .. import children, footprints, host, mounttable, redaction, resources
 from ..parsing import parse_bool, parse_choice, parse_int
 from ..resources import Cleanup, Resource
 from ..targets import Target
@@ -205,7 +205,7 @@ class VeracryptBackend(CryptsetupBackend):
         """The volume's random password, made on first use; in memory only, forgotten at destroy."""
         if "password" not in volume.state:
             # printable: VeraCrypt limits passwords to 64 (128 since 1.26) ASCII characters
-            volume.state["password"] = host.Secret(secrets.token_urlsafe(32).encode())
+            volume.state["password"] = redaction.Secret(secrets.token_urlsafe(32).encode())
             volume.created.push("forget the password", lambda: volume.state.pop("password", None))
         return volume.state["password"]
 
@@ -227,7 +227,7 @@ class VeracryptBackend(CryptsetupBackend):
         if self.pim:
             argv += ["--veracrypt-pim", str(self.pim)]  # a cost parameter, not a secret
         argv += ["--hash", self.hash.lower().replace("-", ""), str(device), name]
-        return argv, host.Secret(self.password(volume) + b"\n")
+        return argv, redaction.Secret(self.password(volume) + b"\n")
 
     # ------------------------------------------------------------ cli: the veracrypt program
     def cli_common(self, password_args: list[str]) -> list[str]:
@@ -239,11 +239,11 @@ class VeracryptBackend(CryptsetupBackend):
         only when the spec accepts that (secret-in-argv=yes)."""
         password = self.password(volume)
         if cli_reads_stdin():
-            return ["--stdin"], host.Secret(password + b"\n")
+            return ["--stdin"], redaction.Secret(password + b"\n")
         if not self.secret_in_argv:
             raise host.HostError("veracrypt has no --stdin: refusing to pass the password in argv")
         volume.state["secret_in_argv"] = True
-        return [host.SecretText(f"--password={password.decode()}")], b""
+        return [redaction.SecretText(f"--password={password.decode()}")], b""
 
     def run_cli(
         self, volume: Volume, argv: list[str], stdin: bytes, timeout: float, *, daemons: bool = False
@@ -417,7 +417,7 @@ def dismount(resource: Resource) -> str:
     return f"{''.join(detached)}dismounted veracrypt volume {container}"
 
 
-def footprint(resource: Resource) -> resources.Footprint:
+def footprint(resource: Resource) -> footprints.Footprint:
     """A volume's container and the device VeraCrypt maps it to (what a file system on it is
     mounted from); the container alone when veracrypt cannot say (not installed: nothing mapped
     by it can be released either)."""
