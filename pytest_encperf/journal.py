@@ -541,7 +541,7 @@ def _release_entries(dead: DeadRun, document: Document, bases: list[Path], dry_r
             dead.failed.append(f"{what}: {exc}")
             held.append((what, footprint))
             keep.append(entry)
-    return sorted(keep, key=lambda entry: -entry.id)
+    return keep
 
 
 @contextlib.contextmanager

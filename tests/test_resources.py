@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import footprints, host, journal, processes, resources, secretdirs, trust
+from pytest_encperf import footprints, host, journal, mounttable, processes, resources, secretdirs, trust
 from pytest_encperf.resources import Cleanup, Resource
 from pytest_encperf.secretdirs import SecretDir
 
@@ -464,3 +464,15 @@ def test_what_may_rest_on_what(
     one: footprints.Footprint, other: footprints.Footprint, expected: bool
 ) -> None:
     assert footprints.overlaps(one, other) is expected
+
+
+def test_each_kind_says_what_it_rests_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = [["/dev/loop3", "/r/m", "ext4", "rw"], ["gocryptfs", "/r/g", "fuse.gocryptfs", "rw"]]
+    monkeypatch.setattr(mounttable, "lines", lambda path: table)
+    assert resources.footprint(Resource("mount", "/r/m")) == ("/r/m", "/dev/loop3")  # the device under it
+    assert resources.footprint(Resource("mount", "/r/g")) is None  # its daemon is in no entry
+    assert resources.footprint(Resource("mount", "/r/gone")) == ("/r/gone",)
+    assert resources.footprint(Resource("loop", "/dev/loop3", "/r/x.img")) == ("/dev/loop3", "/r/x.img")
+    assert resources.footprint(Resource("path", "/r/x.img")) == ("/r/x.img",)
+    assert resources.footprint(Resource("process", "1")) is None  # what a process holds is not known
+    assert resources.footprint(Resource("no-such-kind", "x")) is None
