@@ -23,9 +23,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .. import host, redaction
+from .. import host
 from ..host import HostError
 from ..parsing import parse_bool, parse_choice, parse_path
+from ..redaction import Secret, SecretText
 from ..targets import Target
 from . import BackendBase, BackendError, BackendSpec, Param, Volume, named_device_problems
 from .ext4 import MKFS_OPTIONS, e2fsprogs_version, mount_ext4
@@ -156,7 +157,7 @@ class BitlockerBackend(BackendBase):
         if kind == "password-file":
             argv.append("-u")  # no value: dislocker prompts and reads the password from stdin
         elif kind == "recovery-file":
-            argv.append(redaction.SecretText("-p" + volume.state["secret"].decode()))  # no other way
+            argv.append(SecretText("-p" + volume.state["secret"].decode()))  # no other way
         else:
             argv += ["-f", str(path)]
         return [*argv, "--", "-f", str(self.dislocker_dir(volume))]  # -f after --: FUSE foreground
@@ -175,9 +176,7 @@ class BitlockerBackend(BackendBase):
             self.dislocker_dir(volume),
             volume.workdir / "dislocker.log",
             what="dislocker-fuse",
-            stdin_data=redaction.Secret(secret + b"\n")
-            if self.unlock[0] == "password-file" and secret
-            else None,
+            stdin_data=Secret(secret + b"\n") if self.unlock[0] == "password-file" and secret else None,
             secrets=[secret] if secret else [],
         )
         decrypted = self.dislocker_dir(volume) / "dislocker-file"
@@ -195,7 +194,7 @@ class BitlockerBackend(BackendBase):
         try:
             if kind != "bek-file":
                 # kept in memory for remounts; forgotten at destroy
-                volume.state["secret"] = redaction.Secret(path.read_bytes().strip())
+                volume.state["secret"] = Secret(path.read_bytes().strip())
                 volume.created.push("forget password", lambda: volume.state.pop("secret", None))
             elif not path.is_file():
                 raise FileNotFoundError(2, "no such file", str(path))
