@@ -26,11 +26,11 @@ from typing import Any
 
 from pytest_benchmark.stats import Stats  # the same statistics pytest-benchmark saves
 
-from .model import LATENCY_MEANING, Measurement, Result
+from .model import BASELINE as PLAIN
+from .model import LATENCY_MEANING, Measurement, Result, is_baseline
 
 UNIT = "per GiB"  # what one operation of an entry is: its stats are seconds to move a GiB
 OPTIONS = {"timer": "encperf", "unit": "seconds per GiB", "warmup": False}
-PLAIN = "plain"  # backends.BASELINE (this module imports no backend)
 PLAIN_SIDE = "plain_side_of"  # extra_info key of a plain-side entry: the backend it was paired with
 
 
@@ -57,14 +57,10 @@ def seconds_per_gib_stats(rounds: Sequence[Measurement]) -> dict[str, Any]:
     return {**stats.as_dict(), "iterations": 1, "data": list(stats.data)} if stats else {}
 
 
-def is_plain(backend: str) -> bool:
-    return backend.split(":", 1)[0] == PLAIN
-
-
 def plain_entry(result: Result) -> dict[str, Any] | None:
     """The entry of the plain rounds paired with an encrypted backend's rounds (None for plain
     itself, or without plain rounds)."""
-    if is_plain(result.backend) or not result.baseline_rounds or not result.rounds:
+    if is_baseline(result.backend) or not result.baseline_rounds or not result.rounds:
         return None
     workload = result.workload.name
     return {

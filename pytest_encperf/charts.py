@@ -26,11 +26,10 @@ from .compare import (
     cells_of,
     overhead_check,
 )
-from .model import Measurement, Result, RunData
+from .model import BASELINE, Measurement, Result, RunData
 from .report import CACHED_BELOW_MARK, CAVEAT_MARKS, _pick, _shown_change, busy_mark
 from .workloads import ATTO, GiB, Workload
 
-BASELINE = "plain"
 SWEEPS = ("atto", "matrix")  # profiles drawn as charts, not tiles
 _ATTO_NAMES = frozenset(w.name for w in ATTO)
 

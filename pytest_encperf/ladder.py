@@ -19,13 +19,12 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .model import Result
+from .model import BASELINE, Result
 
 RUNGS = ("cipher", "layer", "device")
 # Two ceilings within this of each other are one limit (the rounds of a short run scatter by
 # several percent); the device rung below every ceiling by more than this gets a remark.
 TOLERANCE = 0.10
-BASELINE = "plain"  # the unencrypted backend (backends.BASELINE; this module imports no backend)
 NO_ENCRYPTION = "no encryption"  # the cipher rung of plain
 LayerRungs = dict[tuple[str, str], tuple["Rung", "Rung"]]  # (spec, workload name) -> (layer, its plain)
 

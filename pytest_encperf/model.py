@@ -11,6 +11,15 @@ from typing import Any
 from . import stats
 from .workloads import GiB, Workload
 
+# The unencrypted backend every other is measured against: the one name of the baseline.
+BASELINE = "plain"
+
+
+def is_baseline(backend: str) -> bool:
+    """Whether a backend spec's text (``plain`` or ``plain:...``) names the baseline."""
+    return backend.split(":", 1)[0] == BASELINE
+
+
 # A read round whose device reads are below this fraction of its logical reads came from memory.
 CACHED_FRACTION = 0.5
 # An encrypted read whose device traffic per byte read is below this fraction of plain's was

@@ -28,11 +28,13 @@ from .ladder import TOLERANCE as LADDER_TOLERANCE
 from .ladder import LadderRow, Rung
 from .load import BUSY_SHARE
 from .model import (
+    BASELINE,
     CAVEATS,
     LIFECYCLE_STEPS,
     Measurement,
     Result,
     device_traffic,
+    is_baseline,
     lifecycle_medians,
     lifecycle_samples,
     speed_change,
@@ -41,7 +43,6 @@ from .sweep import ALPHA as SWEEP_ALPHA
 from .sweep import FamilyRanking, Ranked, parameters
 from .workloads import PROFILES, GiB, KiB, Profile, Workload, same_definition
 
-BASELINE_SPEC = "plain"  # the baseline's spec (backends.BASELINE; report imports no backend)
 DIRECTIONS = ("read", "write", "mixed")
 TRANSPOSE_AFTER = 6  # more workload labels than this: labels become rows
 MARKDOWN_LIMIT = 60_000  # characters; a GitHub PR comment takes 65,536
@@ -273,7 +274,7 @@ def machines_table(machines: list[tuple[str, list[Result]]], tablefmt: str = "si
         result = found.get((label, backend, workload.name))
         if result is None:
             return "-"
-        if backend.split(":", 1)[0] == "plain":
+        if is_baseline(backend):
             return f"{_format_value(result.median(result.primary_metric))} {workload.unit}"
         if not result.comparable:
             return "modes differ"
@@ -684,7 +685,7 @@ def lifecycle_table(
     one float (a run saved before --encperf-lifecycle-cycles)."""
     samples = lifecycle_samples(lifecycle)
     medians = lifecycle_medians(lifecycle)
-    order = [BASELINE_SPEC, *backends, *samples]
+    order = [BASELINE, *backends, *samples]
     rows = [
         [
             spec,
@@ -711,7 +712,7 @@ def kdf_table(
     existing volume with the fast (benchmark only) and the default key derivation, and the
     ratio of the two mounts; a backend without one says why in place of the numbers."""
     rows = []
-    for spec in dict.fromkeys([BASELINE_SPEC, *backends, *kdf]):
+    for spec in dict.fromkeys([BASELINE, *backends, *kdf]):
         if spec not in kdf:
             continue
         row = kdf[spec]
@@ -761,7 +762,7 @@ def inplace_table(
     """The in-place encryption figures (pytest_encperf.inplace, as saved): per backend how it
     was measured, the bytes and seconds, MB/s and the time ``project_size`` bytes would take."""
     rows = []
-    for spec in dict.fromkeys([BASELINE_SPEC, *backends, *inplace]):
+    for spec in dict.fromkeys([BASELINE, *backends, *inplace]):
         if spec not in inplace:
             continue
         row = inplace[spec]

@@ -77,10 +77,10 @@ class MountedVolume:
     @property
     def devices(self) -> tuple[str, ...]:
         """Block devices whose counters tell what reached the storage: the volume's own device
-        ("device" in the backend's state, e.g. its loop device) or the one holding its data
-        directory, then the devices below it."""
-        device = self.volume.state.get("device")
-        name = Path(device).name if device else host.block_device_of(self.data_dir)
+        (``Volume.device``, e.g. its loop device) or the one holding its data directory, then the
+        devices below it."""
+        device = self.volume.device
+        name = device.name if device else host.block_device_of(self.data_dir)
         return (name, *host.devices_below(name)) if name else ()
 
     @property

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from . import storage
-from .backends import PLANNED, BackendSpec, known_names, parse_backend_list
+from .backends import BackendSpec, known_names, parse_backend_list
 from .compare import LIFECYCLE_METRIC, MIN_HISTORY, MIN_LIFECYCLE_CYCLES, Rule, parse_rules
 from .engines import ENGINES
 from .html import matplotlib_problem
@@ -262,8 +262,8 @@ def parse_compare(text: str) -> str:
 
 
 def rule_backend_names() -> list[str]:
-    """Names a BACKEND prefix of --encperf-fail may use (registered and planned backends)."""
-    return [*known_names(), *PLANNED]
+    """Names a BACKEND prefix of --encperf-fail may use (the registered backends)."""
+    return known_names()
 
 
 def parse_fail_rules(text: str) -> list[Rule]:

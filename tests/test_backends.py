@@ -170,13 +170,13 @@ def test_bad_parameters_name_backend_key_and_accepted_forms(spec: str, message: 
     assert str(refused.value) == message
 
 
-def test_a_plugin_backend_with_the_older_accepted_params_keeps_working() -> None:
-    class Older(BackendBase):
-        accepted_params = {"tag": "a label"}
+def test_a_plugin_backend_declares_its_parameters_in_its_param_table() -> None:
+    class Tagged(BackendBase):
+        params = (Param("tag", help="a label"),)
 
-    assert Older(BackendSpec.parse("older:tag=x")).options == {"tag": "x"}
+    assert Tagged(BackendSpec.parse("tagged:tag=x")).options == {"tag": "x"}
     with pytest.raises(ValueError, match="has no parameter 'other' \\(accepted: tag\\)"):
-        Older(BackendSpec.parse("older:other=x"))
+        Tagged(BackendSpec.parse("tagged:other=x"))
 
 
 def test_the_spec_text_stays_the_identity_of_results() -> None:
@@ -219,7 +219,8 @@ def test_target_device_of_a_partition_is_the_named_device_untouched(tmp_path: Pa
     partition = Target("partition", tmp_path, 1 << 20, device=Path("/dev/encperf-none"))
     volume = Volume(backend, partition, tmp_path)
     assert backend.target_device(volume) == Path("/dev/encperf-none")
-    assert volume.state == {"device": Path("/dev/encperf-none")} and len(volume.created) == 0
+    assert volume.device == Path("/dev/encperf-none") and volume.loop_direct_io is None
+    assert volume.state == {} and len(volume.created) == 0
 
 
 def test_every_registered_backend_declares_its_parameters_in_one_table() -> None:

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from pytest_encperf import backends
 from pytest_encperf.html import matplotlib_problem
 
 BENCHMARK = """
@@ -15,7 +14,6 @@ def test_workload(encperf, encperf_workload):
     encperf.run(encperf_workload)
 """
 
-PLANNED = backends.PLANNED[-1] if backends.PLANNED else None
 HUGE = "9" * 400  # a number no option or parameter takes: it overflowed a float before
 
 
@@ -184,10 +182,6 @@ TABLE: dict[str, Bad] = {
     ),
     "ini-size": Bad((), "--encperf-size (from encperf_size): bad size 'huge'", ini="encperf_size = huge"),
 }
-if PLANNED:
-    TABLE["backend-planned"] = Bad(
-        (f"--encperf-backends={PLANNED}",), f"backend {PLANNED!r} is not implemented yet"
-    )
 
 
 def test_table_is_large_enough() -> None:

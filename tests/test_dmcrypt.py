@@ -37,7 +37,7 @@ def new_volume(spec: str, tmp_path: Path) -> tuple[dmcrypt.CryptsetupBackend, Vo
     workdir = tmp_path / "volume"
     workdir.mkdir(parents=True)
     volume = Volume(backend, Target("container", tmp_path, 1 << 20), workdir)
-    volume.state["device"] = Path("/dev/loop99")
+    volume.device = Path("/dev/loop99")
     return backend, volume
 
 
@@ -320,7 +320,7 @@ def test_open(tmp_path):
     backend = make_backend(BackendSpec.parse("tcrypt:image={image},password-file={password}"))
     backend.requirements = lambda target: []  # the stand-in plays cryptsetup: no device-mapper needed
     volume = Volume(backend, Target("container", tmp_path, 1 << 20), tmp_path)
-    volume.state["device"] = Path("/dev/loop99")
+    volume.device = Path("/dev/loop99")
     backend.mount(volume)
 """
 

@@ -169,7 +169,7 @@ def image_mapping(spec: str, scratch: Path) -> Iterator[tuple[Volume, Path]]:
     volume_dir.mkdir()
     volume = Volume(backend, Target("container", scratch, 1), volume_dir)
     try:
-        volume.state["device"] = backend.prepare_device(volume)
+        volume.device = backend.prepare_device(volume)
         yield volume, backend.open_mapping(volume, volume.mounted)
     finally:
         backend.destroy(volume)
@@ -260,12 +260,12 @@ def test_native_veracrypt_volume_life_cycle_and_tcrypt_dump(spec: str, target: T
         hash_name = "sha256" if "SHA-256" in spec else "sha512"
         dump = host.run(
             ["cryptsetup", "tcryptDump", "--veracrypt", "--veracrypt-pim", pim, "--hash", hash_name,
-             str(volume.state["device"])],
+             str(volume.device)],
             input=password + b"\n",
         )  # fmt: skip
         fields = dict(line.split(":", 1) for line in dump.splitlines() if ":" in line)
         fields = {k.strip(): v.strip() for k, v in fields.items()}
-        assert f"VERACRYPT header information for {volume.state['device']}" in dump, dump
+        assert f"VERACRYPT header information for {volume.device}" in dump, dump
         assert fields["Version"] == "5", dump
         assert fields["Cipher chain"] == "aes", dump
         assert fields["Cipher mode"] == "xts-plain64", dump
@@ -311,7 +311,7 @@ def test_luks2_on_a_partition_target(scratch: Path) -> None:
         backend = make_backend(BackendSpec("luks2"))
         mounted = open_volume(backend, target, scratch / "volume")
         try:
-            assert mounted.volume.state["device"] == loop.path
+            assert mounted.volume.device == loop.path
             (mounted.data_dir / "marker").write_bytes(MARKER * 1024)
             # while open, the partition is held by our dm-crypt mapping: refused to anyone else
             assert "partition rule 'not in use'" in " ".join(target.problems())

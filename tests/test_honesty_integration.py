@@ -55,7 +55,7 @@ def plain(base_dir: Path) -> Iterator[MountedVolume]:
 
 
 def test_devices_are_the_loop_device_and_the_disk_below(plain: MountedVolume) -> None:
-    loop = Path(plain.volume.state["device"]).name
+    loop = Path(plain.volume.device).name
     assert plain.devices[0] == loop and loop.startswith("loop")
     assert plain.devices[1:] == (host.block_device_of(plain.volume.workdir),)
     assert plain.daemon_pids == ()
@@ -78,7 +78,7 @@ def test_cache_detector_flags_a_cached_read_round_and_not_a_dropped_one(plain: M
 
 
 def test_a_loop_device_without_direct_io_flags_every_round(plain: MountedVolume) -> None:
-    loop = Path(plain.volume.state["device"])
+    loop = Path(plain.volume.device)
     assert (Path("/sys/block") / loop.name / "loop" / "dio").read_text().strip() == "1"
     assert plain.caveats == ()
     engine = NativeEngine()

@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf import host
-from pytest_encperf.backends import BackendBase, BackendError, BackendSpec, make_backend, placement_problems
+from pytest_encperf.backends import (
+    BackendBase,
+    BackendError,
+    BackendSpec,
+    Param,
+    make_backend,
+    placement_problems,
+)
 from pytest_encperf.runner import open_volume
 from pytest_encperf.settings import resolve
 from pytest_encperf.targets import DeviceClaim, Target, partition_problems, probe_signature
@@ -279,7 +286,7 @@ def test_any_spec_parameter_naming_a_block_device_must_be_the_partition(
     block device in a spec is used only as the partition target's own device."""
 
     class Raw(BackendBase):
-        accepted_params = {"disk": "a block device it writes to"}
+        params = (Param("disk", help="a block device it writes to"),)
 
         def partition_refusal(self, target: Target) -> str | None:
             return None

@@ -25,7 +25,7 @@ def test_workload(encperf, encperf_workload):
 # A backend that keeps its volume in a directory and logs each lifecycle step.
 RECORDING_CONFTEST = """
 from pathlib import Path
-from pytest_encperf.backends import BackendBase, Volume
+from pytest_encperf.backends import BackendBase, Param, Volume
 
 LOG = Path(__file__).parent / "lifecycle.log"
 
@@ -34,7 +34,7 @@ def log(line):
         f.write(line + "\\n")
 
 class Recording(BackendBase):
-    accepted_params = {"tag": "a label", "problem": "make problems() report this"}
+    params = (Param("tag", help="a label"), Param("problem", help="make problems() report this"))
 
     def problems(self, target):
         reason = self.spec.param_dict.get("problem")

@@ -90,7 +90,7 @@ def test_native_backend_opens_with_cryptsetup_tcrypt_veracrypt(
     workdir = tmp_path / "v"
     workdir.mkdir()
     volume = Volume(backend, Target("container", tmp_path, 1 << 20), workdir)
-    volume.state["device"] = Path("/dev/loop98")
+    volume.device = Path("/dev/loop98")
     assert isinstance(backend, veracrypt.VeracryptBackend)
     backend.open_mapping(volume, volume.created)
     (call,) = tools.calls("cryptsetup")
@@ -384,7 +384,7 @@ def test_native_default_kdf_opens_without_a_pim(tmp_path: Path, monkeypatch: pyt
     workdir = tmp_path / "v"
     workdir.mkdir()
     volume = Volume(backend, Target("container", tmp_path, 1 << 20), workdir)
-    volume.state["device"] = Path("/dev/loop98")
+    volume.device = Path("/dev/loop98")
     backend.open_mapping(volume, volume.created)
     (call,) = tools.calls("cryptsetup")
     assert "--veracrypt-pim" not in call.argv  # cryptsetup then tries VeraCrypt's default iterations

@@ -12,12 +12,13 @@ def test_workload(encperf, encperf_workload):
 # Directory volumes that log every mount; "corrupt" flips a byte of each file at remount.
 CONFTEST = """
 from pathlib import Path
+from pytest_encperf.backends import Param
 from pytest_encperf.backends.plain import PlainBackend
 
 LOG = Path(__file__).parent / "mounts.log"
 
 class Remounting(PlainBackend):
-    accepted_params = {"corrupt": "flip a byte of each file at remount"}
+    params = (Param("corrupt", help="flip a byte of each file at remount"),)
 
     def mount(self, volume):
         data_dir = super().mount(volume)

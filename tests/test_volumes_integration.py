@@ -56,7 +56,7 @@ def test_create_mount_write_remount_read_destroy(name: str, target: Target, work
     mounted = open_volume(backend, target, workdir)
     volume = mounted.volume
     try:
-        assert host.loop_direct_io(volume.state["device"]), "loop device without direct I/O"
+        assert host.loop_direct_io(volume.device), "loop device without direct I/O"
         assert host.is_mounted(workdir / "mnt")
         digest = write_marker_files(mounted.data_dir)
         backend.unmount(volume)
@@ -101,7 +101,7 @@ def test_fscrypt_key_is_removed_at_unmount(target: Target, workdir: Path) -> Non
         mountpoint = workdir / "mnt"
         assert key_status(mountpoint, identifier) == "present"
         backend.unmount(mounted.volume)
-        host.mount(mounted.volume.state["device"], mountpoint, "ext4")
+        host.mount(mounted.volume.device, mountpoint, "ext4")
         try:
             assert key_status(mountpoint, identifier) == "absent"
             names = os.listdir(mountpoint / "data")

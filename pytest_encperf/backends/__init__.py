@@ -16,11 +16,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from uuid import uuid4
 
 from .. import host, sweep
 from ..host import HostError
+from ..model import BASELINE
 from ..parsing import parse_choice, parse_text
 from ..resources import Cleanup
 from ..targets import Target, create_container, wipe_own_signature
@@ -45,11 +46,6 @@ REGISTRY: dict[str, str | type[BackendBase]] = {
     "bitlocker": "bitlocker:BitlockerBackend",
 }
 
-# Names users will try that are planned but not built yet: a usage error says so.
-# (Every backend DESIGN.md names is built now; the mechanism stays for the next ones.)
-PLANNED: tuple[str, ...] = ()
-
-BASELINE = "plain"
 
 # Left out of ``auto``: aliases (luks = luks2) and backends that open a volume someone else
 # made, which need its image or device and password file as parameters.
@@ -111,43 +107,24 @@ class BackendSpec:
 class Volume:
     """A volume and every resource it holds, so teardown can always find them."""
 
-    backend: Backend
+    backend: BackendBase
     target: Target
     workdir: Path  # private to this volume: container file, mount point, key files
     data_dir: Path | None = None  # where workloads put their files, once mounted
     created: Cleanup = field(default_factory=Cleanup)  # released by destroy()
     mounted: Cleanup = field(default_factory=Cleanup)  # released by unmount()
-    state: dict[str, Any] = field(default_factory=dict)  # backend-private (device paths, key ids)
+    # the block device the volume's data reaches (its loop device, the partition), whose counters
+    # the runner reads; None on a directory target or until the backend has one
+    device: Path | None = None
+    # whether the loop device under the volume has direct I/O (None: no loop device of ours)
+    loop_direct_io: bool | None = None
+    state: dict[str, Any] = field(default_factory=dict)  # backend-private (key ids, secrets, paths)
     # daemons serving this volume that another program started (VeraCrypt forks its FUSE
     # process): their CPU counts as the volume's, like that of the daemons on ``mounted``
     foreign_daemons: list[int] = field(default_factory=list)
     # seconds of the base's create() and mount() steps alone (build, open), without the checks
     # before them: the volume's life cycle timings
     timings: dict[str, float] = field(default_factory=dict)
-
-
-class Backend(Protocol):
-    """What every backend implements. unmount() and destroy() are idempotent and must succeed
-    after a partial create()."""
-
-    spec: BackendSpec
-
-    @property
-    def name(self) -> str: ...
-
-    def problems(self, target: Target) -> list[str]:
-        """Why this backend cannot run on ``target`` here; empty when it can."""
-        ...
-
-    def create(self, target: Target, workdir: Path) -> Volume: ...
-
-    def mount(self, volume: Volume) -> Path: ...
-
-    def unmount(self, volume: Volume) -> None: ...
-
-    def destroy(self, volume: Volume) -> None: ...
-
-    def describe(self, volume: Volume) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -250,11 +227,7 @@ class BackendBase:
 
     @classmethod
     def param_table(cls) -> tuple[Param, ...]:
-        """``params``; a backend of a plugin written for older releases may still give
-        ``accepted_params = {name: help}`` instead: its values are kept as text."""
-        legacy: dict[str, str] | None = getattr(cls, "accepted_params", None)
-        if legacy is not None and not cls.params:
-            return tuple(Param(name, help=text) for name, text in legacy.items())
+        """The backend's parameters (``params``)."""
         return cls.params
 
     @property
@@ -390,18 +363,17 @@ class BackendBase:
     def target_device(self, volume: Volume) -> Path | None:
         """The block device the target gives this volume: a loop device over a fresh sparse
         container file (registered on ``volume.created``), the partition itself, or None on a
-        directory target. Recorded as ``state["device"]`` (the device whose counters the
-        runner reads) and ``state["loop_direct_io"]``."""
+        directory target. Recorded as ``volume.device`` and ``volume.loop_direct_io``."""
         if volume.target.kind == "partition":
             assert volume.target.device is not None
             device = Path(str(volume.target.device))
         elif volume.target.kind == "container":
             loop = create_container(volume.target, volume.workdir, volume.created)
-            volume.state["loop_direct_io"] = loop.direct_io
+            volume.loop_direct_io = loop.direct_io
             device = loop.path
         else:
             return None
-        volume.state["device"] = device
+        volume.device = device
         return device
 
     def ext4_on_target(self, volume: Volume, *, features: list[str] | None = None) -> Path | None:
@@ -425,9 +397,9 @@ class BackendBase:
         ``cleanup``, default ``volume.mounted``), or the volume's directory on a directory target."""
         from .ext4 import mount_ext4
 
-        if "device" not in volume.state:
+        if volume.device is None:
             return volume.workdir
-        return mount_ext4(volume, volume.state["device"], cleanup=cleanup)
+        return mount_ext4(volume, volume.device, cleanup=cleanup)
 
     def stack_root(self, volume: Volume, *names: str) -> Path:
         """For a layer stacked on a directory (a FUSE store, eCryptfs's lower directory): the
@@ -452,7 +424,7 @@ class BackendBase:
             if volume.target.kind == "partition":
                 info["device"] = str(volume.target.device)
             else:
-                info["loop_direct_io"] = volume.state.get("loop_direct_io")
+                info["loop_direct_io"] = volume.loop_direct_io
             return info
         return {"filesystem": host.filesystem_type(volume.workdir) + under}
 
@@ -537,8 +509,6 @@ def make_backend(spec: BackendSpec) -> BackendBase:
     """Instantiate a backend; ValueError (with the accepted forms) for unknown names/params."""
     if spec.name not in REGISTRY:
         known = ", ".join(known_names())
-        if spec.name in PLANNED:
-            raise ValueError(f"backend {spec.name!r} is not implemented yet (available: {known})")
         raise ValueError(f"unknown backend {spec.name!r} (available: {known})")
     return backend_class(spec.name)(spec)
 

@@ -182,7 +182,7 @@ class BitlockerBackend(BackendBase):
         decrypted = self.dislocker_dir(volume) / "dislocker-file"
         loop = host.attach_loop(decrypted, direct_io=True)
         volume.mounted.loop(loop.path, decrypted)
-        volume.state.update(device=loop.path, loop_direct_io=loop.direct_io)
+        volume.device, volume.loop_direct_io = loop.path, loop.direct_io
 
     def build(self, volume: Volume) -> None:
         # create() checked problems() (source and unlock given, the device allowed)
@@ -227,7 +227,7 @@ class BitlockerBackend(BackendBase):
         badblocks = volume.workdir / "bitlocker-metadata.blocks"
         badblocks.write_text("".join(f"{n}\n" for n in blocks))
         volume.created.path(badblocks)
-        device = volume.state["device"]
+        device = volume.device
         host.run(
             [
                 "mkfs.ext4",
@@ -259,7 +259,7 @@ class BitlockerBackend(BackendBase):
             ) from exc
 
     def _mount_filesystem(self, volume: Volume) -> Path:
-        device = volume.state["device"]
+        device = volume.device
         fstype = self.filesystem_type(device)
         volume.state["fstype"] = fstype or "none"
         if not fstype:
@@ -305,7 +305,7 @@ class BitlockerBackend(BackendBase):
             "secret_in_argv": self.unlock is not None and self.unlock[0] == "recovery-file",
             "filesystem": volume.state.get("fstype"),
             "target": "image" if self.image is not None else "device",
-            "loop_direct_io": volume.state.get("loop_direct_io"),
+            "loop_direct_io": volume.loop_direct_io,
         }
         if "protected_regions" in volume.state:
             info["ext4_bad_blocks_over"] = ",".join(volume.state["protected_regions"])

@@ -172,7 +172,7 @@ class CryptsetupBackend(BackendBase):
     # -- the life cycle
     def build(self, volume: Volume) -> None:
         device = self.prepare_device(volume)
-        volume.state["device"] = device
+        volume.device = device
         self.format(volume, device)
         mapped = self.open_mapping(volume, volume.created)
         make_ext4(mapped, label=self.fs_label)
@@ -180,7 +180,8 @@ class CryptsetupBackend(BackendBase):
 
     def open_mapping(self, volume: Volume, cleanup: host.Cleanup) -> Path:
         name = mapping_name()
-        argv, stdin = self.open_command(volume, volume.state["device"], name)
+        assert volume.device is not None  # create() prepared it
+        argv, stdin = self.open_command(volume, volume.device, name)
         # register before running: a failed or interrupted open may still leave the mapping
         cleanup.dm(name)
         volume.state["dm_name"] = name
@@ -215,7 +216,7 @@ class CryptsetupBackend(BackendBase):
             filesystem="ext4",
             cryptsetup=cryptsetup_version(),
             e2fsprogs=e2fsprogs_version(),
-            loop_direct_io=volume.state.get("loop_direct_io"),
+            loop_direct_io=volume.loop_direct_io,
         )
         return info
 
@@ -609,7 +610,7 @@ class ExistingVolumeBackend(CryptsetupBackend):
         os.chmod(copy, 0o600)
         loop = host.attach_loop(copy, direct_io=True)
         volume.created.loop(loop.path, copy)
-        volume.state["loop_direct_io"] = loop.direct_io
+        volume.loop_direct_io = loop.direct_io
         return loop.path
 
     def password(self) -> bytes:

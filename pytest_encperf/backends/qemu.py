@@ -180,7 +180,7 @@ class QemuLuksBackend(BackendBase):
         volume.state["secrets"].discard("passphrase")  # read when the daemon started
         loop = host.attach_loop(export, direct_io=True)
         volume.mounted.loop(loop.path, export)
-        volume.state.update(device=loop.path, loop_direct_io=loop.direct_io)
+        volume.device, volume.loop_direct_io = loop.path, loop.direct_io
 
     def build(self, volume: Volume) -> None:
         volume.state["password"] = redaction.Secret(secrets.token_urlsafe(24).encode())
@@ -191,12 +191,14 @@ class QemuLuksBackend(BackendBase):
         volume.created.path(self.image(volume))
         self.format_image(volume, self.write_keyfile(volume))
         self.open_export(volume)
-        make_ext4(volume.state["device"])
+        assert volume.device is not None  # open_export attached it
+        make_ext4(volume.device)
 
     def open(self, volume: Volume) -> Path:
         if not volume.mounted:  # after an unmount: open the LUKS file again
             self.open_export(volume)
-        return mount_ext4(volume, volume.state["device"])
+        assert volume.device is not None
+        return mount_ext4(volume, volume.device)
 
     def kdf_label(self, volume: Volume | None = None) -> str:
         formatted_by = volume.state.get("formatted_by") if volume is not None else None
@@ -220,8 +222,8 @@ class QemuLuksBackend(BackendBase):
             "filesystem": "ext4",
             "e2fsprogs": e2fsprogs_version(),
             "target": volume.target.kind,
-            "loop_direct_io": volume.state.get("loop_direct_io"),
+            "loop_direct_io": volume.loop_direct_io,
         }
-        if not volume.state.get("loop_direct_io"):
+        if not volume.loop_direct_io:
             info["note"] = "the FUSE export refused O_DIRECT: the loop device goes through the page cache"
         return info

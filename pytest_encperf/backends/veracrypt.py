@@ -288,7 +288,7 @@ class VeracryptBackend(CryptsetupBackend):
             cleanup.push("forget veracrypt's daemons", volume.foreign_daemons.clear)
             # VeraCrypt attaches its FUSE image without direct I/O: the page cache would answer reads
             host.run(["losetup", "--direct-io=on", str(device)])
-            volume.state["loop_direct_io"] = host.loop_direct_io(device)
+            volume.loop_direct_io = host.loop_direct_io(device)
         return device
 
     def cli_device(self, container: Path) -> Path:
