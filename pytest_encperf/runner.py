@@ -438,7 +438,7 @@ class Runner:
         with self.quiet() as waited_to_prepare:
             volume_file = self.engine.prepare(self.volume.data_dir, self.size)
             o_direct = self.engine.io_mode(volume_file)
-        direct = o_direct == "direct" and workload.kind != "files"
+        direct = direct_io(o_direct, workload)
         observe = self.volume.observe()
         result = Result(
             backend=self.volume.spec,
@@ -450,20 +450,21 @@ class Runner:
         with self.lock() as waited:
             result.lock_wait = waited_to_prepare + waited
             self._wait_for_quiet(result, self.volume)
-            meter = self._round_meter(self.volume)
-            for _ in range(self.warmup):
-                measurement = self.engine.run(
-                    workload, volume_file, runtime=self.warmup_runtime, direct=direct, observe=observe
+            result.rounds.extend(
+                rounds_on_one_side(
+                    self.engine,
+                    workload,
+                    volume_file,
+                    direct=direct,
+                    observe=observe,
+                    runtime=self.runtime,
+                    warmup_runtime=self.warmup_runtime,
+                    warmup=self.warmup,
+                    rounds=self.rounds,
+                    meter=self._round_meter(self.volume),
+                    told=functools.partial(self._tell, workload, self.volume.spec),
                 )
-                self._tell(workload, self.volume.spec, measurement)
-            for _ in range(self.rounds):
-                measurement = meter.measure(
-                    lambda: self.engine.run(
-                        workload, volume_file, runtime=self.runtime, direct=direct, observe=observe
-                    )
-                )
-                self._tell(workload, self.volume.spec, measurement)
-                result.rounds.append(measurement)
+            )
         result.stop_reason = f"{self.rounds} rounds (partition: no confirmation rounds)"
         self.record(result)
         return result
@@ -485,20 +486,56 @@ def measure_all(
     path = engine.prepare(mounted.data_dir, size)
     o_direct = engine.io_mode(path)
     observe = mounted.observe()
-    measured = {}
-    for workload in workloads:
-        if workload.kind == "task":  # needs a volume beside plain: not on a partition
-            continue
-        direct = o_direct == "direct" and workload.kind != "files"
-        for _ in range(warmup):
-            engine.run(workload, path, runtime=runtime, direct=direct, observe=observe)
-        measured[workload.name] = []
-        for _ in range(rounds):
-            measured[workload.name].append(
-                round_meter.measure(
-                    functools.partial(
-                        engine.run, workload, path, runtime=runtime, direct=direct, observe=observe
-                    )
-                )
-            )
+    return {
+        workload.name: rounds_on_one_side(
+            engine,
+            workload,
+            path,
+            direct=direct_io(o_direct, workload),
+            observe=observe,
+            runtime=runtime,
+            warmup_runtime=runtime,
+            warmup=warmup,
+            rounds=rounds,
+            meter=round_meter,
+        )
+        for workload in workloads
+        if workload.kind != "task"  # needs a volume beside plain: not on a partition
+    }
+
+
+def direct_io(o_direct: str, workload: Workload) -> bool:
+    """Whether ``workload``'s rounds bypass the page cache: when the file takes O_DIRECT, for
+    every workload but the small-files one (which measures the file system's own path)."""
+    return o_direct == "direct" and workload.kind != "files"
+
+
+def rounds_on_one_side(
+    engine: Engine,
+    workload: Workload,
+    path: Path,
+    *,
+    direct: bool,
+    observe: Observe,
+    runtime: float,
+    warmup_runtime: float,
+    warmup: int,
+    rounds: int,
+    meter: RoundMeter,
+    told: Callable[[Measurement], None] = lambda measurement: None,
+) -> list[Measurement]:
+    """``warmup`` rounds (discarded) then ``rounds`` metered rounds of ``workload`` on one side
+    alone: a partition holds one volume at a time, so its baseline and each volume are measured
+    on their own (before/after, no A B B A). ``told`` hears of every round, warm-up too."""
+
+    def once(seconds: float) -> Measurement:
+        return engine.run(workload, path, runtime=seconds, direct=direct, observe=observe)
+
+    for _ in range(warmup):
+        told(once(warmup_runtime))
+    measured = []
+    for _ in range(rounds):
+        measurement = meter.measure(functools.partial(once, runtime))
+        told(measurement)
+        measured.append(measurement)
     return measured
