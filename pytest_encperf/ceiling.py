@@ -193,7 +193,7 @@ def _gocryptfs_mb_per_s(algorithm: str) -> tuple[float | None, str]:
             text=True,
             timeout=120,
             stdin=subprocess.DEVNULL,
-            **children.popen_options(),  # type: ignore[arg-type]
+            **children.popen_options(),
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"not measured: gocryptfs -speed: {exc}"
@@ -241,8 +241,7 @@ def measure(cipher: str, seconds: float = 0.3) -> Ceiling:
             mb_per_s, how = _user_space_mb_per_s(rest, seconds)
             return Ceiling(cipher, mb_per_s, how)
         if kind == "gocryptfs":
-            mb_per_s, how = _gocryptfs_mb_per_s(rest)
-            return Ceiling(cipher, mb_per_s, how)
+            return Ceiling(cipher, *_gocryptfs_mb_per_s(rest))
     except ValueError as exc:
         return Ceiling(cipher, None, f"not measured: {exc}")
     return Ceiling(cipher, None, "not measured: no way to measure this cipher here")

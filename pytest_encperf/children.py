@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import psutil
 
@@ -93,14 +94,21 @@ def environment(
     return marked
 
 
+class PopenOptions(TypedDict, total=False):
+    """What popen_options gives subprocess.Popen/run."""
+
+    env: dict[str, str]
+    preexec_fn: Callable[[], None]
+
+
 def popen_options(
     env: Mapping[str, str] | None = None, *, daemons: bool = False, call: str | None = None
-) -> dict[str, object]:
+) -> PopenOptions:
     """Keyword arguments for subprocess.Popen/run: dies with us, carries the run's mark.
 
     A daemon started from another thread than the main one would die with that thread: it
     carries the mark only (a dead run's cleanup still finds it)."""
-    options: dict[str, object] = {"env": environment(env, daemons=daemons, call=call)}
+    options: PopenOptions = {"env": environment(env, daemons=daemons, call=call)}
     if not daemons or threading.current_thread() is threading.main_thread():
         options["preexec_fn"] = die_with_parent_hook()
     return options

@@ -74,7 +74,7 @@ def run(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            **children.popen_options(env, daemons=daemons),  # type: ignore[arg-type]
+            **children.popen_options(env, daemons=daemons),
         )
     except FileNotFoundError as exc:
         raise HostError(f"{args[0]}: not installed") from exc
@@ -684,7 +684,7 @@ def tool_version(argv: Sequence[str]) -> str:
             capture_output=True,
             timeout=10,
             stdin=subprocess.DEVNULL,
-            **children.popen_options(),  # type: ignore[arg-type]
+            **children.popen_options(),
         )
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"

@@ -103,7 +103,8 @@ class Drawing:
         from matplotlib.figure import Figure
 
         self.count += 1
-        with matplotlib.rc_context(_rc(f"encperf-{self.count}")):
+        # RcParams validates each setting, and is what rc_context's keys are typed as
+        with matplotlib.rc_context(matplotlib.RcParams(_rc(f"encperf-{self.count}"))):
             figure = Figure(figsize=(width, height), layout="constrained")
             yield figure
             buffer = io.StringIO()
@@ -275,9 +276,9 @@ def draw_atto(lines: list[charts.SweepLine], backends: list[str], drawing: Drawi
                     _format_value(values[-1]), (sizes[-1], values[-1]), xytext=(3, 0),
                     textcoords="offset points", fontsize=7, va="center",
                 )  # fmt: skip
-            sizes = sorted({s for line in lines for s, _ in line.points})
+            every_size = sorted({s for line in lines for s, _ in line.points})
             axes.set_xscale("log", base=2)
-            axes.set_xticks(sizes, [size_label(s) for s in sizes], fontsize=6, rotation=90)
+            axes.set_xticks(every_size, [size_label(s) for s in every_size], fontsize=6, rotation=90)
             axes.minorticks_off()
             axes.set_title(f"sequential {direction}, queue depth 4", fontsize=9)
             axes.set_xlabel("transfer size")
@@ -673,7 +674,7 @@ def render(page: Page) -> str:
         header += f'<p class="verdict {tone}">{badge} {_e(where + verdict_header(verdict))}</p>'
     names = [g[-1].machine_info.get("machine_id") or f"machine {i + 1}" for i, g in enumerate(groups)]
     nav = "".join(f'<a href="#m{i}">{_e(name)}</a>' for i, name in enumerate(names))
-    runs = ", ".join(_e(r.label) for r in page.runs)
+    run_labels = ", ".join(_e(r.label) for r in page.runs)
     made = f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC"
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -681,6 +682,6 @@ def render(page: Page) -> str:
         '<meta name="color-scheme" content="light dark">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         f"<title>{_e(page.title)}</title><style>{STYLE}</style></head><body>"
-        f"<header><h1>{_e(page.title)}</h1>{header}<p><small>runs: {runs}; made {made} by "
+        f"<header><h1>{_e(page.title)}</h1>{header}<p><small>runs: {run_labels}; made {made} by "
         f"pytest-encperf</small></p><nav>{nav}</nav>{KEY}</header>" + "".join(body) + "</body></html>\n"
     )

@@ -345,7 +345,8 @@ class Journal:
 
     def released(self, token: object) -> None:
         with self._lock:
-            if self._entries.pop(token, None) is not None:  # type: ignore[call-overload]
+            # the observer protocol's token is opaque: ours are registered()'s ints
+            if isinstance(token, int) and self._entries.pop(token, None) is not None:
                 self._save()
 
     # ----------------------------------------------------------- file

@@ -106,11 +106,15 @@ class LadderRow:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LadderRow:
-        rungs = ("cipher", "counterpart", "layer", "layer_plain", "device", "device_plain")
         return cls(
             backend=str(data["backend"]),
             workload=str(data["workload"]),
-            **{name: Rung(**data[name]) for name in rungs},
+            cipher=Rung(**data["cipher"]),
+            counterpart=Rung(**data["counterpart"]),
+            layer=Rung(**data["layer"]),
+            layer_plain=Rung(**data["layer_plain"]),
+            device=Rung(**data["device"]),
+            device_plain=Rung(**data["device_plain"]),
         )
 
 

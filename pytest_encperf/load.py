@@ -174,11 +174,11 @@ def ticks_by_kind(before: Sample, after: Sample, own_roots: Iterable[int]) -> di
         return pid if pid not in seen else 1
 
     counted_before: dict[int, int] = {}  # reaper -> ticks its exited descendants had used before
-    for pid, then in before.processes.items():
-        if pid in own or then.kernel_thread or survives(pid):
+    for pid, earlier in before.processes.items():
+        if pid in own or earlier.kernel_thread or survives(pid):
             continue
-        into = reaper(then.ppid)
-        counted_before[into] = counted_before.get(into, 0) + then.ticks + then.reaped_ticks
+        into = reaper(earlier.ppid)
+        counted_before[into] = counted_before.get(into, 0) + earlier.ticks + earlier.reaped_ticks
     totals = {"others": 0, "own": 0, "kernel": 0}
     for pid, now in after.processes.items():
         kind = "own" if pid in own else "kernel" if now.kernel_thread else "others"
@@ -223,14 +223,13 @@ def load_between(before: Sample, after: Sample, own_roots: Iterable[int], hz: in
     if before.pressure_us is not None and after.pressure_us is not None:
         pressure = max(0, after.pressure_us - before.pressure_us) / 1e6
     ticks = ticks_by_kind(before, after, own_roots)
-    others = ticks["others"]
+    others_ticks = ticks["others"]
     if before.busy_ticks is not None and after.busy_ticks is not None:
         # what every task used, less this run's and the kernel threads': a bound that no pid's
         # history can inflate (a reaper's grown reaped time, where its origin was not seen)
         rest = after.busy_ticks - before.busy_ticks - ticks["own"] - ticks["kernel"]
-        others = min(others, max(0, rest))
-    others /= hz
-    return Load(max(0.0, after.at - before.at), others, steal, pressure)
+        others_ticks = min(others_ticks, max(0, rest))
+    return Load(max(0.0, after.at - before.at), others_ticks / hz, steal, pressure)
 
 
 def run_root() -> int:

@@ -109,8 +109,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize("encperf_workload", [pytest.param(None, id="no-workload", marks=why)])
     if "encperf_kdf" in metafunc.fixturenames:
         if KDF_PROFILE in session.settings.profile:
-            specs = [BASELINE, *session.backend_specs]
-            metafunc.parametrize("encperf_kdf", list(dict.fromkeys(specs)), indirect=True)
+            with_baseline = [BASELINE, *session.backend_specs]
+            metafunc.parametrize("encperf_kdf", list(dict.fromkeys(with_baseline)), indirect=True)
         else:
             why = pytest.mark.skip(reason=f"the {KDF_PROFILE} profile is not selected (--encperf-profile)")
             metafunc.parametrize(
@@ -118,8 +118,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             )
     if "encperf_inplace" in metafunc.fixturenames:
         if session.settings.inplace:
-            specs = [BASELINE, *session.backend_specs]
-            metafunc.parametrize("encperf_inplace", list(dict.fromkeys(specs)), indirect=True)
+            with_baseline = [BASELINE, *session.backend_specs]
+            metafunc.parametrize("encperf_inplace", list(dict.fromkeys(with_baseline)), indirect=True)
         else:
             why = pytest.mark.skip(reason="in-place encryption is not asked for (--encperf-inplace)")
             unasked = pytest.param(None, id="inplace", marks=why)

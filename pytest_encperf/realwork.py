@@ -162,7 +162,7 @@ def run_task(
         host.run(["sync", "-f", work], timeout=STEP_TIMEOUT)
         observer = Observer(observe or Observe())
         observer.start()
-        sync = ["sync", "-f", work]
+        sync: list[str | os.PathLike[str]] = ["sync", "-f", work]
         if task == "archive":
             archive, extracted = work / "tree.tar.gz", work / "extracted"
             steps.time("create tar.gz", ["tar", "-czf", archive, "-C", work, TREE_DIR], sync)

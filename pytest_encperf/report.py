@@ -375,11 +375,11 @@ def detail_table(results: list[Result], ceilings: Mapping[str, float | None] | N
             mode += "*"
             notes[result.backend] = o_direct
         cv = result.cv()
-        daemon = [m.daemon_cpu_seconds for m in result.rounds]
+        daemon = [m.daemon_cpu_seconds for m in result.rounds if m.daemon_cpu_seconds is not None]
         daemon_text = "-"
-        if all(d is not None for d in daemon):
+        if len(daemon) == len(result.rounds):  # every round measured its daemons
             moved = sum(m.bytes for m in result.rounds) / GiB
-            daemon_text = _format_value(sum(daemon) / moved) if moved else "-"  # type: ignore[arg-type]
+            daemon_text = _format_value(sum(daemon) / moved) if moved else "-"
         cipher = result.cipher_ceiling
         efficiency = result.efficiency(ceilings.get(cipher)) if cipher else None
         is_read = result.workload.is_read or result.workload.kind == "files"

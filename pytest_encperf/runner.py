@@ -533,7 +533,7 @@ def rounds_on_one_side(
 
     for _ in range(warmup):
         told(once(warmup_runtime))
-    measured = []
+    measured: list[Measurement] = []
     for _ in range(rounds):
         measurement = meter.measure(functools.partial(once, runtime))
         told(measurement)

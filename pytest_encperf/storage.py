@@ -218,7 +218,7 @@ def load(path: Path) -> tuple[dict[str, Any], list[Result]]:
 
 def list_runs(storage: Path, machine_id: str | None = None) -> list[SavedRun]:
     """Saved runs, by machine id then number; only one machine's when ``machine_id`` is given."""
-    runs = []
+    runs: list[SavedRun] = []
     if not Path(storage).is_dir():
         return runs
     folders = [Path(storage) / machine_id] if machine_id else sorted(p for p in Path(storage).iterdir())
@@ -300,7 +300,8 @@ def machine_ids(storage: Path, machine_id: str, info: dict[str, Any] | None) -> 
     gives a new id, not a new machine; and the ids of other hosts with the same hardware
     (identical servers). ``machine_id`` itself is another host's when its runs were saved there
     (a fleet member before fleets told identical servers apart)."""
-    mine, others = [machine_id], []
+    mine: list[str] = [machine_id]
+    others: list[str] = []
     if info and Path(storage).is_dir():
         for folder in sorted(Path(storage).iterdir()):
             other = folder_machine_info(folder) if folder.is_dir() else None
@@ -358,7 +359,7 @@ def resolve(
             [run for run in everyone if run.machine_id in mine and run.machine_id != machine_id],
             [run for run in everyone if run.machine_id in others],
         ]
-    mine = [run for runs in tiers for run in runs]
+    tiered = [run for runs in tiers for run in runs]
     left_out: list[SavedRun] = []  # incomplete runs a name or latest matched
 
     def newest(runs: list[SavedRun]) -> SavedRun:
@@ -392,14 +393,13 @@ def resolve(
         return run, _warnings(_other_machine(run, here, machine_info), _asked_for(run, asked), skipped)
 
     for runs in tiers:
-        run = pick(runs)
-        if run is not None:
-            return found(run)
+        picked = pick(runs)
+        if picked is not None:
+            return found(picked)
     if _named(ref):  # a name may come from another machine
-        others = [r for r in everyone if r not in mine]
-        run = pick(others)
-        if run is not None:
-            return found(run)
+        picked = pick([r for r in everyone if r not in tiered])
+        if picked is not None:
+            return found(picked)
     where = f"{Path(storage) / machine_id}" if machine_id else str(storage)
     if left_out:
         only = newest(left_out)

@@ -415,6 +415,11 @@ class BackendBase:
             volume.created.path(root / name)
         return root
 
+    def describe(self, volume: Volume) -> dict[str, Any]:
+        """What the volume is, for the saved run (tool versions, cipher, file system): every
+        backend says it (``describe_target`` gives the file system part)."""
+        raise NotImplementedError(f"{self.name}: describe")
+
     def describe_target(self, volume: Volume, *, under: str = "") -> dict[str, Any]:
         """The file system the volume's data (or ``under`` it, its store) lives on."""
         from .ext4 import e2fsprogs_version

@@ -178,7 +178,7 @@ class CryptsetupBackend(BackendBase):
         make_ext4(mapped, label=self.fs_label)
         self.close_mapping(volume)
 
-    def open_mapping(self, volume: Volume, cleanup: host.Cleanup) -> Path:
+    def open_mapping(self, volume: Volume, cleanup: resources.Cleanup) -> Path:
         name = mapping_name()
         assert volume.device is not None  # create() prepared it
         argv, stdin = self.open_command(volume, volume.device, name)
@@ -496,7 +496,7 @@ class PlainDmcryptBackend(CryptsetupBackend):
             volume.created.push(f"forget {name}", lambda: volume.state.pop(name, None))
         return volume.state[name]
 
-    def open_mapping(self, volume: Volume, cleanup: host.Cleanup) -> Path:
+    def open_mapping(self, volume: Volume, cleanup: resources.Cleanup) -> Path:
         """The first layer on the device, each next one on the mapping below it."""
         mapped = super().open_mapping(volume, cleanup)
         below = [volume.state["dm_name"]]

@@ -111,7 +111,7 @@ def start_fuse_daemon(
             stdout=log_handle,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a Ctrl-C in the terminal reaches us, not the daemon
-            **children.popen_options(env, daemons=True, call=call),  # type: ignore[arg-type]
+            **children.popen_options(env, daemons=True, call=call),
         )
     except FileNotFoundError as exc:
         volume.mounted.release()

@@ -371,7 +371,7 @@ def _control_names(control: Path, container: Path) -> bool:
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=CONTROL_READ_TIMEOUT,
-            **children.popen_options(),  # type: ignore[call-overload]
+            **children.popen_options(),
         )
     except (OSError, subprocess.TimeoutExpired):
         return False

@@ -13,7 +13,7 @@ import ctypes
 import errno
 import os
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, MutableSequence
 
 # system call numbers (asm-generic on arm64/riscv64, the x86-64 table otherwise)
 _SYSCALLS = {
@@ -94,7 +94,7 @@ def run_queue(
     next_offset: Callable[[], int | None],
     clock: Callable[[], int],
     deadline: Callable[[], int],
-    latencies: list[int] | object,
+    latencies: MutableSequence[int],
 ) -> None:
     """Keep ``len(buffers)`` I/Os in flight on ``fd`` until ``next_offset()`` returns None or
     the clock passes ``deadline()``; append each I/O's latency (ns) to ``latencies``.
@@ -124,7 +124,7 @@ def run_queue(
         cb = iocbs[slot]
         cb.aio_data, cb.aio_lio_opcode, cb.aio_fildes = slot, opcode, fd
         cb.aio_buf, cb.aio_nbytes = address, block
-    append = latencies.append  # type: ignore[attr-defined]
+    append = latencies.append
     in_flight = 0
 
     def fail(what: str) -> OSError:

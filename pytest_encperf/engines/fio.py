@@ -262,7 +262,7 @@ class FioEngine:
                 timeout=runtime * 10 + 120,
                 check=False,
                 # dies with the run; its job processes (forks) carry the run's mark (children.py)
-                **children.popen_options(fio_environment(os.environ)),  # type: ignore[arg-type]
+                **children.popen_options(fio_environment(os.environ)),
             )
         except subprocess.TimeoutExpired as exc:
             raise FioError(f"{' '.join(args)}: no answer (killed)") from exc

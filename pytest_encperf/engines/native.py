@@ -263,9 +263,9 @@ class NativeEngine:
             limit = plan.blocks
         time_based = plan.amount is None
 
-        latencies: list[array] = [array("Q") for _ in schedule.workers]
+        latencies: list[array[int]] = [array("Q") for _ in schedule.workers]
         go = threading.Event()
-        deadline = [0.0]
+        deadline = [0]  # ns, set when the workers start
         errors: list[BaseException] = []
         # One pool for the whole round: at most one partly used huge page, whatever the depth.
         pool = BufferPool(len(schedule.workers) * schedule.depth, block)

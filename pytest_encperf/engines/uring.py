@@ -17,7 +17,8 @@ import mmap
 import os
 import platform
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, MutableSequence
+from typing import Literal
 
 from .aio import libc_with_syscall
 
@@ -102,7 +103,7 @@ def run_queue(
     next_offset: Callable[[], int | None],
     clock: Callable[[], int],
     deadline: Callable[[], int],
-    latencies: list[int] | object,
+    latencies: MutableSequence[int],
 ) -> None:
     """aio.run_queue's contract (the native engine calls either), through an io_uring of
     ``len(buffers)`` entries."""
@@ -150,7 +151,7 @@ def run_queue(
         cq = sq if params.features & IORING_FEAT_SINGLE_MMAP else mapped(cq_size, IORING_OFF_CQ_RING)
         sqes = mapped(params.sq_entries * SQE_SIZE, IORING_OFF_SQES)
 
-        def view(ring: mmap.mmap, kind: str) -> memoryview:
+        def view(ring: mmap.mmap, kind: Literal["I", "q", "i"]) -> memoryview:
             whole = memoryview(ring)
             try:  # whole items only: a ring's length need not be a multiple of 8
                 views.append(whole[: len(whole) // 8 * 8].cast(kind))
@@ -168,7 +169,7 @@ def run_queue(
             SQE_HEAD.pack_into(sqes, slot * SQE_SIZE, opcode, 0, 0, fd, 0, address, block, 0, slot)
         offsets = [0] * depth
         started = [0] * depth
-        append = latencies.append  # type: ignore[attr-defined]
+        append = latencies.append
         tail = sq_words[sq_tail_at]
         batch: list[int] = []
         for slot in range(depth):
