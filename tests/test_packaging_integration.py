@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -60,6 +61,9 @@ def test_the_wheel_builds_passes_twine_check_and_runs_from_a_fresh_environment(
     sdist = dist / f"pytest_encperf-{version}.tar.gz"
     wheel = dist / f"pytest_encperf-{version}-py3-none-any.whl"
     assert sorted(dist.iterdir()) == [wheel, sdist]
+    with tarfile.open(sdist) as archive:
+        in_sdist = {name.partition("/")[2] for name in archive.getnames()}
+    assert {"CHANGELOG.md", "README.md", "pyproject.toml", "pytest_encperf/py.typed"} <= in_sdist
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
     assert "pytest_encperf/py.typed" in names
