@@ -204,6 +204,7 @@ def run_report(args: argparse.Namespace) -> int:
     refs = {run.path: ref for run, ref in zip(found, args.runs, strict=True)}
     saved = sorted(dict.fromkeys(found), key=lambda run: (run.datetime_key, run.number))  # oldest first
     runs = [storage.load_run(run) for run in saved]
+    verdict: Verdict | None
     if len(saved) > 1:
         verdict, runs[-1] = saved_verdict(args, refs[saved[-2].path], saved[-2], saved[-1])
     else:  # one run: judged only against its own plain rounds, when asked
@@ -277,7 +278,11 @@ def add_backends_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parameter_rows(name: str) -> list[list[str]]:
     """A backend's parameter table: name, accepted values, default, what it does."""
-    plain_forms = {parse_bool: "0 | 1", parse_text: "text", parse_path_param: "a path"}
+    plain_forms: dict[Callable[[str], Any], str] = {
+        parse_bool: "0 | 1",
+        parse_text: "text",
+        parse_path_param: "a path",
+    }
     rows = []
     for param in backend_class(name).param_table():
         accepted = plain_forms.get(param.parse) or (param.parse.__doc__ or "").strip().partition("\n")[0]

@@ -45,8 +45,9 @@ class ProcessStart:
         if not isinstance(value, dict):
             raise ValueError("start must be an object")
         ticks, boot, pidns = value.get("ticks"), value.get("boot"), value.get("pidns")
-        valid = isinstance(ticks, int) and isinstance(boot, str) and isinstance(pidns, int)
-        if not valid or isinstance(ticks, bool) or isinstance(pidns, bool):
+        if not (isinstance(ticks, int) and isinstance(boot, str) and isinstance(pidns, int)):
+            raise ValueError("start must have whole ticks and pidns and a boot id")
+        if isinstance(ticks, bool) or isinstance(pidns, bool):
             raise ValueError("start must have whole ticks and pidns and a boot id")
         if set(value) != {"ticks", "boot", "pidns"}:
             raise ValueError("start must have ticks, boot and pidns only")

@@ -260,6 +260,7 @@ class BitlockerBackend(BackendBase):
 
     def _mount_filesystem(self, volume: Volume) -> Path:
         device = volume.device
+        assert device is not None  # unlocked onto a device first
         fstype = self.filesystem_type(device)
         volume.state["fstype"] = fstype or "none"
         if not fstype:
