@@ -115,6 +115,7 @@ class LadderRow:
             layer_plain=Rung(**data["layer_plain"]),
             device=Rung(**data["device"]),
             device_plain=Rung(**data["device_plain"]),
+            ram_backed_layer=bool(data.get("ram_backed_layer", True)),  # runs saved before it was
         )
 
 

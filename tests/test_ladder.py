@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from pytest_encperf.ladder import TOLERANCE, LadderRow, Limit, Rung, limiting_rung, rows
@@ -84,6 +86,8 @@ def test_rows_take_the_device_rung_from_the_run_and_the_layer_from_the_ram_rungs
     assert row.limit.rung == "layer"
     assert LadderRow.from_dict(row.to_dict()) == row
     assert row.to_dict()["ram_backed_layer"] is True
+    on_disk = dataclasses.replace(row, ram_backed_layer=False)
+    assert LadderRow.from_dict(on_disk.to_dict()) == on_disk  # read back as saved, not as the default
     markdown = markdown_report([], None, ladder=[row.to_dict()])
     assert f"- {ladder_line(row)}" in markdown and "**where the overhead comes from" in markdown
     line = ladder_line(row)
