@@ -63,10 +63,11 @@ def test_the_wheel_builds_passes_twine_check_and_runs_from_a_fresh_environment(
     assert sorted(dist.iterdir()) == [wheel, sdist]
     with tarfile.open(sdist) as archive:
         in_sdist = {name.partition("/")[2] for name in archive.getnames()}
-    assert {"CHANGELOG.md", "README.md", "pyproject.toml", "pytest_encperf/py.typed"} <= in_sdist
+    assert {"CHANGELOG.md", "LICENSE", "README.md", "pyproject.toml", "pytest_encperf/py.typed"} <= in_sdist
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
     assert "pytest_encperf/py.typed" in names
+    assert f"pytest_encperf-{version}.dist-info/licenses/LICENSE" in names  # the MIT text pyproject names
     assert f"pytest_encperf-{version}.dist-info/entry_points.txt" in names
 
     checked(run([sys.executable, "-m", "twine", "check", "--strict", sdist, wheel]))
