@@ -53,6 +53,11 @@ class Ceiling:
         return f"{self.cipher}: {self.how}"  # "not measured: why"
 
 
+def from_wire(ceilings: dict[str, tuple[float | None, str]]) -> dict[str, Ceiling]:
+    """The cipher ceilings a machine measured, as sent over the wire (MB/s, how) made whole again."""
+    return {cipher: Ceiling(cipher, mb_per_s, how) for cipher, (mb_per_s, how) in ceilings.items()}
+
+
 def kernel_driver(name: str, proc_crypto: Path = Path("/proc/crypto")) -> str:
     """Driver of the highest-priority entry for ``name`` in /proc/crypto, or ``none``."""
     try:

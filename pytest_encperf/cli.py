@@ -25,6 +25,7 @@ from . import backends, gatescope, html, journal, machine, storage, sweep
 from .backends import BASELINE, BackendSpec, backend_class, known_names, make_backend, recommend
 from .compare import EXIT_REGRESSION, Verdict, judge
 from .model import RunData
+from .outcome import load_baseline
 from .parsing import parse_bool, parse_text
 from .parsing import parse_path as parse_path_param
 from .report import cpu_line, detail_table, markdown_report, sweep_report, verdict_header, verdict_report
@@ -132,25 +133,24 @@ def saved_verdict(
 ) -> tuple[Verdict, RunData]:
     """The gate's verdict on ``current_run`` against ``base_run`` (named ``ref``), with the
     history of saved runs before it, as the pytest run would judge it; and the current run."""
-    reference, current = storage.load_run(base_run), storage.load_run(current_run)
-    history = [reference]
-    for run in storage.history(args.storage, base_run, ref, args.history)[1:]:
-        if run.path != current_run.path:
-            history.append(storage.load_run(run))
-    verdict = judge(current, reference, args.fail, args.max_overhead, history, strict=args.strict)
+    current = storage.load_run(current_run)
+    baseline = load_baseline(
+        args.storage, base_run, ref, args.history, current.machine_info,
+        allow_other_hardware=args.allow_other_hardware, gated=bool(args.fail),
+        flag="--allow-other-hardware", leave_out=current_run.path,
+    )  # fmt: skip
+    reference = baseline.run
+    assert reference is not None
+    verdict = judge(current, reference, args.fail, args.max_overhead, baseline.history, strict=args.strict)
     if machine.same_hardware(reference.machine_info, current.machine_info):
-        verdict.machine_differences = machine.differences(reference.machine_info, current.machine_info)
+        verdict.machine_differences = baseline.machine_differences
     else:
         verdict.notes.append(
             f"warning: the runs come from different machines ({base_run.machine_id}, "
             f"{current_run.machine_id}): differences may be the machines', not the code's"
         )
-        notes, unchecked = gatescope.other_hardware(
-            reference.label, reference.machine_info, current.machine_info, args.allow_other_hardware,
-            gated=bool(args.fail), flag="--allow-other-hardware",
-        )  # fmt: skip
-        verdict.notes += notes
-        verdict.unchecked += unchecked
+    verdict.notes += baseline.notes
+    verdict.unchecked += baseline.unchecked
     verdict.not_gated = gatescope.ungated_in_document(storage.load(current_run.path)[0])
     return verdict, current
 

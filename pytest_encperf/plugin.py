@@ -6,6 +6,7 @@ All behaviour lives elsewhere; each hook here hands over to the EncperfSession k
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import pytest
@@ -15,8 +16,10 @@ from .backends import BASELINE
 from .inplace import InplaceTiming
 from .kdf import KdfTiming
 from .runner import TASK_NEEDS_PLAIN, MountedVolume, Runner
-from .session import EncperfSession, XdistResults
+from .session import EncperfSession
 from .settings import OPTIONS, resolve
+from .volumes import VolumeFailure, VolumeSkip
+from .workers import XdistResults
 from .workloads import KDF_PROFILE, Workload
 
 session_key = pytest.StashKey[EncperfSession]()
@@ -74,7 +77,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[session_key] = session
     config.pluginmanager.register(session, "encperf-session")
     if config.pluginmanager.hasplugin("xdist") and not session.is_worker:
-        config.pluginmanager.register(XdistResults(session), "encperf-xdist")
+        xdist = XdistResults(session.workers, session.planned, config.getoption("dist", "no"))
+        config.pluginmanager.register(xdist, "encperf-xdist")
     session.start()
 
 
@@ -97,10 +101,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # one xdist group per backend, for --dist loadgroup (pytest-xdist 3.8 under pytest 9.2 does
         # not yet keep such session-scoped parameters together: a worker may make its own volume)
         group = pytest.mark.xdist_group
-        specs = [pytest.param(s, id=s, marks=group(f"encperf-{s}")) for s in session.backend_specs]
+        specs = [pytest.param(s, id=s, marks=group(f"encperf-{s}")) for s in session.settings.backend_specs]
         metafunc.parametrize("encperf_volume", specs, indirect=True, scope="session")
     if "encperf_workload" in metafunc.fixturenames:
-        workloads = session.workloads
+        workloads = session.settings.workloads
         if workloads:
             params = [pytest.param(w, id=w.name, marks=_workload_marks(session, w)) for w in workloads]
             metafunc.parametrize("encperf_workload", params)
@@ -109,7 +113,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize("encperf_workload", [pytest.param(None, id="no-workload", marks=why)])
     if "encperf_kdf" in metafunc.fixturenames:
         if KDF_PROFILE in session.settings.profile:
-            with_baseline = [BASELINE, *session.backend_specs]
+            with_baseline = [BASELINE, *session.settings.backend_specs]
             metafunc.parametrize("encperf_kdf", list(dict.fromkeys(with_baseline)), indirect=True)
         else:
             why = pytest.mark.skip(reason=f"the {KDF_PROFILE} profile is not selected (--encperf-profile)")
@@ -118,7 +122,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             )
     if "encperf_inplace" in metafunc.fixturenames:
         if session.settings.inplace:
-            with_baseline = [BASELINE, *session.backend_specs]
+            with_baseline = [BASELINE, *session.settings.backend_specs]
             metafunc.parametrize("encperf_inplace", list(dict.fromkeys(with_baseline)), indirect=True)
         else:
             why = pytest.mark.skip(reason="in-place encryption is not asked for (--encperf-inplace)")
@@ -128,9 +132,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def _workload_marks(session: EncperfSession, workload: Workload) -> list[pytest.MarkDecorator]:
     """A real-work task is skipped on the partition target, saying why (runner._run_task)."""
-    if workload.kind == "task" and session.sequential:
+    if workload.kind == "task" and session.settings.sequential:
         return [pytest.mark.skip(reason=f"{workload.name}: {TASK_NEEDS_PLAIN}")]
     return []
+
+
+@contextlib.contextmanager
+def _skip_or_fail() -> Iterator[None]:
+    """A volume that cannot run here skips the test; one that failed before fails it, briefly."""
+    try:
+        yield
+    except VolumeSkip as exc:
+        pytest.skip(str(exc))
+    except VolumeFailure as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -138,42 +153,48 @@ def encperf_baseline(request: pytest.FixtureRequest) -> Iterator[MountedVolume |
     """The unencrypted volume on the same kind of target, created once per session.
 
     None on a partition target: the partition holds one volume at a time, so the baseline is
-    measured on it before and after each encrypted volume instead (EncperfSession.sequential).
+    measured on it before and after each encrypted volume instead (Settings.sequential).
     """
     session = request.config.stash[session_key]
-    if session.sequential:
+    if session.settings.sequential:
         yield None
         return
-    mounted = session.open(BASELINE)
+    with _skip_or_fail():
+        mounted = session.volumes.open(BASELINE)
     try:
         yield mounted
     finally:
-        session.close(mounted)
+        with _skip_or_fail():
+            session.close(mounted)
 
 
 @pytest.fixture(scope="session")
 def encperf_volume(request: pytest.FixtureRequest) -> Iterator[MountedVolume]:
     """The volume of one selected backend (parametrized by ``--encperf-backends``)."""
     session = request.config.stash[session_key]
-    mounted = session.open(request.param)
+    with _skip_or_fail():
+        mounted = session.volumes.open(request.param)
     try:
         yield mounted
     finally:
-        session.close(mounted)
+        with _skip_or_fail():
+            session.close(mounted)
 
 
 @pytest.fixture
 def encperf_kdf(request: pytest.FixtureRequest) -> KdfTiming:
     """The kdf profile's timing of one backend (parametrized like ``encperf_volume``): create and
     the mount of an existing volume with its fast and its default key derivation."""
-    return request.config.stash[session_key].measure_kdf(request.param)
+    with _skip_or_fail():
+        return request.config.stash[session_key].measure_kdf(request.param)
 
 
 @pytest.fixture
 def encperf_inplace(request: pytest.FixtureRequest) -> InplaceTiming:
     """The in-place encryption figure of one backend (parametrized like ``encperf_volume``,
     with ``--encperf-inplace``): MB/s of encrypting existing data, or of filling a volume."""
-    return request.config.stash[session_key].measure_inplace(request.param)
+    with _skip_or_fail():
+        return request.config.stash[session_key].measure_inplace(request.param)
 
 
 @pytest.fixture

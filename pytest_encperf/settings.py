@@ -37,7 +37,7 @@ from .load import BUSY_SHARE
 from .parsing import parse_bool, parse_choice, parse_path, whole_number
 from .sweep import DEFAULT_MARGIN, SWEEPS, sweep_specs
 from .targets import KINDS
-from .workloads import KDF_PROFILE, PROFILE_NAMES, GiB, KiB, MiB
+from .workloads import KDF_PROFILE, PROFILE_NAMES, GiB, KiB, MiB, Workload, profile_workloads
 
 _UNITS = {
     "": 1, "b": 1,
@@ -502,6 +502,51 @@ class Settings:
     ladder: bool = False
     lifecycle_cycles: int = 1
     sources: dict[str, str] = field(default_factory=dict)  # option -> where its value came from
+
+    @property
+    def backend_specs(self) -> list[str]:
+        """The selected backends, as their spec texts (``luks2:cipher=aes-xts-plain64``)."""
+        return [str(spec) for spec in self.backends]
+
+    @property
+    def workloads(self) -> list[Workload]:
+        """The workloads of the selected profiles, at this run's sizes."""
+        return profile_workloads(self.profile, self.size, self.tree_size, self.tree_seed)
+
+    @property
+    def sequential(self) -> bool:
+        """One volume at a time: a partition cannot hold the baseline and an encrypted volume."""
+        return self.target == "partition"
+
+    @property
+    def outputs_asked(self) -> bool:
+        """Whether this run saves, compares, gates or writes a report (the outcome has work to do)."""
+        return bool(
+            self.save
+            or self.autosave
+            or self.compare
+            or self.fail
+            or self.json
+            or self.markdown
+            or self.html
+            or self.max_overhead
+        )
+
+    def saved_text(self) -> dict[str, str]:
+        """The settings a saved run keeps, as text (what makes two runs comparable)."""
+        return {name: _setting_text(getattr(self, name)) for name in SAVED_SETTINGS}
+
+
+SAVED_SETTINGS = (
+    "backends", "target", "dir", "size", "runtime", "rounds", "warmup", "engine", "profile",
+    "lifecycle_cycles", "tree_size", "busy_threshold",
+)  # fmt: skip
+
+
+def _setting_text(value: object) -> str:
+    if value is None:  # an option that is off (--encperf-busy-threshold=off)
+        return "off"
+    return ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
 
 
 def resolve(

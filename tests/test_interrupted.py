@@ -19,7 +19,8 @@ import pytest
 from pytest_encperf import cli, host, storage
 from pytest_encperf.benchmarkentries import measured
 from pytest_encperf.compare import EXIT_REGRESSION
-from pytest_encperf.session import INTERRUPTED_LOCK_WAIT, EncperfSession, did_not_finish
+from pytest_encperf.outcome import did_not_finish
+from pytest_encperf.volumes import INTERRUPTED_LOCK_WAIT, Volumes
 from tests.test_gate import CONFTEST, LOW_NOISE, SCRIPTED_BENCHMARK
 
 INTERRUPTING_CONFTEST = (
@@ -208,9 +209,9 @@ def test_after_an_interrupt_the_teardown_waits_3_s_in_all_for_a_lock_and_says_wh
         assert other.stdout is not None and other.stdout.readline() == "held\n"
         teardown = SimpleNamespace(_interrupted_wait_left=INTERRUPTED_LOCK_WAIT, interrupt_notes=[])
         started = time.monotonic()
-        with EncperfSession.teardown_lock(teardown, None, shared=True):  # type: ignore[arg-type]
+        with Volumes.teardown_lock(teardown, None, shared=True):  # type: ignore[arg-type]
             first = time.monotonic() - started
-        with EncperfSession.teardown_lock(teardown, None, shared=True):  # type: ignore[arg-type]
+        with Volumes.teardown_lock(teardown, None, shared=True):  # type: ignore[arg-type]
             second = time.monotonic() - started - first
     finally:
         other.kill()

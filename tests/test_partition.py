@@ -413,7 +413,8 @@ def pytest_sessionfinish(session):
     import json
     encperf = session.config.stash[__import__("pytest_encperf.plugin", fromlist=["x"]).session_key]
     rounds = {f"{r.backend} {r.workload.name}":
-              [len(r.rounds), len(r.baseline_rounds), r.description.get("baseline")] for r in encperf.results}
+              [len(r.rounds), len(r.baseline_rounds), r.description.get("baseline")]
+              for r in encperf.record.results}
     (Path(__file__).parent / "rounds.json").write_text(json.dumps(rounds))
 
 def pytest_unconfigure(config):

@@ -1,0 +1,328 @@
+"""The run's outcome: the baseline it is compared with, the gate, the verdicts, the written outputs.
+
+``load_baseline`` reads a saved run and its history the one way both the pytest run and
+``encperf compare`` judge with. ``Outcome`` is built from the settings; the machine, the merged
+machine runs and the sweeps' rankings are handed to it when asked: it saves each machine's run,
+writes the JSON, Markdown and HTML reports, and judges every machine against its own baseline.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import gatescope, machine, storage
+from . import html as html_report
+from .ceiling import from_wire
+from .compare import Gate, Verdict, expected_family_size, judge_machines
+from .model import MachineRun, RunData
+from .report import MACHINES_NOTE, machines_table, markdown_report
+from .rounds import ConfirmBudget
+from .settings import Settings
+from .sweep import FamilyRanking
+
+Machine = tuple[dict[str, Any], str]  # this machine's info and id (session.machine)
+
+
+@dataclass
+class Reference:
+    """The saved run this session compares with, its history, and what went wrong finding it."""
+
+    run: RunData | None = None
+    history: list[RunData] = field(default_factory=list)  # the reference first, newest first
+    machine_differences: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    unchecked: list[str] = field(default_factory=list)  # --encperf-fail could not be checked
+    errors: list[str] = field(default_factory=list)
+
+
+def load_baseline(
+    directory: Path,
+    run: storage.SavedRun,
+    ref: str,
+    history: int,
+    info: dict[str, Any],
+    *,
+    allow_other_hardware: bool,
+    gated: bool,
+    flag: str = gatescope.ALLOW_OTHER_HARDWARE,
+    leave_out: Path | None = None,
+) -> Reference:
+    """The saved ``run`` (named ``ref``) as the baseline of a run on the machine ``info``, with up
+    to ``history`` saved runs before it (never ``leave_out``: the run being judged), the
+    differences of the machines, and what other hardware leaves unchecked (gatescope)."""
+    loaded = Reference(run=storage.load_run(run))
+    loaded.notes, loaded.unchecked = gatescope.other_hardware(
+        loaded.run.label, loaded.run.machine_info, info, allow_other_hardware, gated=gated, flag=flag
+    )
+    loaded.machine_differences = machine.differences(loaded.run.machine_info, info)
+    for saved in storage.history(directory, run, ref, history)[1:]:
+        if saved.path == leave_out:
+            continue
+        try:
+            loaded.history.append(storage.load_run(saved))
+        except storage.StorageError as exc:
+            loaded.notes.append(f"history: left out {exc}")
+    loaded.history.insert(0, loaded.run)
+    return loaded
+
+
+def did_not_finish(interrupted: str, stopped: str, planned: int, ran: int, lost_workers: int) -> str:
+    """Why a run did not finish, for its saved file ("" when it did): it was interrupted (Ctrl-C,
+    SIGTERM, SIGHUP), or stopped early (-x, --maxfail), or some of the tests it collected never
+    ran, or xdist workers' results are missing. A test that ran and failed or skipped is part of
+    a finished run (its result is missing for a reason the summary gives, not cut short)."""
+    count = f"{ran} of {planned} tests ran" if planned else f"{ran} tests ran"
+    if interrupted:
+        return f"interrupted {interrupted}; {count}"
+    if stopped and ran < planned:
+        return f"stopped early ({stopped}); {count}"
+    if ran < planned:
+        return f"{planned - ran} of {planned} tests did not run"
+    if lost_workers:
+        return f"the results of {lost_workers} xdist worker(s) are missing"
+    return ""
+
+
+class Outcome:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.verdict: Verdict | None = None  # the verdict of a run on one machine
+        self.verdicts: dict[str, Verdict] = {}  # every machine's (one family: compare.judge_machines)
+        self.confirm_budget: ConfirmBudget | None = None
+        self._reference: Reference | None = None
+        self._gate: Gate | None = None
+
+    def reference(self, machine: Callable[[], Machine]) -> Reference:
+        """The saved run to compare with and its history, loaded once: before this run saves, so
+        ``latest`` is never this run itself (``machine``: this machine's info and id, read late)."""
+        if self._reference is None:
+            self._reference = self._load_reference(*machine())
+        return self._reference
+
+    def reference_for(self, part: MachineRun, machine: Callable[[], Machine]) -> Reference:
+        """The reference of one machine of the run (another machine of a fleet: its own)."""
+        info, machine_id = machine()
+        if part.machine_id == machine_id and part.machine_info.get("node") == info.get("node"):
+            return self.reference(machine)
+        return self._load_reference(part.machine_info, part.machine_id)
+
+    def _load_reference(self, info: dict[str, Any], machine_id: str) -> Reference:
+        s = self.settings
+        wanted = s.compare or ("latest" if s.fail else None)  # --encperf-fail alone: vs latest
+        if not wanted:
+            return Reference()
+        try:
+            run, warning = storage.resolve(s.storage, wanted, machine_id, info)
+            loaded = load_baseline(
+                s.storage, run, wanted, s.history, info,
+                allow_other_hardware=s.allow_other_hardware, gated=bool(s.fail),
+            )  # fmt: skip
+        except storage.NoSavedRun as exc:
+            message = (
+                f"no baseline to compare with: {exc}; nothing was gated "
+                "(save one with --encperf-save=NAME or --encperf-autosave)"
+            )
+            return Reference(unchecked=[message]) if s.fail else Reference(notes=[message])
+        except storage.StorageError as exc:
+            return Reference(errors=[f"cannot use the baseline: {exc}"])
+        if warning:
+            loaded.notes.insert(0, f"warning: {warning}")
+        return loaded
+
+    def gate(self, machine: Callable[[], Machine], machines: int) -> Gate | None:
+        """What the runner asks whether a workload's checks are decided (None: no confirmation
+        rounds, because nothing is gated, the budget is 0, or on a partition target); the checks
+        of all ``machines`` of the run form one family."""
+        s = self.settings
+        if not (s.fail or s.max_overhead) or s.confirm_budget <= 0 or s.sequential:
+            return None
+        if self._gate is None:
+            reference = self.reference(machine)
+            rules = s.fail if reference.run else []
+            size = expected_family_size(
+                s.backend_specs,
+                s.workloads,
+                rules,
+                s.max_overhead,
+                reference.run,
+                len(reference.history),
+                s.lifecycle_cycles,
+            )
+            size *= machines  # the checks of every machine form one family (judge_machines)
+            self._gate = Gate(reference.run, tuple(rules), tuple(s.max_overhead), s.saved_text(), size)
+            self.confirm_budget = ConfirmBudget(s.confirm_budget)
+        return self._gate
+
+    def finish(
+        self,
+        parts: Callable[[], list[MachineRun]],
+        machine: Callable[[], Machine],
+        rankings: Callable[[MachineRun], list[FamilyRanking]],
+        incomplete: str,
+    ) -> bool:
+        """Save, compare, write reports, decide (``parts``: the run's machines, merged); whether
+        the gate failed. Never raises: what went wrong is the verdict's error."""
+        try:
+            self.verdicts = self._judge(parts(), machine, rankings, incomplete)
+        except Exception as exc:  # never a traceback at the end of a run: say what went wrong
+            self.verdicts = {"": Verdict(errors=[f"{type(exc).__name__}: {exc}"])}
+        self.verdict = next(iter(self.verdicts.values())) if len(self.verdicts) == 1 else None
+        return any(v.failed for v in self.verdicts.values())
+
+    def _judge(
+        self,
+        parts: list[MachineRun],
+        machine: Callable[[], Machine],
+        rankings: Callable[[MachineRun], list[FamilyRanking]],
+        incomplete: str,
+    ) -> dict[str, Verdict]:
+        """Each machine against its own reference, loaded before anything is saved; one verdict
+        per machine, their gated checks one family (compare.judge_machines)."""
+        s = self.settings
+        now = dt.datetime.now(dt.UTC)
+        fleet = len(parts) > 1
+        references = {part.machine_id: self.reference_for(part, machine) for part in parts}
+        commit = storage.commit_info() if (s.save or s.autosave or s.json) else {}
+        saved: dict[str, str | None] = {}
+        notes: dict[str, list[str]] = {part.machine_id: [] for part in parts}
+        errors: dict[str, list[str]] = {part.machine_id: [] for part in parts}
+        for part in parts:  # saved before anything is judged
+            mid = part.machine_id
+            doc = self.document(part, commit, now, incomplete, rankings(part))
+            if part.results and (s.save or s.autosave):
+                name = s.save or storage.autosave_name(commit, now)
+                try:
+                    saved[mid] = str(storage.save(s.storage, mid, name, doc))
+                except (OSError, storage.StorageError) as exc:
+                    errors[mid].append(f"could not save the run: {exc}")
+                else:
+                    if incomplete:
+                        notes[mid].append(
+                            f"saved as incomplete ({incomplete}): the name {name} and latest will not "
+                            f"pick it, {name}{storage.EXPLICIT} will"
+                        )
+            elif s.save or s.autosave:
+                notes[mid].append("nothing measured, nothing saved")
+            if s.json:
+                path = s.json.with_name(f"{s.json.stem}.{mid}{s.json.suffix}") if fleet else s.json
+                storage.write_json(path, doc)
+        machines = [
+            (
+                RunData("this run", tuple(part.results), part.settings, part.machine_info, part.lifecycle),
+                references[part.machine_id].run,
+                references[part.machine_id].history,
+            )
+            for part in parts
+        ]
+        verdicts = judge_machines(machines, s.fail, s.max_overhead, strict=s.strict)
+        for part, verdict in zip(parts, verdicts, strict=True):
+            reference, mid = references[part.machine_id], part.machine_id
+            verdict.saved = saved.get(mid)
+            verdict.notes = [*reference.notes, *notes[mid], *verdict.notes]
+            verdict.errors = [*reference.errors, *errors[mid], *verdict.errors]
+            verdict.unchecked = [*reference.unchecked, *verdict.unchecked]
+            verdict.machine_differences = reference.machine_differences
+            verdict.machine = part.label if fleet else ""
+            if s.fail or s.max_overhead or s.compare:  # a gate: it says what it never checks
+                verdict.not_gated = gatescope.ungated_timings({"kdf": part.kdf, "inplace": part.inplace})
+        if s.html:
+            try:
+                self.write_html(s.html, parts, references, verdicts)
+            except Exception as exc:  # the verdict stands; the report that failed is an error
+                verdicts[0].errors.append(
+                    f"could not write the HTML report {s.html}: {type(exc).__name__}: {exc}"
+                )
+        if s.markdown:
+            self.write_markdown(s.markdown, parts, verdicts, rankings)
+        return {part.machine_id: verdict for part, verdict in zip(parts, verdicts, strict=True)}
+
+    def document(
+        self,
+        part: MachineRun,
+        commit: dict[str, Any],
+        now: dt.datetime,
+        incomplete: str,
+        rankings: list[FamilyRanking],
+    ) -> dict[str, Any]:
+        """One machine's saved run (pytest-benchmark's JSON shape, encperf's own parts beside)."""
+        doc = storage.document(
+            part.results, part.machine_info, part.machine_id, commit, part.settings, now, incomplete
+        )
+        doc["encperf"]["lifecycle"] = part.lifecycle
+        if part.kdf:
+            doc["encperf"]["kdf"] = part.kdf
+        if part.inplace:
+            doc["encperf"]["inplace"] = part.inplace
+            doc["encperf"]["project_size"] = self.settings.project_size
+        if part.ladder:  # its own key: the RAM-backed layer rung is never a result to compare with
+            doc["encperf"]["ladder"] = part.ladder
+        if rankings:
+            doc["encperf"]["sweeps"] = [ranking.to_dict() for ranking in rankings]
+        return doc
+
+    def write_markdown(
+        self,
+        path: Path,
+        parts: list[MachineRun],
+        verdicts: list[Verdict],
+        rankings: Callable[[MachineRun], list[FamilyRanking]],
+    ) -> None:
+        """The Markdown report (a section per machine of a fleet), also to GitHub's step summary."""
+        s = self.settings
+        if len(parts) > 1:
+            text = "\n".join(
+                markdown_report(
+                    part.results,
+                    verdict,
+                    f"encperf: machine {part.label}",
+                    s.backend_specs,
+                    s.profile,
+                    sweeps=rankings(part),
+                    ladder=part.ladder,
+                )
+                for part, verdict in zip(parts, verdicts, strict=True)
+            )
+            table = machines_table([(part.label, part.results) for part in parts], tablefmt="github")
+            text += f"\n## encperf: across machines\n\n{table}\n\n{MACHINES_NOTE}\n"
+        else:
+            text = markdown_report(
+                parts[0].results,
+                verdicts[0],
+                backends=s.backend_specs,
+                profiles=s.profile,
+                sweeps=rankings(parts[0]),
+                ladder=parts[0].ladder,
+            )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:
+            with open(summary, "a", encoding="utf-8") as file:
+                file.write(text)
+
+    @staticmethod
+    def write_html(
+        path: Path, parts: list[MachineRun], references: dict[str, Reference], verdicts: list[Verdict]
+    ) -> None:
+        """The HTML report of this run: a section per machine (a fleet has several), each with
+        its saved history before it and its own verdict."""
+        sections, judged, skipped, notes = [], {}, {}, []
+        for part, verdict in zip(parts, verdicts, strict=True):
+            info = {**part.machine_info, "machine_id": part.machine_id}
+            now = RunData("this run", tuple(part.results), part.settings, info)
+            sections.append([*reversed(references[part.machine_id].history), now])
+            if verdict.baseline or verdict.checks or verdict.errors or verdict.unchecked:
+                judged[part.machine_id] = verdict
+            skipped.update({spec: why for spec, why in part.skipped.items() if spec not in skipped})
+            prefix = f"{part.label}: " if len(parts) > 1 else ""
+            notes += [f"{prefix}cipher ceiling: {c.describe()}" for c in from_wire(part.ceilings).values()]
+        page = html_report.Page(
+            [run for runs in sections for run in runs], None, "encperf report: this run", skipped, notes,
+            sections=sections, verdicts=judged,
+        )  # fmt: skip
+        storage.write_report(path, html_report.render(page))
