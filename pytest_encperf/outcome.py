@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import gatescope, machine, storage
+from . import gatescope, machine, outputs, storage
 from . import html as html_report
 from .ceiling import from_wire
 from .compare import Gate, Verdict, expected_family_size, judge_machines
@@ -96,6 +96,16 @@ class Outcome:
         self.confirm_budget: ConfirmBudget | None = None
         self._reference: Reference | None = None
         self._gate: Gate | None = None
+
+    def unwritable(self) -> list[str]:
+        """Why a saved-run directory or report file this run will write cannot be written."""
+        s = self.settings
+        asked: list[tuple[str, Path, str]] = []
+        if s.save or s.autosave:
+            asked.append(("--encperf-storage", s.storage, "directory"))
+        reports = (("--encperf-json", s.json), ("--encperf-markdown", s.markdown), ("--encperf-html", s.html))
+        asked += [(option, path, "file") for option, path in reports if path is not None]
+        return outputs.output_problems(asked)
 
     def reference(self, machine: Callable[[], Machine]) -> Reference:
         """The saved run to compare with and its history, loaded once: before this run saves, so

@@ -11,31 +11,27 @@ the end.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import signal
 import threading
 import warnings
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import pytest
 
-from . import backends, host, journal, machine, outputs, resources, terminal
+from . import backends, host, journal, machine, resources, terminal
 from .compare import EXIT_REGRESSION
 from .engines import Engine, select_engine
 from .inplace import InplaceTiming
 from .kdf import KdfTiming
-from .load import Load, LoadMeter
+from .load import LoadMeter
 from .model import MachineRun, Result
 from .outcome import Outcome, did_not_finish
-from .progress import Plan, ProgressLine, lock_wait_text, process_text, quiet_wait_text
 from .record import RunRecord
-from .rounds import whole_blocks
 from .runner import MountedVolume, Runner
 from .settings import Settings
+from .statusline import StatusLine
 from .sweep import FamilyRanking
 from .targets import Target, container_size
 from .volumes import NoRoom, Volumes, task_room
@@ -55,43 +51,34 @@ class EncperfSession:
             raise pytest.UsageError(f"--encperf-engine: {exc}") from None
         self.topology = Topology.of(getattr(config, "workerinput", None))
         self.is_worker = self.topology.is_worker  # an xdist worker: the controller decides
-        if not self.is_worker:
-            self.check_outputs()  # before any volume: finding out at the end would waste the run
+        self.outcome = Outcome(settings)
+        problems = [] if self.is_worker else self.outcome.unwritable()  # the controller writes them
+        if problems:  # before any volume: finding out at the end would waste the run
+            raise pytest.UsageError(
+                "; ".join(problems)
+                + " (checked before anything is measured: give a path this user can write)"
+            )
         self.meter = LoadMeter(threshold=settings.busy_threshold)  # what others take in each round
+        self.status = StatusLine(config, settings, self.meter, self.is_worker)
         self.journal = journal.Journal(settings.dir)
         room = settings.size + task_room(settings)  # the test file, and what a real-work task puts there
         size = container_size(room) if settings.target == "container" else settings.size
         target = Target(settings.target, settings.dir, size, device=settings.device, force=settings.force)
-        self.volumes = Volumes(settings, target, self.engine, self.journal, self.meter, self.lock_waiting)
+        self.volumes = Volumes(
+            settings, target, self.engine, self.journal, self.meter, self.status.lock_waiting
+        )
         self.record = RunRecord()
         self.workers = WorkerRuns()  # under xdist, on the controller: what workers sent
-        self.outcome = Outcome(settings)
         self.cleaned: list[str] = []  # what the start-up cleanup released of dead runs
         self.cleanup_problems: list[str] = []  # what it refused or failed to release, and why
         self.teardown_errors: list[str] = []  # what could not be released at the end
         self._machine: tuple[dict[str, Any], str] | None = None
-        self._progress: ProgressLine | bool | None = None  # False: no terminal to show it on
         self._previous_handlers: dict[int, object] = {}
         # did the run finish (incomplete_reason): the signal or Ctrl-C that stopped it, the tests
         # planned (node ids, this process's or every xdist worker's) and those that ran
         self.interrupted = ""
         self.planned: set[str] = set()
         self.ran: set[str] = set()
-
-    def check_outputs(self) -> None:
-        """Refuse (a usage error) a saved-run directory or report file that cannot be written."""
-        s = self.settings
-        asked: list[tuple[str, Path, str]] = []
-        if s.save or s.autosave:
-            asked.append(("--encperf-storage", s.storage, "directory"))
-        reports = (("--encperf-json", s.json), ("--encperf-markdown", s.markdown), ("--encperf-html", s.html))
-        asked += [(option, path, "file") for option, path in reports if path is not None]
-        problems = outputs.output_problems(asked)
-        if problems:
-            raise pytest.UsageError(
-                "; ".join(problems)
-                + " (checked before anything is measured: give a path this user can write)"
-            )
 
     # ------------------------------------------------------------- what the fixtures ask
 
@@ -123,9 +110,9 @@ class EncperfSession:
             record=record, verify=s.verify, warmup=s.warmup, steady_cv=s.steady_cv,
             steady_budget=s.steady_budget, precision=s.precision,
             gate=self.outcome.gate(self.machine, self.topology.machines()),
-            confirm_budget=self.outcome.confirm_budget, on_round=self.round_callback(),
+            confirm_budget=self.outcome.confirm_budget, on_round=self.status.round_callback(),
             reference=volumes.reference_data, meter=self.meter, quiet_wait=s.quiet_wait,
-            on_quiet_wait=self.quiet_waiting(),
+            on_quiet_wait=self.status.quiet_waiting(),
             lock=lambda: volumes.measuring(volume, baseline),
             quiet=lambda: volumes.beside_measuring(volume, baseline),
         )  # fmt: skip
@@ -173,73 +160,11 @@ class EncperfSession:
         ]
 
     def pytest_report_collectionfinish(self, config: pytest.Config, items: list[pytest.Item]) -> list[str]:
-        """The plan, in one line after pytest's "collected N items"."""
-        tests = []
-        for item in items:
-            params = getattr(getattr(item, "callspec", None), "params", {})
-            if "encperf_volume" in params and "encperf_workload" in params:
-                tests.append((str(params["encperf_volume"]), str(params["encperf_workload"])))
-        if not tests or self.is_worker:
-            return []
-        s = self.settings
-        plan = Plan(
-            tests, s.rounds, s.runtime, s.warmup, s.sequential, len(s.workloads),
-            s.steady_budget if s.steady_cv or (s.precision and not s.sequential) else None,
-            s.confirm_budget if (s.fail or s.max_overhead) and not s.sequential else 0.0,
-            s.quiet_wait, ", ".join(process_text(pid) for pid in host.measurement_lock_holders()),
-        )  # fmt: skip
-        return plan.lines()
-
-    def round_callback(self) -> Any:
-        """The live status line's round callback, on a terminal (not -q, not an xdist worker)."""
-        if self._progress is None:
-            self._progress = False
-            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-            quiet = self.config.getoption("verbose") < 0 or os.environ.get("TERM") == "dumb"
-            if reporter is not None and bool(reporter.isatty) and not quiet and not self.is_worker:
-                self._progress = self._make_progress()
-        return self._progress.round_done if self._progress else None
-
-    def lock_waiting(self) -> Any:
-        """What host.measurement_lock tells while another measurement holds the machine: the
-        status line names the holder (on a terminal only, as the round line)."""
-        self.round_callback()
-        progress = self._progress
-        if not progress:
-            return None
-        return lambda holders, waited: progress.waiting(lock_wait_text(holders, waited))
-
-    def quiet_waiting(self) -> Any:
-        """What --encperf-quiet-wait tells while others keep the machine busy (status line)."""
-        self.round_callback()
-        progress, s = self._progress, self.settings
-        if not progress:
-            return None
-
-        def waiting(load: Load) -> None:
-            progress.waiting(quiet_wait_text(load, self.meter.threshold, s.quiet_wait))
-
-        return waiting
-
-    def _make_progress(self) -> ProgressLine:
-        writer = self.config.get_terminal_writer()
-        capture = self.config.pluginmanager.get_plugin("capturemanager")
-
-        def write(text: str) -> None:  # the test's output is captured while it runs: not ours
-            with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
-                writer.write_raw(text, flush=True)
-
-        s = self.settings
-        return ProgressLine(
-            write, lambda: writer.width_of_current_line, lambda: writer.fullwidth,
-            rounds=s.rounds if s.sequential else whole_blocks(s.rounds), runtime=s.runtime,
-            warmup=s.warmup, sides=1 if s.sequential else 2,
-        )  # fmt: skip
+        return self.status.plan(items)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if self._progress:  # before pytest writes the test's outcome
-            self._progress.clear()
+        self.status.clear()  # before pytest writes the test's outcome
         if report.when == "call" or not report.passed:  # a test that ran, or never could
             self.ran.add(report.nodeid)
 
@@ -264,13 +189,11 @@ class EncperfSession:
             except NoRoom as exc:
                 if not self.is_worker:
                     raise pytest.UsageError(str(exc)) from None
-                self.volumes.no_room = str(
-                    exc
-                )  # a worker's usage error would be lost: its tests fail with it
+                # a worker's usage error would be lost: its tests fail with it
+                self.volumes.no_room = str(exc)
+            s = self.settings
             if self.topology.worker_id == "gw0":  # once per run
-                for message in self.topology.unreliable(
-                    self.settings.sequential, self.settings.parallel_devices
-                ):
+                for message in self.topology.unreliable(s.sequential, s.parallel_devices):
                     warnings.warn(EncperfWarning(message), stacklevel=1)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

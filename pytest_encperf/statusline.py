@@ -1,0 +1,99 @@
+"""The plan and the live status line, wired to pytest's terminal (progress.py has no pytest).
+
+``StatusLine`` is built from the config, the settings and the load meter: the plan after
+"collected N items", and on a terminal (not ``-q``, not an xdist worker) the status line the
+runner's rounds and the measurement lock's waits are told on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from . import host
+from .load import Load, LoadMeter
+from .progress import Plan, ProgressLine, lock_wait_text, process_text, quiet_wait_text
+from .rounds import whole_blocks
+from .settings import Settings
+
+
+class StatusLine:
+    def __init__(self, config: pytest.Config, settings: Settings, meter: LoadMeter, is_worker: bool) -> None:
+        self.config = config
+        self.settings = settings
+        self.meter = meter
+        self.is_worker = is_worker
+        self._progress: ProgressLine | bool | None = None  # False: no terminal to show it on
+
+    def plan(self, items: list[pytest.Item]) -> list[str]:
+        """The plan, in one line after pytest's "collected N items"."""
+        tests = []
+        for item in items:
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            if "encperf_volume" in params and "encperf_workload" in params:
+                tests.append((str(params["encperf_volume"]), str(params["encperf_workload"])))
+        if not tests or self.is_worker:
+            return []
+        s = self.settings
+        plan = Plan(
+            tests, s.rounds, s.runtime, s.warmup, s.sequential, len(s.workloads),
+            s.steady_budget if s.steady_cv or (s.precision and not s.sequential) else None,
+            s.confirm_budget if (s.fail or s.max_overhead) and not s.sequential else 0.0,
+            s.quiet_wait, ", ".join(process_text(pid) for pid in host.measurement_lock_holders()),
+        )  # fmt: skip
+        return plan.lines()
+
+    def round_callback(self) -> Any:
+        """The live status line's round callback, on a terminal (not -q, not an xdist worker)."""
+        if self._progress is None:
+            self._progress = False
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            quiet = self.config.getoption("verbose") < 0 or os.environ.get("TERM") == "dumb"
+            if reporter is not None and bool(reporter.isatty) and not quiet and not self.is_worker:
+                self._progress = self._make_progress()
+        return self._progress.round_done if self._progress else None
+
+    def lock_waiting(self) -> Callable[[list[int], float], None] | None:
+        """What host.measurement_lock tells while another measurement holds the machine: the
+        status line names the holder (on a terminal only, as the round line)."""
+        self.round_callback()
+        progress = self._progress
+        if not progress:
+            return None
+        return lambda holders, waited: progress.waiting(lock_wait_text(holders, waited))
+
+    def quiet_waiting(self) -> Callable[[Load], None] | None:
+        """What --encperf-quiet-wait tells while others keep the machine busy (status line)."""
+        self.round_callback()
+        progress, s = self._progress, self.settings
+        if not progress:
+            return None
+
+        def waiting(load: Load) -> None:
+            progress.waiting(quiet_wait_text(load, self.meter.threshold, s.quiet_wait))
+
+        return waiting
+
+    def clear(self) -> None:
+        """Before pytest writes a test's outcome."""
+        if self._progress:
+            self._progress.clear()
+
+    def _make_progress(self) -> ProgressLine:
+        writer = self.config.get_terminal_writer()
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+
+        def write(text: str) -> None:  # the test's output is captured while it runs: not ours
+            with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+                writer.write_raw(text, flush=True)
+
+        s = self.settings
+        return ProgressLine(
+            write, lambda: writer.width_of_current_line, lambda: writer.fullwidth,
+            rounds=s.rounds if s.sequential else whole_blocks(s.rounds), runtime=s.runtime,
+            warmup=s.warmup, sides=1 if s.sequential else 2,
+        )  # fmt: skip
