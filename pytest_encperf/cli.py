@@ -137,7 +137,7 @@ def saved_verdict(
     baseline = load_baseline(
         args.storage, base_run, ref, args.history, current.machine_info,
         allow_other_hardware=args.allow_other_hardware, gated=bool(args.fail),
-        flag="--allow-other-hardware", leave_out=current_run.path,
+        flag="--allow-other-hardware", leave_out=current_run.path, unreadable_history=False,
     )  # fmt: skip
     reference = baseline.run
     assert reference is not None

@@ -51,10 +51,13 @@ def load_baseline(
     gated: bool,
     flag: str = gatescope.ALLOW_OTHER_HARDWARE,
     leave_out: Path | None = None,
+    unreadable_history: bool = True,
 ) -> Reference:
     """The saved ``run`` (named ``ref``) as the baseline of a run on the machine ``info``, with up
     to ``history`` saved runs before it (never ``leave_out``: the run being judged), the
-    differences of the machines, and what other hardware leaves unchecked (gatescope)."""
+    differences of the machines, and what other hardware leaves unchecked (gatescope). An
+    unreadable run of the history is left out with a note, or with ``unreadable_history=False``
+    raises its StorageError (``encperf compare`` stops on it)."""
     loaded = Reference(run=storage.load_run(run))
     loaded.notes, loaded.unchecked = gatescope.other_hardware(
         loaded.run.label, loaded.run.machine_info, info, allow_other_hardware, gated=gated, flag=flag
@@ -66,6 +69,8 @@ def load_baseline(
         try:
             loaded.history.append(storage.load_run(saved))
         except storage.StorageError as exc:
+            if not unreadable_history:
+                raise
             loaded.notes.append(f"history: left out {exc}")
     loaded.history.insert(0, loaded.run)
     return loaded

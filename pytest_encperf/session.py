@@ -33,8 +33,7 @@ from .runner import MountedVolume, Runner
 from .settings import Settings
 from .statusline import StatusLine
 from .sweep import FamilyRanking
-from .targets import Target, container_size
-from .volumes import NoRoom, Volumes, task_room
+from .volumes import NoRoom, Volumes
 from .workers import Topology, WorkerRuns, merge
 
 # Fixtures that create volumes: a session collecting none of them needs no room on the target.
@@ -61,12 +60,7 @@ class EncperfSession:
         self.meter = LoadMeter(threshold=settings.busy_threshold)  # what others take in each round
         self.status = StatusLine(config, settings, self.meter, self.is_worker)
         self.journal = journal.Journal(settings.dir)
-        room = settings.size + task_room(settings)  # the test file, and what a real-work task puts there
-        size = container_size(room) if settings.target == "container" else settings.size
-        target = Target(settings.target, settings.dir, size, device=settings.device, force=settings.force)
-        self.volumes = Volumes(
-            settings, target, self.engine, self.journal, self.meter, self.status.lock_waiting
-        )
+        self.volumes = Volumes(settings, self.engine, self.journal, self.meter, self.status.lock_waiting)
         self.record = RunRecord()
         self.workers = WorkerRuns()  # under xdist, on the controller: what workers sent
         self.cleaned: list[str] = []  # what the start-up cleanup released of dead runs

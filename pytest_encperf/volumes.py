@@ -28,7 +28,7 @@ from .load import LoadMeter
 from .model import Measurement
 from .runner import MountedVolume, Unavailable, close_volume, measure_all, open_volume, slug
 from .settings import Settings
-from .targets import DeviceClaim, Target
+from .targets import DeviceClaim, Target, container_size
 from .workloads import MiB
 
 # After Ctrl-C / SIGTERM / SIGHUP the teardown waits at most this long in all for other runs'
@@ -57,17 +57,21 @@ def task_room(settings: Settings) -> int:
 
 
 class Volumes:
+    """The run's volumes on its target (--encperf-target, --encperf-dir or --encperf-device)."""
+
     def __init__(
         self,
         settings: Settings,
-        target: Target,
         engine: Engine,
         run_journal: journal.Journal,
         meter: LoadMeter,
         lock_waiting: Callable[[], Any],
     ) -> None:
         self.settings = settings
-        self.target = target
+        room = settings.size + task_room(settings)  # the test file, and what a real-work task puts there
+        size = container_size(room) if settings.target == "container" else settings.size
+        s = settings
+        self.target = Target(s.target, s.dir, size, device=s.device, force=s.force)
         self.engine = engine
         self.journal = run_journal
         self.meter = meter
