@@ -58,11 +58,12 @@ def load_baseline(
     differences of the machines, and what other hardware leaves unchecked (gatescope). An
     unreadable run of the history is left out with a note, or with ``unreadable_history=False``
     raises its StorageError (``encperf compare`` stops on it)."""
-    loaded = Reference(run=storage.load_run(run))
+    reference = storage.load_run(run)
+    loaded = Reference(run=reference)
     loaded.notes, loaded.unchecked = gatescope.other_hardware(
-        loaded.run.label, loaded.run.machine_info, info, allow_other_hardware, gated=gated, flag=flag
+        reference.label, reference.machine_info, info, allow_other_hardware, gated=gated, flag=flag
     )
-    loaded.machine_differences = machine.differences(loaded.run.machine_info, info)
+    loaded.machine_differences = machine.differences(reference.machine_info, info)
     for saved in storage.history(directory, run, ref, history)[1:]:
         if saved.path == leave_out:
             continue
@@ -72,7 +73,7 @@ def load_baseline(
             if not unreadable_history:
                 raise
             loaded.notes.append(f"history: left out {exc}")
-    loaded.history.insert(0, loaded.run)
+    loaded.history.insert(0, reference)
     return loaded
 
 

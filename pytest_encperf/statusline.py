@@ -27,7 +27,8 @@ class StatusLine:
         self.settings = settings
         self.meter = meter
         self.is_worker = is_worker
-        self._progress: ProgressLine | bool | None = None  # False: no terminal to show it on
+        self._progress: ProgressLine | None = None  # None: not asked yet, or no terminal to show it on
+        self._asked = False
 
     def plan(self, items: list[pytest.Item]) -> list[str]:
         """The plan, in one line after pytest's "collected N items"."""
@@ -49,8 +50,8 @@ class StatusLine:
 
     def round_callback(self) -> Any:
         """The live status line's round callback, on a terminal (not -q, not an xdist worker)."""
-        if self._progress is None:
-            self._progress = False
+        if not self._asked:
+            self._asked = True
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
             quiet = self.config.getoption("verbose") < 0 or os.environ.get("TERM") == "dumb"
             if reporter is not None and bool(reporter.isatty) and not quiet and not self.is_worker:

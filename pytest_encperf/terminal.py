@@ -93,7 +93,7 @@ def write(tr: Writer, lines: Iterable[Line]) -> None:
 
 
 def run_notes(
-    interrupted: list[str], teardown: list[str], journal_error: str, directory: Any
+    interrupted: list[str], teardown: list[str], journal_error: str | None, directory: Any
 ) -> Iterator[Line]:
     """What the run itself says before its tables: the interrupt's waits, teardown failures."""
     for note in interrupted:
