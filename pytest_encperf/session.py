@@ -215,7 +215,8 @@ class EncperfSession:
                 with host.measurement_lock(None):  # another one on this machine
                     self.record.ceilings()
             if self.is_worker:
-                self.config.workeroutput["encperf_machine"] = self.machine_run().to_dict()
+                output = self.config.workeroutput  # type: ignore[attr-defined]  # xdist's, on a worker
+                output["encperf_machine"] = self.machine_run().to_dict()
             else:
                 self.finish(session)
 

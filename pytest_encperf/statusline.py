@@ -70,12 +70,12 @@ class StatusLine:
     def quiet_waiting(self) -> Callable[[Load], None] | None:
         """What --encperf-quiet-wait tells while others keep the machine busy (status line)."""
         self.round_callback()
-        progress, s = self._progress, self.settings
-        if not progress:
+        progress, s, threshold = self._progress, self.settings, self.meter.threshold
+        if not progress or threshold is None:  # no quiet wait without a threshold (check_quiet_wait)
             return None
 
         def waiting(load: Load) -> None:
-            progress.waiting(quiet_wait_text(load, self.meter.threshold, s.quiet_wait))
+            progress.waiting(quiet_wait_text(load, threshold, s.quiet_wait))
 
         return waiting
 
