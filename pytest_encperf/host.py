@@ -453,7 +453,7 @@ def measurement_lock(
     every lock shared. Every encperf process of this user takes these locks (xdist workers,
     separate sessions); flock: released by the kernel when the holder dies. Waits as long as it
     takes (another process is measuring), or ``timeout`` s, then raises LockTimeout naming the
-    holders (a teardown after an interrupt: see Volumes.beside_no_measurement). Never nest two
+    holders (a teardown after an interrupt: see Volumes.between_measurements). Never nest two
     holds in one process: a shared hold would keep its own exclusive request waiting for ever.
     """
     base = directory or lock_directory()

@@ -72,7 +72,7 @@ class LayerSettings:
     warmup: int
     # held around each workload's rounds (a RAM measurement uses the CPU and memory: the machine)
     lock: Callable[[], AbstractContextManager[float]] = lambda: contextlib.nullcontext(0.0)
-    quiet: Callable[[], AbstractContextManager[float]] = lambda: contextlib.nullcontext(0.0)
+    between_measurements: Callable[[], AbstractContextManager[float]] = lambda: contextlib.nullcontext(0.0)
 
 
 def measure_layers(
@@ -146,7 +146,7 @@ def _measure(
         record=lambda result: None,  # never among the run's results: see the module docstring
         warmup=settings.warmup,
         lock=settings.lock,
-        quiet=settings.quiet,
+        between_measurements=settings.between_measurements,
     )
     measured = {}
     note = "RAM-backed: loop device over a container file on tmpfs"

@@ -155,7 +155,7 @@ class Outcome:
         rounds, because nothing is gated, the budget is 0, or on a partition target); the checks
         of all ``machines`` of the run form one family."""
         s = self.settings
-        if not (s.fail or s.max_overhead) or s.confirm_budget <= 0 or s.sequential:
+        if not (s.fail or s.max_overhead) or s.confirm_budget <= 0 or s.one_volume_at_a_time:
             return None
         if self._gate is None:
             reference = self.reference(machine)

@@ -132,7 +132,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def _workload_marks(session: EncperfSession, workload: Workload) -> list[pytest.MarkDecorator]:
     """A real-work task is skipped on the partition target, saying why (runner._run_task)."""
-    if workload.kind == "task" and session.settings.sequential:
+    if workload.kind == "task" and session.settings.one_volume_at_a_time:
         return [pytest.mark.skip(reason=f"{workload.name}: {TASK_NEEDS_PLAIN}")]
     return []
 
@@ -153,10 +153,10 @@ def encperf_baseline(request: pytest.FixtureRequest) -> Iterator[MountedVolume |
     """The unencrypted volume on the same kind of target, created once per session.
 
     None on a partition target: the partition holds one volume at a time, so the baseline is
-    measured on it before and after each encrypted volume instead (Settings.sequential).
+    measured on it before and after each encrypted volume instead (Settings.one_volume_at_a_time).
     """
     session = request.config.stash[session_key]
-    if session.settings.sequential:
+    if session.settings.one_volume_at_a_time:
         yield None
         return
     with _skip_or_fail():

@@ -69,7 +69,7 @@ class Plan:
     rounds: int
     runtime: float
     warmup: int
-    sequential: bool = False  # partition target: plain measured before and after each volume
+    one_volume_at_a_time: bool = False  # partition target: plain measured before and after each volume
     workloads_per_volume: int = 0  # partition target: workloads of each plain measurement
     steady_budget: float | None = None  # --encperf-steady-cv/-precision: most extra seconds per workload
     confirm_budget: float = 0.0  # most extra seconds of confirmation rounds in the run
@@ -79,13 +79,13 @@ class Plan:
     @property
     def counted_rounds(self) -> int:
         """The rounds each workload gets: whole A B B A blocks beside plain (3 asked: 4)."""
-        return self.rounds if self.sequential else whole_blocks(self.rounds)
+        return self.rounds if self.one_volume_at_a_time else whole_blocks(self.rounds)
 
     def seconds(self) -> float:
         """The rounds alone (warm-up included); making volumes and test files is extra."""
-        sides = 1 if self.sequential else 2
+        sides = 1 if self.one_volume_at_a_time else 2
         total = len(self.tests) * workload_seconds(self.counted_rounds, self.runtime, self.warmup, sides)
-        if self.sequential:  # plain, every workload, before and after each encrypted volume
+        if self.one_volume_at_a_time:  # plain, every workload, before and after each encrypted volume
             volumes = len({backend for backend, _ in self.tests})
             total += volumes * 2 * self.workloads_per_volume * (self.rounds + self.warmup) * self.runtime
         return total
@@ -99,7 +99,9 @@ class Plan:
         backends = list(dict.fromkeys(backend for backend, _ in self.tests))
         workloads = list(dict.fromkeys(workload for _, workload in self.tests))
         warmup = f" + {self.warmup} warm-up" if self.warmup else ""
-        against = "plain before and after each volume" if self.sequential else "alternating with plain"
+        against = (
+            "plain before and after each volume" if self.one_volume_at_a_time else "alternating with plain"
+        )
         extra = self.extra_seconds()
         kinds = ["steady-state and confirmation rounds"] if extra > len(self.tests) * self.quiet_wait else []
         kinds += ["waiting for quiet"] if self.quiet_wait else []

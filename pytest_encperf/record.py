@@ -44,7 +44,7 @@ class RunRecord:
             if result.backend == spec:
                 result.baseline_rounds.extend(rounds.get(result.workload.name, []))
 
-    def ceilings(self, measure: bool = True) -> dict[str, Ceiling]:
+    def measure_cipher_ceilings(self, measure: bool = True) -> dict[str, Ceiling]:
         """The speed of each cipher the measured backends name, measured once per session (none
         measured when not ``measure``: after an interrupt, the user asked the run to stop)."""
         wanted = [c for c in dict.fromkeys(r.cipher_ceiling for r in self.results) if c]
@@ -66,11 +66,11 @@ class RunRecord:
         settings = layer.LayerSettings(
             engine, *plan,
             lock=lambda: host.measurement_lock(None),  # memory and CPU: the whole machine
-            quiet=lambda: host.measurement_lock(None, shared=True),
+            between_measurements=lambda: host.measurement_lock(None, shared=True),
         )  # fmt: skip
         self.layers, errors = layer.measure_layers(cases.items(), base, settings)
         with host.measurement_lock(None):
-            for cipher in self.ceilings(measure):
+            for cipher in self.measure_cipher_ceilings(measure):
                 other, why = counterpart(cipher)
                 if other is None:
                     self.counterparts[cipher] = ladder.Rung(None, why)
@@ -81,7 +81,10 @@ class RunRecord:
 
     def ladder_rows(self, measure: bool = True) -> list[dict[str, Any]]:
         """The ladder of this process's results."""
-        ciphers = {name: ladder.Rung(c.mb_per_s, c.describe()) for name, c in self.ceilings(measure).items()}
+        ciphers = {
+            name: ladder.Rung(c.mb_per_s, c.describe())
+            for name, c in self.measure_cipher_ceilings(measure).items()
+        }
         rows = ladder.rows(self.results, self.layers, ciphers, self.counterparts)
         return [row.to_dict() for row in rows]
 
@@ -115,7 +118,9 @@ class RunRecord:
             engine=engine,
             results=list(self.results),
             skipped=dict(skipped),
-            ceilings={cipher: (c.mb_per_s, c.how) for cipher, c in self.ceilings(measure).items()},
+            ceilings={
+                cipher: (c.mb_per_s, c.how) for cipher, c in self.measure_cipher_ceilings(measure).items()
+            },
             xts_driver=kernel_xts_driver(),
             problems=list(problems),
             lifecycle={spec: {k: list(v) for k, v in cycles.items()} for spec, cycles in lifecycle.items()},

@@ -254,11 +254,11 @@ class Runner:
     confirm_budget: ConfirmBudget | None = None  # ... and more pairs are run while this lasts
     # Held around all rounds of one workload (warm-up to confirmation), never inside a round;
     # gives the seconds waited for it (host.measurement_lock: one measurement per disk), which
-    # with the wait for ``quiet`` becomes the result's lock_wait
+    # with the wait for ``between_measurements`` becomes the result's lock_wait
     lock: Callable[[], AbstractContextManager[float]] = lambda: contextlib.nullcontext(0.0)
     # Held around what fills or remounts the volumes (the test file, --encperf-verify): beside
     # other such work, never beside a measurement (host.measurement_lock, shared)
-    quiet: Callable[[], AbstractContextManager[float]] = lambda: contextlib.nullcontext(0.0)
+    between_measurements: Callable[[], AbstractContextManager[float]] = lambda: contextlib.nullcontext(0.0)
     # told after each round (warm-up too): (workload, volume spec, spec of the side measured, round)
     on_round: Callable[[Workload, str, str, Measurement], None] | None = None
     # the real-work tasks' reference data, made on first use (once per session, outside rounds)
@@ -306,7 +306,7 @@ class Runner:
         baseline: MountedVolume = self.baseline
         side = self.volume  # which volume a storage error came from
         try:
-            with self.quiet() as waited_to_prepare:
+            with self.between_measurements() as waited_to_prepare:
                 volume_file = self.engine.prepare(self.volume.data_dir, self.size)
                 side = baseline
                 baseline_file = self.engine.prepare(baseline.data_dir, self.size)
@@ -353,7 +353,7 @@ class Runner:
                 "free space under --encperf-dir or pass a smaller --encperf-size"
             ) from exc
         if self.verify and not workload.is_read:
-            with self.quiet():
+            with self.between_measurements():
                 verify_after_remount(self.volume, [volume_file.name])
         self.record(result)
         return result
@@ -383,7 +383,7 @@ class Runner:
             raise RunError(f"{workload.name}: {TASK_NEEDS_PLAIN}")
         if self.reference is None:
             raise RunError(f"{workload.name}: no reference tree was given to the runner")
-        with self.quiet() as waited_to_prepare:
+        with self.between_measurements() as waited_to_prepare:
             reference = self.reference()  # generated on first use, not timed
         result = Result(
             backend=self.volume.spec,
@@ -435,7 +435,7 @@ class Runner:
         """One block device holds one volume at a time: the baseline rounds were measured on it
         before the volume was created (and more are added after it is removed). No A B B A order
         and no confirmation rounds here: the baseline cannot be measured beside the volume."""
-        with self.quiet() as waited_to_prepare:
+        with self.between_measurements() as waited_to_prepare:
             volume_file = self.engine.prepare(self.volume.data_dir, self.size)
             o_direct = self.engine.io_mode(volume_file)
         direct = direct_io(o_direct, workload)

@@ -108,7 +108,7 @@ class EncperfSession:
             reference=volumes.reference_data, meter=self.meter, quiet_wait=s.quiet_wait,
             on_quiet_wait=self.status.quiet_waiting(),
             lock=lambda: volumes.measuring(volume, baseline),
-            quiet=lambda: volumes.beside_measuring(volume, baseline),
+            between_measurements=lambda: volumes.beside_measuring(volume, baseline),
         )  # fmt: skip
 
     def machine(self) -> tuple[dict[str, Any], str]:
@@ -184,10 +184,10 @@ class EncperfSession:
                 if not self.is_worker:
                     raise pytest.UsageError(str(exc)) from None
                 # a worker's usage error would be lost: its tests fail with it
-                self.volumes.no_room = str(exc)
+                self.volumes.refused = str(exc)
             s = self.settings
             if self.topology.worker_id == "gw0":  # once per run
-                for message in self.topology.unreliable(s.sequential, s.parallel_devices):
+                for message in self.topology.unreliable(s.one_volume_at_a_time, s.parallel_devices):
                     warnings.warn(EncperfWarning(message), stacklevel=1)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -198,7 +198,7 @@ class EncperfSession:
             try:
                 # not after Ctrl-C, -x or --maxfail: the user asked the run to stop
                 if s.ladder and self.record.results and not (session.shouldstop or session.shouldfail):
-                    with self.volumes.beside_no_measurement():  # in the run directory, before close_all
+                    with self.volumes.between_measurements():  # in the run directory, before close_all
                         base = self.volumes.run_dir()
                     plan = (s.size, s.runtime, s.rounds, s.warmup)
                     self.teardown_errors += self.record.measure_ladder(self.engine, plan, base, measure)
@@ -213,7 +213,7 @@ class EncperfSession:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             if self.record.results and not self.interrupted:  # a measurement (CPU only): never beside
                 with host.measurement_lock(None):  # another one on this machine
-                    self.record.ceilings()
+                    self.record.measure_cipher_ceilings()
             if self.is_worker:
                 output = self.config.workeroutput  # type: ignore[attr-defined]  # xdist's, on a worker
                 output["encperf_machine"] = self.machine_run().to_dict()

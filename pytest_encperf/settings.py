@@ -514,7 +514,7 @@ class Settings:
         return profile_workloads(self.profile, self.size, self.tree_size, self.tree_seed)
 
     @property
-    def sequential(self) -> bool:
+    def one_volume_at_a_time(self) -> bool:
         """One volume at a time: a partition cannot hold the baseline and an encrypted volume."""
         return self.target == "partition"
 

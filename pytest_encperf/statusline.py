@@ -41,9 +41,9 @@ class StatusLine:
             return []
         s = self.settings
         plan = Plan(
-            tests, s.rounds, s.runtime, s.warmup, s.sequential, len(s.workloads),
-            s.steady_budget if s.steady_cv or (s.precision and not s.sequential) else None,
-            s.confirm_budget if (s.fail or s.max_overhead) and not s.sequential else 0.0,
+            tests, s.rounds, s.runtime, s.warmup, s.one_volume_at_a_time, len(s.workloads),
+            s.steady_budget if s.steady_cv or (s.precision and not s.one_volume_at_a_time) else None,
+            s.confirm_budget if (s.fail or s.max_overhead) and not s.one_volume_at_a_time else 0.0,
             s.quiet_wait, ", ".join(process_text(pid) for pid in host.measurement_lock_holders()),
         )  # fmt: skip
         return plan.lines()
@@ -95,6 +95,6 @@ class StatusLine:
         s = self.settings
         return ProgressLine(
             write, lambda: writer.width_of_current_line, lambda: writer.fullwidth,
-            rounds=s.rounds if s.sequential else whole_blocks(s.rounds), runtime=s.runtime,
-            warmup=s.warmup, sides=1 if s.sequential else 2,
+            rounds=s.rounds if s.one_volume_at_a_time else whole_blocks(s.rounds), runtime=s.runtime,
+            warmup=s.warmup, sides=1 if s.one_volume_at_a_time else 2,
         )  # fmt: skip

@@ -157,10 +157,10 @@ def machine_summary(
         (
             f"target: {s.target} in {part.settings.get('dir', s.dir)} | engine: {part.engine} | "
             f"file: {s.size // (1024 * 1024)} MiB | "
-            f"{s.rounds if s.sequential else whole_blocks(s.rounds)} rounds x {s.runtime:g} s, "
+            f"{s.rounds if s.one_volume_at_a_time else whole_blocks(s.rounds)} rounds x {s.runtime:g} s, "
             + (
                 "baseline measured before and after each volume"
-                if s.sequential
+                if s.one_volume_at_a_time
                 else "alternating with the baseline"
             )
         ),

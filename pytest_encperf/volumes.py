@@ -79,7 +79,9 @@ class Volumes:
         self.skipped: dict[str, str] = {}  # backend spec -> reason
         self.errors: dict[str, str] = {}  # backend spec -> why its volume failed
         self.lifecycle: dict[str, dict[str, list[float]]] = {}  # backend spec -> step -> s per cycle
-        self.no_room = ""  # on an xdist worker: why the target has no room (check_room)
+        # on an xdist worker: why it makes no volume (the target has no room, or the journal
+        # directory is refused); its tests fail with it, as the controller stopped with a usage error
+        self.refused = ""
         self.interrupted = False  # nothing more is measured; the teardown waits at most a while
         self.interrupt_notes: list[str] = []  # what the teardown did not wait for after the interrupt
         self._interrupted_wait_left = INTERRUPTED_LOCK_WAIT  # seconds (teardown_lock)
@@ -174,14 +176,14 @@ class Volumes:
 
     def open(self, spec_text: str) -> MountedVolume:
         """Create and mount a volume; VolumeSkip with the reason when the backend can't run here."""
-        if self.no_room:
-            raise VolumeFailure(self.no_room)
+        if self.refused:
+            raise VolumeFailure(self.refused)
         if spec_text in self.skipped:
             raise VolumeSkip(f"{spec_text}: {self.skipped[spec_text]}")
         if spec_text in self.errors:
             raise VolumeFailure(self.errors[spec_text])
         backend = make_backend(BackendSpec.parse(spec_text))
-        if self.settings.sequential:
+        if self.settings.one_volume_at_a_time:
             # checked before anything is measured or written for this backend
             problems = backend.problems(self.target) + placement_problems(backend, self.target)
             refused = "; ".join(problems) or self.hold_device()
@@ -194,7 +196,7 @@ class Volumes:
         if self._claim is not None:
             self._claim.release()  # lent to the volume: its mount or mapping holds the device now
         try:
-            with self.beside_no_measurement():
+            with self.between_measurements():
                 mounted = open_volume(backend, self.target, workdir)
         except Unavailable as exc:
             self.skipped[spec_text] = str(exc)
@@ -227,7 +229,7 @@ class Volumes:
             return {}  # close_all released it (the fixture's teardown comes after it when interrupted)
         # the lock first, for as long as another worker's rounds take (a signal while waiting
         # leaves the volume to close_all); then the teardown itself, signals deferred
-        with self.beside_no_measurement():
+        with self.between_measurements():
             with host.signals_deferred():
                 if mounted in self._open:
                     self._open.remove(mounted)
@@ -243,7 +245,7 @@ class Volumes:
             finally:
                 with host.signals_deferred():
                     self._take_device_back()
-        if self.settings.sequential and mounted.spec != BASELINE and not self.interrupted:
+        if self.settings.one_volume_at_a_time and mounted.spec != BASELINE and not self.interrupted:
             return self.measure_baseline()  # the partition again, now that the volume is gone
         return {}
 
@@ -267,8 +269,8 @@ class Volumes:
         """VolumeFailure/VolumeSkip unless ``what`` may make volumes of its own for ``spec_text``:
         never on the partition target, whose device the benchmark volumes hold (DeviceClaim) and
         which the user named for them alone."""
-        if self.no_room:
-            raise VolumeFailure(self.no_room)
+        if self.refused:
+            raise VolumeFailure(self.refused)
         if self.target.kind == "partition":
             raise VolumeSkip(f"{spec_text}: {what} runs on the container target only, not on a partition")
         if spec_text in self.skipped:
@@ -281,7 +283,7 @@ class Volumes:
         workdir = self.run_dir() / f"{next(self._counter):02d}-kdf-{slug(spec_text)}"
         try:
             # not beside another worker's measurement: a key derivation is CPU and memory bound
-            with self.beside_no_measurement():
+            with self.between_measurements():
                 return kdf.measure(spec_text, self.target, workdir)
         except kdf.KdfUnavailable as exc:  # its own skip: the backend's benchmark may still run
             raise VolumeSkip(f"{spec_text}: {exc}") from None
@@ -292,7 +294,7 @@ class Volumes:
         self._extra_volumes_allowed(spec_text, "in-place encryption")
         workdir = self.run_dir() / f"{next(self._counter):02d}-inplace-{slug(spec_text)}"
         try:
-            with self.beside_no_measurement():
+            with self.between_measurements():
                 return inplace.measure(spec_text, self.target, workdir, self.settings.size)
         except inplace.InplaceUnavailable as exc:  # its own skip, as the kdf profile's
             raise VolumeSkip(f"{spec_text}: {exc}") from None
@@ -332,7 +334,7 @@ class Volumes:
         """The measurement lock shared, for what may run beside others' work on ``volumes``."""
         return host.measurement_lock(self.lock_disks(*volumes), shared=True, waiting=self.lock_waiting())
 
-    def beside_no_measurement(self) -> AbstractContextManager[float]:
+    def between_measurements(self) -> AbstractContextManager[float]:
         """Making and removing volumes (formatting, key derivation, daemons): beside other such
         work, never beside a measurement on the same disks (the measurement lock, shared). After
         an interrupt, the wait is bounded (teardown_lock)."""

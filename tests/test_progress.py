@@ -45,7 +45,9 @@ def test_the_plan_counts_rounds_and_warm_ups_on_both_sides() -> None:
         "(making volumes and test files comes on top)"
     )
     # a partition: one side per test, and plain (8 workloads) before and after each volume
-    partition = Plan(tests, rounds=3, runtime=1.0, warmup=1, sequential=True, workloads_per_volume=8)
+    partition = Plan(
+        tests, rounds=3, runtime=1.0, warmup=1, one_volume_at_a_time=True, workloads_per_volume=8
+    )
     assert partition.seconds() == 16 * 4 + 2 * 2 * 8 * 4
     assert "plain before and after each volume" in partition.line()
 
