@@ -5,23 +5,24 @@ What counts as evidence depends on the metric and on what the reference offers:
 
 - ``paired ratios`` (the default for an encrypted backend): each backend round divided by the
   plain round measured beside it. Whole-run drift (a busy neighbour, a warmer disk) moves both
-  sides of a pair and cancels in the ratio. The ratios of this run are compared with the same
-  ratios of the reference run by an exact one-sided Mann-Whitney test on their logarithms; the
-  change is the Hodges-Lehmann shift with its distribution-free interval.
-- ``history``: absolute numbers (plain's throughput, latency, CPU, an encrypted backend's MB/s)
-  do not cancel drift, so they are decided only against the run-to-run spread of the medians of
-  at least MIN_HISTORY comparable saved runs (Student's t prediction, the spread pooled over the
-  backend's workloads). With fewer saved runs they are reported and not gated.
-- ``paired ratios + history``: with such a history, a paired check must also lie outside the
-  run-to-run spread of the saved ratio medians (one-sided, at ALPHA), as asv and Bencher require.
+  sides of a pair and cancels in the ratio; what a new run changes for the backend alone (a new
+  volume, its placement) does not, and enters as the between-run part of the model
+  (pytest_encperf/verdict.py: a prior per backend and workload, fitted to measured runs).
+- ``paired ratios + history``: the same, with at least MIN_HISTORY comparable saved runs, whose
+  spread adds to the prior (per workload).
+- ``rounds + run prior``: plain's own throughput against the reference's plain, with plain's
+  between-run prior (a machine that got slower: not the encryption's fault, shown as such).
+- ``history``: other absolute numbers (latency, CPU, an encrypted backend's MB/s, life-cycle
+  steps) have no prior: they are gated only with at least MIN_HISTORY comparable saved runs.
 - ``this run's plain rounds`` (``--encperf-max-overhead``): a backend's rounds against the plain
-  rounds interleaved with it.
+  rounds interleaved with it (one run: no between-run part).
 
-All gated checks of a run form one family: their p-values are adjusted with Holm's step-down
-procedure, so a run with 50 checks is no more likely to fail falsely than one with 5. A check
-fails only when its change is worse than its threshold AND its adjusted p-value is <= ALPHA.
-A check whose two sides were measured with different settings is ``not comparable``, never a
-pass. ``Gate`` lets the runner add paired rounds to a check that is not yet decided.
+Every check has three outcomes against its threshold, a tolerance: FAIL when worse than the
+threshold with the family's confidence (Holm over every gated check of the run, so a run with 50
+checks is no more likely to fail falsely than one with 5), pass when not worse than it at ALPHA
+one-sided, otherwise UNDECIDED (fails under --encperf-strict). A check whose two sides were
+measured with different settings is ``not comparable``, never a pass. ``Gate`` lets the runner
+add paired rounds to a check that is not yet decided.
 """
 
 from __future__ import annotations
@@ -33,20 +34,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 
-from . import stats
+from . import stats, verdict
 from .load import BUSY_SHARE
 from .model import LIFECYCLE_STEPS, Measurement, Result, RunData, io_mode_problem, round_ratios
 from .workloads import TASK_NAMES, MiB, Workload
 
 EXIT_REGRESSION = 7  # pytest exit status (and `encperf compare`'s) when the gate fails; see README
-ALPHA = 0.05  # family-wise error rate of the gate
-# The p-value of a check tests "worse by more than this fraction of the threshold", not "worse at
-# all": two runs of the same code differ by a few percent as a whole (a run's ratio to plain moves
-# with that run's conditions), which the rounds within one run cannot show. Simulated with the
-# noise model in tests/test_compare_simulation.py, testing "worse at all" gave 1.6% false alarms
-# per A/A run, testing "worse by half the threshold" 0.4%.
-NULL_FRACTION = 0.5
-MIN_HISTORY = 3  # comparable saved runs needed before absolute numbers are gated
+ALPHA = verdict.ALPHA  # family-wise error rate of FAIL (and the one-sided error of a pass)
+MIN_HISTORY = verdict.MIN_HISTORY  # comparable saved runs needed before their spread is used
+# Confirmation pairs one check (one workload's result) may add, of the run's budget: a noisy cell
+# cannot spend the budget the others need (the runner's MAX_CONFIRM_PAIRS is the outer limit).
+CHECK_CONFIRM_PAIRS = 6
 BASELINE = "plain"  # the unencrypted backend (backends.BASELINE; compare imports no backend)
 
 
@@ -407,23 +405,25 @@ def cell_differences(before: Cell, now: Cell, metric: Metric) -> list[str]:
 
 # ----------------------------------------------------------------------------- checks
 
-PASS, FAIL, NOT_SIGNIFICANT, NOT_COMPARABLE, NOT_GATED, INVALID, INFO = (
-    "pass",
-    "FAIL",
-    "not significant",
+PASS, FAIL, UNDECIDED, NOT_COMPARABLE, NOT_GATED, INVALID, INFO = (
+    verdict.PASS,
+    verdict.FAIL,
+    verdict.UNDECIDED,  # neither worse than the threshold nor within it, with the stated confidence
     "not comparable",
     "not gated",
     "invalid",
     "info",
 )
+NOT_SIGNIFICANT = UNDECIDED  # the reports' name for what needs a look but did not fail
 # Not decided because the machine was busy: its busy rounds were left out (cells_of quiet_only)
-# and the quiet ones left could not decide it (none, or too few to reach significance).
+# and the quiet ones left could not decide it.
 MACHINE_BUSY = "UNDECIDED: machine busy"
-PAIRED, BEFORE_AFTER, HISTORY, PAIRED_HISTORY, IN_RUN, ROUNDS, NO_EVIDENCE = (
+PAIRED, BEFORE_AFTER, HISTORY, PAIRED_HISTORY, RUN_PRIOR, IN_RUN, ROUNDS, NO_EVIDENCE = (
     "paired ratios",
     "ratios to plain before/after",  # the partition target: one volume on the device at a time
     "history",
     "paired ratios + history",
+    "rounds + run prior",  # plain's own throughput against the reference's, with plain's prior
     "this run's plain rounds",
     "rounds of both runs",  # absolute numbers without a history: reported, never gated
     "-",
@@ -437,13 +437,13 @@ class Check:
     workload: str
     metric: str
     unit: str
-    evidence: str  # PAIRED, HISTORY, PAIRED_HISTORY, IN_RUN, ROUNDS, or NO_EVIDENCE when not evaluated
-    reference: float  # median of the reference samples (the saved run, or plain in this run)
-    current: float
+    evidence: str  # PAIRED, HISTORY, PAIRED_HISTORY, RUN_PRIOR, IN_RUN, ROUNDS, or NO_EVIDENCE
+    reference: float  # geometric mean of the reference samples (with a history: of its runs' means)
+    current: float  # geometric mean of this run's samples
     change_percent: float  # estimated current / reference - 1, in percent (signed)
     worse_percent: float  # positive = worse than the reference by that much (direction-aware)
     interval: tuple[float, float]  # 95% interval of current / reference
-    p_value: float  # one-sided, for "worse"; before the family correction
+    p_value: float  # one-sided, for "worse by at most the threshold"; before the family correction
     rounds: tuple[int, int]  # (current, reference)
     threshold: float | None
     rule: str
@@ -452,10 +452,16 @@ class Check:
     gated: bool = False  # part of the family: can fail the run
     p_adjusted: float | None = None  # Holm, for gated checks
     history_runs: int = 0  # saved runs in the history used
-    history_p: float | None = None  # one-sided p of the history test (paired + history)
+    p_pass: float = math.nan  # one-sided, for "worse by at least the threshold" (a pass when small)
+    se: float = math.nan  # standard error of the log change (verdict.estimate)
+    df: int = 0
+    within_var: float = math.nan  # the part of se**2 x rounds that more rounds of this run shrink
+    between: str = ""  # where the between-run variance came from
+    detectable: float = math.nan  # the smallest worsening (%) this check FAILs in 90% of runs
+    tightest: float = math.nan  # the tightest threshold (%) an unchanged run passes in 90% of runs
     stop: str = ""  # how the current rounds were decided (fixed, steady state, confirmation)
     confirm_rounds: int = 0  # pairs added to the current rounds because the check was undecided
-    unreachable: bool = False  # worse than its threshold, and its rounds could not show significance
+    unreachable: bool = False  # UNDECIDED (more rounds may decide it; strict fails)
     busy: int = 0  # rounds of this run (both sides) left out because the machine was busy
 
     @property
@@ -471,44 +477,23 @@ class Check:
 
 @dataclass(frozen=True)
 class History:
-    """Run-to-run spread of one backend x metric's medians over saved runs (log scale)."""
+    """The comparable saved runs of one backend x metric: per workload, each run's log samples
+    (the reference first; verdict.estimate uses them from MIN_HISTORY runs on)."""
 
-    values: dict[str, list[float]]  # workload -> log medians of the comparable saved runs
-    rounds: dict[str, list[int]]  # workload -> how many rounds each of those medians had
-    spread: float  # standard deviation, pooled over the workloads
-    # Degrees of freedom of the spread: runs - 1, not summed over the workloads, because a run
-    # moves all its workloads together (the whole machine drifts), so they are not independent.
-    df: float
+    samples: dict[str, list[list[float]]]
 
     def runs(self, workload: str) -> int:
-        return len(self.values.get(workload, []))
-
-    def predict(self, workload: str, current: Sequence[float], shift: float = 0.0) -> stats.Prediction:
-        """Where this run's log median (minus ``shift``) falls against the workload's history.
-
-        A median of fewer rounds than the saved ones wanders more: the difference in its
-        within-run variance (the current rounds' log variance x pi/2 / rounds) widens the scale.
-        """
-        log_values = [math.log(v) for v in current]
-        saved_rounds = statistics.fmean(self.rounds[workload])
-        extra = 0.0
-        if len(log_values) >= 2:
-            within = statistics.variance(log_values) * math.pi / 2
-            extra = max(0.0, within * (1 / len(log_values) - 1 / saved_rounds))
-        value = _log_median(current) - shift
-        return stats.predict(value, self.values[workload], self.spread, self.df, extra_variance=extra)
+        return len(self.samples.get(workload, []))
 
 
-def _log_median(values: Sequence[float]) -> float:
-    return math.log(stats.median(values))
+def _logs(values: Sequence[float]) -> list[float]:
+    return [math.log(v) for v in values]
 
 
 def history_for(backend: str, metric: Metric, current: RunData, runs: Sequence[RunData]) -> History:
-    """The history of every workload of ``backend`` on ``metric``: the log medians of each saved
-    run whose cell is comparable with this run's, and their spread pooled over the workloads that
-    have at least MIN_HISTORY such runs (each centred on its own mean; NaN when none has)."""
-    values: dict[str, list[float]] = {}
-    rounds: dict[str, list[int]] = {}
+    """Each workload of ``backend`` on ``metric``: the log samples of each saved run whose cell is
+    comparable with this run's (per workload, never pooled over workloads)."""
+    samples: dict[str, list[list[float]]] = {}
     now_cells = cells_of(current.results, True)
     for run in runs:
         if setting_differences(run.settings, current.settings):
@@ -522,15 +507,10 @@ def history_for(backend: str, metric: Metric, current: RunData, runs: Sequence[R
             mismatch = paired and (now.pairing_problem() or (old and old.pairing_problem()))
             if old is None or mismatch or cell_differences(old, now, metric):
                 continue
-            samples = old.samples(metric)
-            if samples and not stats.invalid_values(samples):
-                values.setdefault(workload, []).append(_log_median(samples))
-                rounds.setdefault(workload, []).append(len(samples))
-    usable = [v for v in values.values() if len(v) >= MIN_HISTORY]
-    squares = sum(sum((x - sum(v) / len(v)) ** 2 for x in v) for v in usable)
-    pooled_df = sum(len(v) - 1 for v in usable)
-    spread = math.sqrt(squares / pooled_df) if pooled_df else math.nan
-    return History(values, rounds, spread, max((len(v) for v in usable), default=1) - 1)
+            values = old.samples(metric)
+            if values and not stats.invalid_values(values):
+                samples.setdefault(workload, []).append(_logs(values))
+    return History(samples)
 
 
 def _direction(metric: Metric, log_change: float) -> float:
@@ -591,36 +571,46 @@ def assess(
                 f"({', '.join(problems)}); a ratio needs positive finite values"
             )
             return _unevaluated(kind, cell, metric, rule, INVALID, reason, rounds)
-    log_cur = [math.log(v) for v in current]
-    log_ref = [math.log(v) for v in reference]
-    alternative = "less" if metric.higher_is_better else "greater"
+    log_cur, log_ref = _logs(current), _logs(reference)
     paired_evidence = kind == "overhead" or (metric.paired and not cell.plain)
-    # the p-value tests "worse by more than half the threshold" (NULL_FRACTION)
-    margin = NULL_FRACTION * rule.threshold / 100 if rule else 0.0
-    null = math.log(1 - margin) if metric.higher_is_better else math.log(1 + margin)
-    history_p = None
     history_runs = history.runs(cell.workload.name) if history else 0
-    shown_reference = stats.median(reference)
-    if paired_evidence or history_runs < MIN_HISTORY:
-        shift = stats.shift_interval(log_cur, log_ref)
-        log_change, interval = shift.estimate, (math.exp(shift.low), math.exp(shift.high))
-        p_value = stats.mann_whitney_u(log_cur, [y + null for y in log_ref], alternative=alternative).p_value
-        evidence = IN_RUN if kind == "overhead" else cell.paired_evidence if paired_evidence else ROUNDS
-        if paired_evidence and history_runs >= MIN_HISTORY:
-            assert history is not None  # and the change must lie outside the run-to-run spread
-            prediction = history.predict(cell.workload.name, current)
-            history_p = prediction.p_below if metric.higher_is_better else prediction.p_above
-            evidence = PAIRED_HISTORY
-    else:  # an absolute number against the run-to-run spread of the saved runs
-        assert history is not None
-        prediction = history.predict(cell.workload.name, current)
-        shown_reference = math.exp(prediction.center)
-        log_change = prediction.value - prediction.center
-        width = prediction.half_width
-        interval = (math.exp(log_change - width), math.exp(log_change + width))
-        beyond_null = history.predict(cell.workload.name, current, shift=null)
-        p_value = beyond_null.p_below if metric.higher_is_better else beyond_null.p_above
-        evidence = HISTORY
+    saved = history.samples[cell.workload.name] if history and history_runs >= MIN_HISTORY else [log_ref]
+    if kind == "overhead":  # both sides in this run: no between-run part
+        prior: verdict.Prior | None = verdict.Prior(0.0, 1e9, "one run")
+    elif paired_evidence:
+        prior = verdict.prior_for(cell.backend, cell.workload.name)
+    elif _plain_throughput(cell, metric):  # plain's own throughput (or IOPS)
+        prior = verdict.prior_for(BASELINE, cell.workload.name)
+    else:
+        prior = None
+    found = verdict.estimate(log_cur, saved, prior)
+    if found is None:
+        evidence, log_change, interval = (
+            ROUNDS,
+            statistics.fmean(log_cur) - statistics.fmean(log_ref),
+            (math.nan,) * 2,
+        )
+        p_value = p_pass = se = within_var = math.nan
+        df, between, shown_reference = 0, "", math.exp(statistics.fmean(log_ref))
+    else:
+        if kind == "overhead":
+            evidence = IN_RUN
+        elif paired_evidence:
+            evidence = (
+                PAIRED_HISTORY
+                if found.runs >= MIN_HISTORY and not cell.before_after
+                else cell.paired_evidence
+            )
+        else:
+            evidence = HISTORY if found.runs >= MIN_HISTORY else RUN_PRIOR
+        log_change, se, df = found.change, found.se, found.df
+        half = stats.t_ppf(0.975, df) * se
+        interval = (math.exp(log_change - half), math.exp(log_change + half))
+        worse = verdict.worsening(log_change, metric.higher_is_better)
+        tau = verdict.boundary(rule.threshold, metric.higher_is_better) if rule else 0.0
+        p_value, p_pass = verdict.p_fail(worse, tau, se, df), verdict.p_pass(worse, tau, se, df)
+        within_var, between = found.within_var, found.between
+        shown_reference = math.exp(statistics.fmean(log_cur) - log_change)
 
     gated = rule is not None and evidence != ROUNDS
     if rule is None:
@@ -628,8 +618,9 @@ def assess(
     elif not gated:
         status = NOT_GATED
         reason = (
-            f"an absolute number is decided only against the run-to-run spread of at least {MIN_HISTORY} "
-            f"comparable saved runs ({history_runs} here, see --encperf-history): reported, not gated"
+            f"an absolute number without a between-run prior is decided only against the run-to-run "
+            f"spread of at least {MIN_HISTORY} comparable saved runs ({history_runs} here, see "
+            "--encperf-history): reported, not gated"
         )
     else:
         status, reason = "", ""
@@ -641,7 +632,7 @@ def assess(
         unit=metric.unit_for(cell.workload, cell.plain),
         evidence=evidence,
         reference=shown_reference,
-        current=stats.median(current),
+        current=math.exp(statistics.fmean(log_cur)),
         change_percent=(math.exp(log_change) - 1) * 100,
         worse_percent=_direction(metric, log_change),
         interval=interval,
@@ -652,70 +643,66 @@ def assess(
         status=status,
         reason=reason,
         gated=gated,
-        history_runs=history_runs,
-        history_p=history_p,
+        history_runs=history_runs if evidence in (HISTORY, PAIRED_HISTORY) else 0,
+        p_pass=p_pass,
+        se=se,
+        df=df,
+        within_var=within_var,
+        between=between,
         stop=cell.stop_reason,
         confirm_rounds=cell.confirm_rounds,
         busy=cell.busy,
     )
 
 
-def _worse_bounds(check: Check) -> tuple[float, float]:
-    """(smallest, largest) worsening in percent that the 95% interval allows."""
-    metric = METRICS[check.metric]
-    low, high = check.interval
-    if metric.higher_is_better:
-        return ((1 - high) * 100, (1 - low) * 100)
-    return ((low - 1) * 100, (high - 1) * 100)
-
-
-def decide(check: Check, p_adjusted: float, factor: int = 1, alpha: float = ALPHA) -> Check:
-    """The final status of a gated check, given its family-adjusted p-value and the factor the
-    correction multiplied its own p-value by (Holm: the number of checks not yet rejected)."""
+def decide(check: Check, p_adjusted: float, family: int = 1, alpha: float = ALPHA) -> Check:
+    """The final status of a gated check, given its family-adjusted p-value for "worse than the
+    threshold" and the number of gated checks (the level "detects >= X% here" is figured at)."""
     threshold = check.threshold
     assert threshold is not None
+    higher = METRICS[check.metric].higher_is_better if check.metric in METRICS else True
+    tau = verdict.boundary(threshold, higher)
+    detect = verdict.detectable_percent(tau, check.se, check.df, alpha / max(1, family), higher)
+    tightest = verdict.smallest_threshold_percent(check.se, check.df, higher)
     worse = check.worse_percent
-    if worse <= threshold + 1e-9:
-        status = PASS
-        reason = f"worse by {worse:.1f}%, within {threshold:g}%" if worse > 0 else "not worse"
-    elif p_adjusted > alpha:
-        status = NOT_SIGNIFICANT
-        reason = f"worse by {worse:.1f}% > {threshold:g}%, but not significant: "
-        reason += f"adjusted p={p_adjusted:.3g} > {alpha:g}"
-        floor = stats.min_p_value(*check.rounds) if check.evidence != HISTORY else 0.0
-        unreachable = floor * factor > alpha
-        if unreachable:
-            reason += (
-                f"; {check.rounds[0]} vs {check.rounds[1]} rounds cannot give p below {floor:.3g}, "
-                f"and {factor} checks share alpha {alpha:g} here: more rounds are needed "
-                "(--encperf-rounds, --encperf-confirm-budget)"
-            )
-        if unreachable and check.busy:  # the quiet rounds left after the busy ones were too few
-            status = MACHINE_BUSY
-            reason = f"{check.busy} busy rounds left out; {reason}"
-        return replace(check, status=status, reason=reason, p_adjusted=p_adjusted, unreachable=unreachable)
-    elif check.history_p is not None and check.history_p > alpha:
-        status = NOT_SIGNIFICANT
+    worse_log = verdict.worsening(math.log1p(check.change_percent / 100), higher)
+    bound = stats.t_ppf(1 - alpha, check.df) * check.se
+    detects = f"detects >= {detect:.0f}% here"
+    status = verdict.outcome(p_adjusted, check.p_pass, alpha)
+    if status == FAIL:
+        least = verdict.as_percent(worse_log - bound, higher)
         reason = (
-            f"worse by {worse:.1f}% > {threshold:g}% and significant in the paired rounds (adjusted "
-            f"p={p_adjusted:.3g}), but within the run-to-run spread of {check.history_runs} saved runs "
-            f"(p={check.history_p:.3g} > {alpha:g})"
+            f"worse by {worse:.1f}% > {threshold:g}% (at least {least:.1f}% worse, adjusted "
+            f"p={p_adjusted:.3g} <= {alpha:g}); {detects}"
         )
+    elif status == PASS:
+        most = verdict.as_percent(worse_log + bound, higher)
+        reason = f"within {threshold:g}% (at most {most:.1f}% worse, one-sided {1 - alpha:.0%}); {detects}"
     else:
-        status = FAIL
-        reason = f"worse by {worse:.1f}% > {threshold:g}%, adjusted p={p_adjusted:.3g} <= {alpha:g}"
-    return replace(check, status=status, reason=reason, p_adjusted=p_adjusted)
+        reason = (
+            f"worse by {worse:.1f}%: neither shown worse than {threshold:g}% (adjusted p={p_adjusted:.3g}) "
+            f"nor within it (p={check.p_pass:.3g}); {detects}"
+        )
+        if tightest > threshold:
+            reason = f"too noisy for {threshold:g}%: {detects}, a threshold under {tightest:.0f}% cannot pass"
+            reason += f" an unchanged run (worse by {worse:.1f}% now, {check.between})"
+        if check.busy:
+            status, reason = MACHINE_BUSY, f"{check.busy} busy rounds left out; {reason}"
+    if check.evidence == RUN_PRIOR and status != PASS:  # plain: the machine, not the encryption
+        reason += "; plain itself: a finding about the machine (disk, kernel, load), not the encryption"
+    return replace(
+        check, status=status, reason=reason, p_adjusted=p_adjusted, detectable=detect, tightest=tightest,
+        unreachable=status not in (PASS, FAIL),
+    )  # fmt: skip
 
 
 def decide_family(checks: Sequence[Check], alpha: float = ALPHA) -> list[Check]:
     """Holm's correction over every gated check, then each one's final status."""
     gated = [i for i, check in enumerate(checks) if check.gated]
     adjusted = stats.holm([checks[i].p_value for i in gated])
-    by_p = sorted(gated, key=lambda i: checks[i].p_value)
-    factors = {index: len(gated) - rank for rank, index in enumerate(by_p)}
     decided = list(checks)
     for index, p in zip(gated, adjusted, strict=True):
-        decided[index] = decide(checks[index], p, factors[index], alpha)
+        decided[index] = decide(checks[index], p, len(gated), alpha)
     return decided
 
 
@@ -763,8 +750,10 @@ def cell_checks(
             busy = busy_problem(cell, "this run") or busy_problem(old, "the reference")
             if busy:  # undecided if it was to be gated; an absolute number without history is not
                 history = history_of(cell.backend, metric)
-                gated = (metric.paired and not cell.plain) or (
-                    history is not None and history.runs(cell.workload.name) >= MIN_HISTORY
+                gated = (
+                    (metric.paired and not cell.plain)
+                    or (_plain_throughput(cell, metric) and _plain_prior(cell.workload.name))
+                    or (history is not None and history.runs(cell.workload.name) >= MIN_HISTORY)
                 )
                 status = MACHINE_BUSY if rule is not None and gated else NOT_GATED if rule else INFO
                 checks.append(_unevaluated("baseline", cell, metric, rule, status, busy))
@@ -780,6 +769,15 @@ def cell_checks(
                 )
             )  # fmt: skip
     return checks
+
+
+def _plain_throughput(cell: Cell, metric: Metric) -> bool:
+    """Plain's own primary metric (MB/s or IOPS): what its between-run prior was fitted to."""
+    return cell.plain and metric.attribute is None and metric.name != LIFECYCLE_METRIC
+
+
+def _plain_prior(workload: str) -> bool:
+    return verdict.prior_for(BASELINE, workload) is not None
 
 
 def _cell_metrics(rules: Sequence[Rule], cell: Cell) -> dict[str, tuple[Metric, Rule | None]]:
@@ -881,18 +879,14 @@ def lifecycle_history(backend: str, step: str, current: RunData, runs: Sequence[
     steps, as history_for pools workloads: a mkfs of seconds and an unmount of microseconds
     spread nothing alike."""
     name = lifecycle_workload(step).name
-    values: list[float] = []
-    rounds: list[int] = []
+    samples: list[list[float]] = []
     for run in runs:
-        samples = run.lifecycle.get(backend, {}).get(step)
-        if lifecycle_differences(run.settings, current.settings) or not samples:
+        values = run.lifecycle.get(backend, {}).get(step)
+        if lifecycle_differences(run.settings, current.settings) or not values:
             continue
-        if not stats.invalid_values(samples):
-            values.append(_log_median(samples))
-            rounds.append(len(samples))
-    usable = len(values) >= MIN_HISTORY
-    spread = statistics.stdev(values) if usable else math.nan
-    return History({name: values}, {name: rounds}, spread, len(values) - 1 if usable else 0)
+        if not stats.invalid_values(values):
+            samples.append(_logs(values))
+    return History({name: samples})
 
 
 def lifecycle_checks(
@@ -982,7 +976,7 @@ class Verdict:
         found += [
             f"{c.backend} {c.workload} {c.metric}: {c.status}: {c.reason}"
             for c in self.checks
-            if (c.status in (NOT_COMPARABLE, INVALID, MACHINE_BUSY) or c.unreachable) and c.rule
+            if c.status in (NOT_COMPARABLE, INVALID, MACHINE_BUSY, UNDECIDED) and c.rule
         ]
 
         return found
@@ -1076,7 +1070,10 @@ class Gate:
     settings: dict[str, str] = field(default_factory=dict)  # this run's
     family_size: int = 1
     alpha: float = ALPHA
+    history: tuple[RunData, ...] = ()  # the comparable saved runs, the reference among them
+    check_pairs: int = CHECK_CONFIRM_PAIRS  # confirmation pairs one check may add
     reference_cells: dict[tuple[str, str], Cell] = field(init=False, repr=False)
+    _histories: dict[tuple[str, str], History] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.reference_cells = cells_of(self.reference.results, True) if self.reference else {}
@@ -1091,12 +1088,22 @@ class Gate:
         found: list[Check] = []
         if self.reference is not None and self.rules:
             now = cells_of([result], True)
+            current = RunData("now", (result,), self.settings)
+
+            def history_of(backend: str, metric: Metric) -> History | None:
+                if len(self.history) < MIN_HISTORY:
+                    return None
+                if (backend, metric.name) not in self._histories:  # the saved runs do not change
+                    self._histories[(backend, metric.name)] = history_for(
+                        backend, metric, current, self.history
+                    )
+                return self._histories[(backend, metric.name)]
+
             checks = cell_checks(
-                self.reference_cells, now, self.rules, self.reference.settings, self.settings
+                self.reference_cells, now, self.rules, self.reference.settings, self.settings, history_of
             )
-            found += [
-                c for c in checks if c.backend == result.backend and c.evidence in (PAIRED, NO_EVIDENCE)
-            ]
+            paired = (PAIRED, PAIRED_HISTORY, NO_EVIDENCE)
+            found += [c for c in checks if c.backend == result.backend and c.evidence in paired]
         if self.overhead_rules:
             found += overhead_checks([result], self.overhead_rules)
         return [check for check in found if check.rule]
@@ -1118,27 +1125,46 @@ class Gate:
 
     def pending(self, result: Result, extra_possible: int) -> tuple[bool, str]:
         """Whether one more pair of rounds is wanted for ``result``, and why: (True, why) while
-        busy pairs are to be replaced or a check is undecided; (False, "") when every check is
-        decided; (False, why) when a check is undecided but ``extra_possible`` more pairs could
-        not make it significant either."""
+        busy pairs are to be replaced or a check is undecided and more pairs could decide it;
+        (False, "") when every check is decided; (False, why) when a check is undecided but the
+        pairs it may still add (``extra_possible``, and its own share, ``check_pairs``) could not
+        decide it: the between-run part of its uncertainty does not shrink with rounds."""
         replacing = self.busy_to_replace(result)
         if replacing and extra_possible > 0:
             return True, replacing
         hopeless = ""
         for check in self.checks(result):
-            worse, threshold = check.worse_percent, check.threshold
-            assert threshold is not None
-            if worse <= threshold:
-                continue  # within the threshold: a pass whatever the p-value
-            name = f"{check.metric} worse by {worse:.1f}% > {threshold:g}%"
-            if check.p_value > self.level:
-                more_reference = extra_possible if check.kind == "overhead" else 0  # plain grows too
-                best = stats.min_p_value(check.rounds[0] + extra_possible, check.rounds[1] + more_reference)
-                if best <= self.level:
-                    return True, f"{name}, p={check.p_value:.3g} > {self.level:.3g}"
-                hopeless = hopeless or f"{name}, and no p below {self.level:.3g} is reachable"
-            elif _worse_bounds(check)[0] <= threshold:
-                return True, f"{name}, significant, but the 95% interval reaches below {threshold:g}%"
+            if check.evidence == NO_EVIDENCE or math.isnan(check.se) or check.threshold is None:
+                continue
+            if check.p_value <= self.level or check.p_pass <= self.alpha:
+                continue  # decided: worse than the threshold, or within it
+            higher = METRICS[check.metric].higher_is_better if check.metric in METRICS else True
+            tau = verdict.boundary(check.threshold, higher)
+            worse = verdict.worsening(math.log1p(check.change_percent / 100), higher)
+            name = f"{check.metric} worse by {check.worse_percent:.1f}%, threshold {check.threshold:g}%"
+            share = self.check_pairs - result.confirm_rounds
+            if share <= 0:
+                spent = f"its share of the confirmation budget ({self.check_pairs} pairs) is spent"
+                hopeless = hopeless or f"{name}: {spent}"
+                continue
+            left = min(extra_possible, share)
+            if left <= 0:
+                hopeless = hopeless or f"{name}: no more pairs may be added to this workload"
+                continue
+            model = verdict.Estimate(
+                change=0.0, se=check.se, df=check.df, within_var=check.within_var, between_var=0.0,
+                runs=1, rounds_now=check.rounds[0], between="",
+            )  # fmt: skip
+            se = model.se_with(check.rounds[0] + left)
+            fails = verdict.p_fail(worse, tau, se, check.df) <= self.level
+            if fails or verdict.p_pass(worse, tau, se, check.df) <= self.alpha:
+                return (
+                    True,
+                    f"{name}, undecided (p={check.p_value:.3g} for worse, {check.p_pass:.3g} for within)",
+                )
+            hopeless = (
+                hopeless or f"{name}, and {left} more pairs could not decide it (the run-to-run part stays)"
+            )
         return False, hopeless
 
 
@@ -1162,12 +1188,17 @@ def expected_family_size(
                 cell = Cell(backend, workload, ())
                 for metric, rule in _cell_metrics(rules, cell).values():
                     paired = metric.paired and not plain
-                    size += rule is not None and (paired or history_runs >= MIN_HISTORY)
+                    prior = plain and metric.attribute is None and _plain_prior(workload.name)
+                    size += rule is not None and (paired or prior or history_runs >= MIN_HISTORY)
             for name in dict.fromkeys(rule.metric for rule in overhead_rules):
                 rule = select_rule(overhead_rules, backend, workload, name)
                 size += not plain and rule is not None and metric_for(name, workload) is not None
-    if rules and history_runs >= MIN_HISTORY:  # plain's absolute checks join the family
-        size += sum(select_rule(rules, BASELINE, w, DEFAULT_METRIC) is not None for w in workloads)
+    if rules and reference is not None and BASELINE not in backends:  # plain's own checks join the family
+        size += sum(
+            select_rule(rules, BASELINE, w, DEFAULT_METRIC) is not None
+            and (history_runs >= MIN_HISTORY or _plain_prior(w.name))
+            for w in workloads
+        )
     gates_cycles = lifecycle_cycles >= MIN_LIFECYCLE_CYCLES and history_runs >= MIN_HISTORY
     if reference is not None and gates_cycles:  # as lifecycle_checks gates
         for backend in dict.fromkeys([BASELINE, *backends]):

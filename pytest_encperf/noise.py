@@ -214,13 +214,15 @@ def chi2_ppf(q: float, df: float) -> float:
 # ----------------------------------------------------------------------------- saved documents
 
 Cell = tuple[str, str]  # (backend, workload name)
+PLAIN = "plain"  # the cell of plain's own values (its log primary metric, not a ratio)
 
 
 def read_log_ratios(doc: Any, source: str = "document") -> dict[Cell, list[float]]:
     """Per (backend, workload) of a saved run (or --encperf-json document): the natural log of
-    each round's primary metric over its paired plain round's. Rounds without a usable ratio
-    (not paired, mixed I/O modes, a value of 0) are left out. StorageError for anything that is
-    not such a document, never another exception."""
+    each round's primary metric over its paired plain round's; per (``plain``, workload) the
+    natural log of plain's own primary metric (every plain round paired with a backend). Rounds
+    without a usable ratio (not paired, mixed I/O modes, a value of 0) are left out. StorageError
+    for anything that is not such a document, never another exception."""
     cells: dict[Cell, list[float]] = {}
     for result in results_of(doc, source):
         # results_of checks the document's shape, not the types of each round's fields
@@ -230,10 +232,14 @@ def read_log_ratios(doc: Any, source: str = "document") -> dict[Cell, list[float
             workload = result.workload.name
             ratios = round_ratios(result.rounds, result.baseline_rounds, result.primary_metric)
             logs = [math.log(r) for r in ratios if isinstance(r, float) and math.isfinite(r) and r > 0]
+            values = [float(getattr(m, result.primary_metric)) for m in result.baseline_rounds]
+            plain = [math.log(v) for v in values if math.isfinite(v) and v > 0]
         except (TypeError, ValueError, ArithmeticError, AttributeError) as exc:
             raise StorageError(f"{source}: not an encperf result file (bad round: {exc})") from None
         if logs:
             cells.setdefault((result.backend, workload), []).extend(logs)
+        if logs and plain:  # plain's own value: the between-run prior of its absolute check
+            cells.setdefault((PLAIN, workload), []).extend(plain)
     return cells
 
 
@@ -252,7 +258,8 @@ def data_document(
 ) -> dict[str, Any]:
     """The kept data: every run's log ratios per cell, and the estimates."""
     return {
-        "what": "natural log of each round's ratio backend/plain (primary metric), per run; "
+        "what": "natural log of each round's ratio backend/plain (primary metric), per run; for "
+        "plain: the natural log of its own primary metric; "
         "one-way random-effects ANOVA per backend and workload (pytest_encperf.noise)",
         "label": label,
         "date": date,

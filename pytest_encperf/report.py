@@ -505,10 +505,11 @@ CHECK_HEADERS = [
 
 
 CHECK_LEGEND = (
-    "change: Hodges-Lehmann estimate of now/before with its 95% interval; p (adj.): one-sided, "
-    "for 'worse by more than half the threshold', Holm-adjusted over the gated checks (in "
-    "parentheses: unadjusted, for checks that are not gated); rounds now/before: (+N) confirmation "
-    "pairs and why they stopped, and the busy rounds (both sides) left out"
+    "change: now/before of the geometric means (with a history: of the saved runs' centre) with its "
+    "95% interval, rounds and runs both counted (pytest_encperf/verdict.py); p (adj.): one-sided, "
+    "for 'worse than the threshold', Holm-adjusted over the gated checks (in parentheses: "
+    "unadjusted, for checks that are not gated); rounds now/before: (+N) confirmation pairs and why "
+    "they stopped, and the busy rounds (both sides) left out"
 )
 
 
@@ -540,7 +541,7 @@ def describe_check(check: Check) -> str:
 _COUNTED = (  # (statuses, singular, plural) in the order the header gives them
     ((FAIL,), "regression", "regressions"),
     ((PASS,), "within threshold", "within threshold"),
-    ((NOT_SIGNIFICANT,), "over the threshold but not significant", "over the threshold but not significant"),
+    ((NOT_SIGNIFICANT,), "undecided", "undecided"),
     ((MACHINE_BUSY,), "undecided: machine busy", "undecided: machine busy"),
     ((NOT_COMPARABLE,), "not comparable", "not comparable"),
     ((INVALID,), "invalid", "invalid"),
@@ -604,8 +605,9 @@ def verdict_messages(verdict: Verdict) -> list[tuple[str, str]]:
         )
         out.append((
             "red" if verdict.failed else "green",
-            f"a check fails only if it is worse than its threshold AND, after Holm's correction over the "
-            f"{family}, its rounds show it worse than half the threshold at p <= {ALPHA:g}",
+            f"a check fails only if it is worse than its threshold at p <= {ALPHA:g} after Holm's "
+            f"correction over the {family} (rounds and runs both counted), passes only if within it at "
+            f"{1 - ALPHA:.0%} confidence; otherwise it is UNDECIDED, which --encperf-strict fails",
         ))  # fmt: skip
     if verdict.incomplete and not verdict.strict:
         out.append(

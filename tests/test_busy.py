@@ -22,6 +22,7 @@ from pytest_encperf.report import (
     verdict_header,
     verdict_report,
 )
+from tests.priors import quiet_prior  # noqa: F401 (autouse: a quiet machine's between-run prior)
 from tests.test_compare import SEQ_READ, SETTINGS, result, spread
 from tests.test_gate import CONFTEST, SCRIPTED_BENCHMARK, run
 
