@@ -170,7 +170,10 @@ class Outcome:
                 s.lifecycle_cycles,
             )
             size *= machines  # the checks of every machine form one family (judge_machines)
-            self._gate = Gate(reference.run, tuple(rules), tuple(s.max_overhead), s.saved_text(), size)
+            self._gate = Gate(
+                reference.run, tuple(rules), tuple(s.max_overhead), s.saved_text(), size,
+                history=tuple(reference.history),
+            )  # fmt: skip
             self.confirm_budget = ConfirmBudget(s.confirm_budget)
         return self._gate
 

@@ -254,7 +254,7 @@ def test_confirmation_rounds_decide_an_open_check_and_are_reported(gate: pytest.
     )
     options = ("--encperf-fail=10%", "--encperf-confirm-budget=0")
     off = run(gate, *options, rounds=2, SCRIPTED_VOLUME_SCALE="0.35", **noise)
-    off.stdout.fnmatch_lines(["*SEQ1M-Q8T1-write*2/5 *paired ratios*UNDECIDED"])
+    off.stdout.fnmatch_lines(["*SEQ1M-Q8T1-read*2/5 *paired ratios*UNDECIDED"])
 
 
 def test_plain_is_gated_against_the_history_of_saved_runs(gate: pytest.Pytester) -> None:
