@@ -15,6 +15,7 @@ from pytest_encperf.backends import recommend
 from pytest_encperf.compare import EXIT_REGRESSION
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.workloads import CDM
+from tests.priors import quiet_prior  # noqa: F401 (autouse: a quiet machine's between-run prior)
 
 NOW = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 
@@ -67,10 +68,10 @@ def test_compare_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     save(tmp_path, "same", 50)
     save(tmp_path, "slow", 40)
     assert encperf(tmp_path, "compare", "main", "same", "--fail", "10%") == 0
-    assert "encperf: 0 regressions, 1 within threshold, 1 reported, not gated" in capsys.readouterr().out
+    assert "encperf: 0 regressions, 2 within threshold" in capsys.readouterr().out  # plain: its prior
     assert encperf(tmp_path, "compare", "main", "slow", "--fail", "10%") == EXIT_REGRESSION
     out = capsys.readouterr().out
-    assert "encperf: 1 regression, 0 within threshold, 1 reported, not gated" in out
+    assert "encperf: 1 regression, 1 within threshold" in out
     assert (
         "FAIL: fscrypt SEQ1M-Q8T1-read throughput: baseline 0.500 x plain -> now 0.400 x plain (-20.0%" in out
     )
@@ -89,7 +90,7 @@ def test_compare_uses_the_same_judge_strict_and_history(
     assert "encperf: 0 regressions, 2 within threshold" in out
     assert "history: 3 saved runs (m1/0003_main.json, m1/0002_main.json, m1/0001_main.json)" in out
     assert encperf(tmp_path, "compare", "main", "pr", "--fail", "10%", "--history", "0") == 0
-    assert "1 reported, not gated" in capsys.readouterr().out
+    assert "rounds + run prior" in capsys.readouterr().out  # no history: plain by its prior
     save(tmp_path, "other-backend", 50)
     path = tmp_path / "m1" / "0005_other-backend.json"
     path.write_text(path.read_text().replace('"fscrypt"', '"luks2"'))
@@ -126,7 +127,7 @@ def test_compare_across_machines_warns(tmp_path: Path, capsys: pytest.CaptureFix
         "other cpu): a difference may be the hardware's, not the code's (--allow-other-hardware accepts "
         "such a baseline)" in out
     )
-    assert "**✅ encperf: 0 regressions, 1 within threshold" in (tmp_path / "r.md").read_text()
+    assert "**✅ encperf: 0 regressions, 2 within threshold" in (tmp_path / "r.md").read_text()
 
 
 def test_strict_fails_on_other_hardware_unless_it_is_allowed(
@@ -161,7 +162,7 @@ def test_compare_says_kdf_and_inplace_timings_are_not_gated(
     assert encperf(tmp_path, "compare", "main", "pr", "--fail", "10%", "--strict") == 0
     out = capsys.readouterr().out
     assert (
-        "encperf: 0 regressions, 1 within threshold, 1 reported, not gated; "
+        "encperf: 0 regressions, 2 within threshold; "
         "not gated: kdf timings (luks2), in-place timings (luks2)" in out
     )
 
