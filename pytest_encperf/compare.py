@@ -19,7 +19,7 @@ What counts as evidence depends on the metric and on what the reference offers:
 
 Every check has three outcomes against its threshold, a tolerance: FAIL when worse than the
 threshold with the family's confidence (Holm over every gated check of the run, so a run with 50
-checks is no more likely to fail falsely than one with 5), pass when not worse than it at ALPHA
+checks is no more likely to fail falsely than one with 5; FAIL_ALPHA), pass when not worse than it at ALPHA
 one-sided, otherwise UNDECIDED (fails under --encperf-strict). A check whose two sides were
 measured with different settings is ``not comparable``, never a pass. ``Gate`` lets the runner
 add paired rounds to a check that is not yet decided.
@@ -40,7 +40,8 @@ from .model import LIFECYCLE_STEPS, Measurement, Result, RunData, io_mode_proble
 from .workloads import TASK_NAMES, MiB, Workload
 
 EXIT_REGRESSION = 7  # pytest exit status (and `encperf compare`'s) when the gate fails; see README
-ALPHA = verdict.ALPHA  # family-wise error rate of FAIL (and the one-sided error of a pass)
+ALPHA = verdict.PASS_ALPHA  # the one-sided error of a pass (and the life cycles' minimum cycles)
+FAIL_ALPHA = verdict.FAIL_ALPHA  # family-wise error rate of FAIL: an unchanged run fails at most this often
 MIN_HISTORY = verdict.MIN_HISTORY  # comparable saved runs needed before their spread is used
 # Confirmation pairs one check (one workload's result) may add, of the run's budget: a noisy cell
 # cannot spend the budget the others need (the runner's MAX_CONFIRM_PAIRS is the outer limit).
@@ -655,7 +656,7 @@ def assess(
     )
 
 
-def decide(check: Check, p_adjusted: float, family: int = 1, alpha: float = ALPHA) -> Check:
+def decide(check: Check, p_adjusted: float, family: int = 1, alpha: float = FAIL_ALPHA) -> Check:
     """The final status of a gated check, given its family-adjusted p-value for "worse than the
     threshold" and the number of gated checks (the level "detects >= X% here" is figured at)."""
     threshold = check.threshold
@@ -666,7 +667,7 @@ def decide(check: Check, p_adjusted: float, family: int = 1, alpha: float = ALPH
     tightest = verdict.smallest_threshold_percent(check.se, check.df, higher)
     worse = check.worse_percent
     worse_log = verdict.worsening(math.log1p(check.change_percent / 100), higher)
-    bound = stats.t_ppf(1 - alpha, check.df) * check.se
+    bound = stats.t_ppf(1 - alpha, check.df) * check.se  # FAIL's bound; a pass's at ALPHA below
     detects = f"detects >= {detect:.0f}% here"
     status = verdict.outcome(p_adjusted, check.p_pass, alpha)
     if status == FAIL:
@@ -676,8 +677,8 @@ def decide(check: Check, p_adjusted: float, family: int = 1, alpha: float = ALPH
             f"p={p_adjusted:.3g} <= {alpha:g}); {detects}"
         )
     elif status == PASS:
-        most = verdict.as_percent(worse_log + bound, higher)
-        reason = f"within {threshold:g}% (at most {most:.1f}% worse, one-sided {1 - alpha:.0%}); {detects}"
+        most = verdict.as_percent(worse_log + stats.t_ppf(1 - ALPHA, check.df) * check.se, higher)
+        reason = f"within {threshold:g}% (at most {most:.1f}% worse, one-sided {1 - ALPHA:.0%}); {detects}"
     else:
         reason = (
             f"worse by {worse:.1f}%: neither shown worse than {threshold:g}% (adjusted p={p_adjusted:.3g}) "
@@ -696,7 +697,7 @@ def decide(check: Check, p_adjusted: float, family: int = 1, alpha: float = ALPH
     )  # fmt: skip
 
 
-def decide_family(checks: Sequence[Check], alpha: float = ALPHA) -> list[Check]:
+def decide_family(checks: Sequence[Check], alpha: float = FAIL_ALPHA) -> list[Check]:
     """Holm's correction over every gated check, then each one's final status."""
     gated = [i for i, check in enumerate(checks) if check.gated]
     adjusted = stats.holm([checks[i].p_value for i in gated])
@@ -994,7 +995,7 @@ def judge(
     history: Sequence[RunData] = (),
     *,
     strict: bool = False,
-    alpha: float = ALPHA,
+    alpha: float = FAIL_ALPHA,
 ) -> Verdict:
     """The one verdict builder (the pytest session and ``encperf compare`` both use it).
 
@@ -1015,7 +1016,7 @@ def judge_machines(
     overhead_rules: Sequence[Rule] = (),
     *,
     strict: bool = False,
-    alpha: float = ALPHA,
+    alpha: float = FAIL_ALPHA,
 ) -> list[Verdict]:
     """One Verdict per machine of a run, each machine compared with its own reference; the
     gated checks of all machines form ONE family for Holm's correction, so a run over five
@@ -1069,7 +1070,7 @@ class Gate:
     overhead_rules: tuple[Rule, ...] = ()
     settings: dict[str, str] = field(default_factory=dict)  # this run's
     family_size: int = 1
-    alpha: float = ALPHA
+    alpha: float = FAIL_ALPHA
     history: tuple[RunData, ...] = ()  # the comparable saved runs, the reference among them
     check_pairs: int = CHECK_CONFIRM_PAIRS  # confirmation pairs one check may add
     reference_cells: dict[tuple[str, str], Cell] = field(init=False, repr=False)
@@ -1136,7 +1137,7 @@ class Gate:
         for check in self.checks(result):
             if check.evidence == NO_EVIDENCE or math.isnan(check.se) or check.threshold is None:
                 continue
-            if check.p_value <= self.level or check.p_pass <= self.alpha:
+            if check.p_value <= self.level or check.p_pass <= ALPHA:
                 continue  # decided: worse than the threshold, or within it
             higher = METRICS[check.metric].higher_is_better if check.metric in METRICS else True
             tau = verdict.boundary(check.threshold, higher)
@@ -1157,7 +1158,7 @@ class Gate:
             )  # fmt: skip
             se = model.se_with(check.rounds[0] + left)
             fails = verdict.p_fail(worse, tau, se, check.df) <= self.level
-            if fails or verdict.p_pass(worse, tau, se, check.df) <= self.alpha:
+            if fails or verdict.p_pass(worse, tau, se, check.df) <= ALPHA:
                 return (
                     True,
                     f"{name}, undecided (p={check.p_value:.3g} for worse, {check.p_pass:.3g} for within)",

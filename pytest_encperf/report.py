@@ -13,6 +13,7 @@ from .compare import (
     ALPHA,
     EXIT_REGRESSION,
     FAIL,
+    FAIL_ALPHA,
     INFO,
     INVALID,
     MACHINE_BUSY,
@@ -605,7 +606,7 @@ def verdict_messages(verdict: Verdict) -> list[tuple[str, str]]:
         )
         out.append((
             "red" if verdict.failed else "green",
-            f"a check fails only if it is worse than its threshold at p <= {ALPHA:g} after Holm's "
+            f"a check fails only if it is worse than its threshold at p <= {FAIL_ALPHA:g} after Holm's "
             f"correction over the {family} (rounds and runs both counted), passes only if within it at "
             f"{1 - ALPHA:.0%} confidence; otherwise it is UNDECIDED, which --encperf-strict fails",
         ))  # fmt: skip

@@ -16,7 +16,7 @@ Estimate = this run's mean minus the mean of the saved runs' means (one referenc
 Variance = ``w / n_now + b + (b + w * mean(1 / n_saved)) / runs``; with one reference that is
 ``w / n_now + w / n_ref + 2 b``. Degrees of freedom by Satterthwaite, rounded down. Against a
 threshold ``T`` (a tolerance): FAIL when the change is worse than T at the family's level (Holm
-over every gated check of the run), PASS when it is better than T at ``ALPHA`` one-sided,
+over every gated check of the run, FAIL_ALPHA), PASS when it is better than T at PASS_ALPHA one-sided,
 otherwise UNDECIDED. Pure: no I/O at run time (``PRIOR`` is a table; ``fit_prior`` makes it).
 """
 
@@ -31,7 +31,9 @@ from pathlib import Path
 
 from . import stats
 
-ALPHA = 0.05  # family-wise error rate of FAIL; and the one-sided error of each PASS
+FAIL_ALPHA = 0.01  # family-wise error rate of FAIL (Holm over every gated check of the run)
+PASS_ALPHA = 0.05  # one-sided error of each pass
+ALPHA = PASS_ALPHA
 DETECT_POWER = 0.90  # "detects >= X%": the slowdown a check FAILs in this share of runs
 MIN_HISTORY = 3  # comparable saved runs needed before their spread enters the model
 
@@ -172,10 +174,10 @@ def smallest_threshold_percent(se: float, df: int, higher_is_better: bool) -> fl
     return as_percent(resolution(se, df, ALPHA), higher_is_better)
 
 
-def outcome(p_fail_adjusted: float, p_pass_value: float, alpha: float = ALPHA) -> str:
+def outcome(p_fail_adjusted: float, p_pass_value: float, alpha: float = FAIL_ALPHA) -> str:
     if p_fail_adjusted <= alpha:
         return FAIL
-    if p_pass_value <= alpha:
+    if p_pass_value <= PASS_ALPHA:
         return PASS
     return UNDECIDED
 

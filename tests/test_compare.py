@@ -256,7 +256,8 @@ def test_history_measures_the_between_run_spread_per_workload_with_the_prior() -
 
 def test_improvement_never_fails_and_latency_is_direction_aware() -> None:
     history = [
-        run(f"h{i}", result("fscrypt", SEQ_READ, spread(50 * f, 10))) for i, f in enumerate((1, 1.01, 0.99))
+        run(f"h{i}", result("fscrypt", SEQ_READ, spread(50 * f, 10)))
+        for i, f in enumerate((1, 1.01, 0.99, 1.005, 0.995))
     ]
     faster = run("now", result("fscrypt", SEQ_READ, spread(75, 3)))
     assert not judge(faster, history[0], parse_rules("1%,latency-p99:1%"), history=history).failed
@@ -504,18 +505,18 @@ def test_overhead_checks_against_plain_in_the_same_run() -> None:
 def test_gate_asks_for_more_rounds_only_while_a_check_is_undecided() -> None:
     rules = tuple(parse_rules("10%"))
     reference = run("ref", result("fscrypt", SEQ_READ, [50 * (1 + 0.05 * ((i % 3) - 1)) for i in range(10)]))
-    gate = Gate(reference, rules, settings=SETTINGS, family_size=16)  # level 0.05 / 16
-    assert gate.level == pytest.approx(0.003125)
+    gate = Gate(reference, rules, settings=SETTINGS, family_size=16)  # level 0.01 / 16
+    assert gate.level == pytest.approx(0.000625)
     within = result("fscrypt", SEQ_READ, spread(50, 3))
     assert gate.pending(within, 12) == (False, "")  # unchanged: a pass
     beyond = result("fscrypt", SEQ_READ, spread(35, 3))
     assert gate.pending(beyond, 12) == (False, "")  # 30% worse: a FAIL at the gate's level
-    unsure = result("fscrypt", SEQ_READ, [33.0, 45.0, 39.0])  # 22% worse, noisy: neither yet
+    unsure = result("fscrypt", SEQ_READ, [30.0, 42.0, 36.0])  # 28% worse, noisy: neither yet
     more, why = gate.pending(unsure, 12)
-    assert more and why.startswith("throughput worse by 22.2%, threshold 10%, undecided (p=0.0112")
+    assert more and why.startswith("throughput worse by 28.3%, threshold 10%, undecided (p=0.000856")
     assert gate.pending(unsure, 0) == (
         False,
-        "throughput worse by 22.2%, threshold 10%: no more pairs may be added to this workload",
+        "throughput worse by 28.3%, threshold 10%: no more pairs may be added to this workload",
     )
     close = result("fscrypt", SEQ_READ, [43.0, 46.0, 44.0])  # 11% worse: more pairs cannot settle it
     assert gate.pending(close, 12) == (
@@ -530,7 +531,7 @@ def test_each_check_has_its_own_share_of_the_confirmation_budget() -> None:
     rules = tuple(parse_rules("10%"))
     reference = run("ref", result("fscrypt", SEQ_READ, [50 * (1 + 0.05 * ((i % 3) - 1)) for i in range(10)]))
     gate = Gate(reference, rules, settings=SETTINGS, family_size=16)
-    unsure = result("fscrypt", SEQ_READ, [33.0, 45.0, 39.0])
+    unsure = result("fscrypt", SEQ_READ, [30.0, 42.0, 36.0])
     assert gate.pending(unsure, 12)[0]
     unsure.confirm_rounds = CHECK_CONFIRM_PAIRS  # this check added its share already
     more, why = gate.pending(unsure, 12 - CHECK_CONFIRM_PAIRS)

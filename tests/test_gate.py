@@ -214,7 +214,7 @@ def test_encrypted_regression_fails_with_status_and_message(gate: pytest.Pyteste
             "encperf: 2 regressions, 2 within threshold",
             "*FAIL: fakecrypt SEQ1M-Q8T1-read throughput: baseline 0.500 x plain -> now 0.400 x plain "
             "(-20.0%, 95% interval *; rule 10%): worse by 20.0% > 10% (at least *% worse, adjusted p=* <= "
-            "0.05); detects >= *% here; evidence: paired ratios, adjusted p=*, 4 vs 10 rounds (4 rounds)",
+            "0.01); detects >= *% here; evidence: paired ratios, adjusted p=*, 4 vs 10 rounds (4 rounds)",
             "*exit status 7 (performance gate failed)*",
             "*= 2 passed, 6 deselected in *",  # pytest's own result line survives
         ]
