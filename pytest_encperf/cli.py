@@ -22,6 +22,7 @@ from typing import Any
 from tabulate import tabulate
 
 from . import backends, gatescope, html, journal, machine, storage, sweep
+from . import verdict as gate_model
 from .backends import BASELINE, BackendSpec, backend_class, known_names, make_backend, recommend
 from .compare import EXIT_REGRESSION, Verdict, judge
 from .model import RunData
@@ -119,6 +120,7 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     add_shared_option(parser, "fail", "--fail", " (same grammar as --encperf-fail)")
     add_shared_option(parser, "max-overhead", "--max-overhead", " (in the current run)")
     add_shared_option(parser, "history", "--history")
+    add_shared_option(parser, "noise", "--noise")
     parser.add_argument("--strict", action="store_true", help=_option("strict").help)
     parser.add_argument(
         "--allow-other-hardware", action="store_true", help=_option("allow-other-hardware").help
@@ -134,6 +136,7 @@ def saved_verdict(
     """The gate's verdict on ``current_run`` against ``base_run`` (named ``ref``), with the
     history of saved runs before it, as the pytest run would judge it; and the current run."""
     current = storage.load_run(current_run)
+    gate_model.use_prior(args.noise)
     baseline = load_baseline(
         args.storage, base_run, ref, args.history, current.machine_info,
         allow_other_hardware=args.allow_other_hardware, gated=bool(args.fail),
@@ -193,6 +196,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     add_shared_option(parser, "fail", "--fail", " (the newest run against the one before it)")
     add_shared_option(parser, "max-overhead", "--max-overhead", " (in the newest run)")
     add_shared_option(parser, "history", "--history")
+    add_shared_option(parser, "noise", "--noise")
     parser.add_argument("--strict", action="store_true", help=_option("strict").help)
     parser.add_argument(
         "--allow-other-hardware", action="store_true", help=_option("allow-other-hardware").help

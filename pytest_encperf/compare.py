@@ -576,14 +576,14 @@ def assess(
     paired_evidence = kind == "overhead" or (metric.paired and not cell.plain)
     history_runs = history.runs(cell.workload.name) if history else 0
     saved = history.samples[cell.workload.name] if history and history_runs >= MIN_HISTORY else [log_ref]
+    own = BASELINE if _plain_throughput(cell, metric) else cell.backend if paired_evidence else None
     if kind == "overhead":  # both sides in this run: no between-run part
         prior: verdict.Prior | None = verdict.Prior(0.0, 1e9, "one run")
-    elif paired_evidence:
-        prior = verdict.prior_for(cell.backend, cell.workload.name)
-    elif _plain_throughput(cell, metric):  # plain's own throughput (or IOPS)
-        prior = verdict.prior_for(BASELINE, cell.workload.name)
-    else:
-        prior = None
+    elif history and history_runs >= MIN_HISTORY:  # the saved runs' spread, per workload
+        pooled = verdict.pooled_between(history.samples, cell.workload.name)
+        prior = verdict.history_prior(pooled, own, cell.workload.name)
+    else:  # the user's prior (--encperf-noise), else the built-in one; none for other numbers
+        prior = verdict.prior_for(own, cell.workload.name) if own else None
     found = verdict.estimate(log_cur, saved, prior)
     if found is None:
         evidence, log_change, interval = (

@@ -9,6 +9,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from . import verdict as gate_model
 from .compare import (
     ALPHA,
     EXIT_REGRESSION,
@@ -573,6 +574,8 @@ def verdict_messages(verdict: Verdict) -> list[tuple[str, str]]:
     that needs attention, what could not be checked, and the rule itself."""
     out: list[tuple[str, str]] = [("red", f"error: {error}") for error in verdict.errors]
     out += [("yellow", note) for note in verdict.notes]
+    if any(check.gated and not check.history_runs and "prior" in check.between for check in verdict.checks):
+        out.append(("", gate_model.prior_note()))
     if verdict.machine_differences:
         out.append(
             ("yellow", f"this machine differs from the baseline's: {'; '.join(verdict.machine_differences)}")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import storage
+from . import storage, verdict
 from .backends import BackendSpec, known_names, parse_backend_list
 from .compare import LIFECYCLE_METRIC, MIN_HISTORY, MIN_LIFECYCLE_CYCLES, Rule, parse_rules
 from .engines import ENGINES
@@ -234,6 +234,22 @@ def optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse_optional
 
 
+def parse_noise(text: str) -> verdict.NoisePrior:
+    """A noise prior file: the JSON benchmarks/noise.py writes (benchmarks/data/noise-*.json)."""
+    path = Path(str(text)).expanduser()
+    try:
+        with path.open("rb") as handle:  # read only: a file named by the user, never changed
+            data = handle.read(verdict.MAX_NOISE_FILE + 1)
+    except OSError as exc:
+        raise ValueError(f"bad noise file {text!r}: {exc.strerror or exc}") from None
+    if len(data) > verdict.MAX_NOISE_FILE:
+        raise ValueError(f"bad noise file {text!r}: larger than {verdict.MAX_NOISE_FILE // MiB} MiB")
+    try:
+        return verdict.read_noise_prior(data.decode("utf-8"), path.name)
+    except (UnicodeDecodeError, verdict.NoiseFileError) as exc:
+        raise ValueError(f"bad noise file {text!r}: {exc}") from None
+
+
 def parse_html_path(text: str) -> Path:
     """A path for the HTML report, which draws its charts with matplotlib (the ``html`` extra)."""
     problem = matplotlib_problem()
@@ -425,6 +441,10 @@ OPTIONS: tuple[Option, ...] = (
            "accept a baseline measured on other hardware (CPU model, cores, crypto flags, disk model): a "
            "note instead of a check not made, which strict mode fails (bare flag = yes)",
            parse_bool, "no", form="flag", const="1"),
+    Option("noise", "FILE",
+           "the between-run noise of this runner, as benchmarks/noise.py writes it (noise-DATE.json): the "
+           "gate's prior instead of the built-in one (the development machine's)",
+           optional(parse_noise), ""),
     Option("max-overhead", "EXPR", "fail when a backend is slower than plain in this run by more than "
            "EXPR and significant, e.g. fscrypt:seq-read:15% (same grammar as --encperf-fail)",
            parse_overhead_rules, ""),
@@ -491,6 +511,7 @@ class Settings:
     history: int = 5
     strict: bool = False
     allow_other_hardware: bool = False
+    noise: verdict.NoisePrior | None = None
     max_overhead: list[Rule] = field(default_factory=list)
     json: Path | None = None
     markdown: Path | None = None

@@ -7,10 +7,13 @@ a run as a whole (benchmarks/data/noise-*.json, pytest_encperf/noise.py). So a c
 uncertainty has two parts, in the one-way random-effects model ``y = mu + run + round``:
 
 - within run (round to round), variance ``w``: pooled over the rounds of every run used;
-- between runs, variance ``b``: from a prior fitted to measured runs (``PRIOR``, per backend and
-  workload), and, with at least ``MIN_HISTORY`` comparable saved runs, from how their means
-  spread, the two combined by their degrees of freedom (history adds to the prior, it never
-  replaces it, so more saved runs never make a check less certain than the prior alone).
+- between runs, variance ``b``: without a history, from a prior (per backend and workload): the
+  user's, measured on their runner (``--encperf-noise``, ``read_noise_prior``), else the built-in
+  one fitted to the development machine's runs (``PRIOR``). With at least ``MIN_HISTORY``
+  comparable saved runs it comes from them, per workload: how the workload's saved run means
+  spread, combined by degrees of freedom with the same spread pooled over the backend's other
+  workloads and with the user's prior when given (``history_prior``); the built-in prior, of
+  another machine, is then left out.
 
 Estimate = this run's mean minus the mean of the saved runs' means (one reference: its mean).
 Variance = ``w / n_now + b + (b + w * mean(1 / n_saved)) / runs``; with one reference that is
@@ -75,7 +78,8 @@ def _pooled_within(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
 def estimate(now: Sequence[float], saved: Sequence[Sequence[float]], prior: Prior | None) -> Estimate | None:
     """The change of ``now`` (log values of this run's rounds) against ``saved`` (each saved
     run's log values, the reference first). The saved runs' own spread is used with at least
-    MIN_HISTORY of them (else the reference alone). None when the model has no between-run
+    MIN_HISTORY of them (else the reference alone), combined with ``prior`` by degrees of freedom
+    (with a history the caller passes ``history_prior``'s). None when the model has no between-run
     variance (no prior, too few saved runs) or no within-run variance (single rounds)."""
     runs = [list(g) for g in saved if g]
     if not now or not runs:
@@ -96,7 +100,7 @@ def estimate(now: Sequence[float], saved: Sequence[Sequence[float]], prior: Prio
         else:
             df_between = prior.df + count - 1
             between = (prior.df * prior.sd**2 + (count - 1) * measured) / df_between
-            source = f"{count} saved runs + {prior.source}"
+            source = f"{count} saved runs, with {prior.source}"
     elif prior is None:
         return None
     else:
@@ -221,35 +225,119 @@ def load_prior(paths: Iterable[Path]) -> dict[tuple[str, str], tuple[float, floa
     return fit_prior(json.loads(Path(p).read_text(encoding="utf-8")) for p in paths)
 
 
-# Fitted by fit_prior to benchmarks/data/noise-2026-12-01.json (tests/test_verdict.py checks that
-# this table is that fit; refit after new noise data: python -m pytest_encperf.verdict FILES).
-PRIOR_SOURCE = "noise-2026-12-01"
+# Fitted by fit_prior to benchmarks/data/noise-2026-12-01.json (tests/test_verdict_simulation.py
+# checks this table is that fit; refit after new noise data: python -m pytest_encperf.verdict FILES).
+PRIOR_SOURCE = "built-in prior"
+PRIOR_ORIGIN = (
+    "built-in, measured on the development machine (benchmarks/data/noise-2026-12-01.json: 10 runs on "
+    "a shared, loaded 2-core machine), not on this runner"
+)
 PRIOR: dict[tuple[str, str], tuple[float, float]] = {
-    ("fscrypt", "RND4K-Q1T1-read"): (0.3075, 24),
-    ("fscrypt", "RND4K-Q1T1-write"): (0.1575, 24),
-    ("fscrypt", "RND4K-Q32T1-read"): (0.1557, 24),
-    ("fscrypt", "RND4K-Q32T1-write"): (0.1557, 24),
-    ("fscrypt", "SEQ1M-Q1T1-read"): (0.1557, 24),
-    ("fscrypt", "SEQ1M-Q1T1-write"): (0.1943, 24),
-    ("fscrypt", "SEQ1M-Q8T1-read"): (0.1557, 24),
-    ("fscrypt", "SEQ1M-Q8T1-write"): (0.1557, 24),
-    ("gocryptfs", "RND4K-Q1T1-read"): (0.4135, 24),
-    ("gocryptfs", "RND4K-Q1T1-write"): (0.2385, 24),
-    ("gocryptfs", "RND4K-Q32T1-read"): (0.2385, 24),
-    ("gocryptfs", "RND4K-Q32T1-write"): (0.2385, 24),
-    ("gocryptfs", "SEQ1M-Q1T1-read"): (0.2385, 24),
-    ("gocryptfs", "SEQ1M-Q1T1-write"): (0.4538, 24),
-    ("gocryptfs", "SEQ1M-Q8T1-read"): (0.2385, 24),
-    ("gocryptfs", "SEQ1M-Q8T1-write"): (0.2495, 24),
-    ("plain", "RND4K-Q1T1-read"): (0.2643, 24),
-    ("plain", "RND4K-Q1T1-write"): (0.2643, 24),
-    ("plain", "RND4K-Q32T1-read"): (0.2643, 24),
-    ("plain", "RND4K-Q32T1-write"): (0.2643, 24),
-    ("plain", "SEQ1M-Q1T1-read"): (0.2643, 24),
-    ("plain", "SEQ1M-Q1T1-write"): (0.4223, 24),
-    ("plain", "SEQ1M-Q8T1-read"): (0.2643, 24),
-    ("plain", "SEQ1M-Q8T1-write"): (0.4478, 24),
+    ("fscrypt", "RND4K-Q1T1-read"): (0.4318, 72),
+    ("fscrypt", "RND4K-Q1T1-write"): (0.2831, 72),
+    ("fscrypt", "RND4K-Q32T1-read"): (0.3068, 72),
+    ("fscrypt", "RND4K-Q32T1-write"): (0.2831, 72),
+    ("fscrypt", "SEQ1M-Q1T1-read"): (0.3589, 72),
+    ("fscrypt", "SEQ1M-Q1T1-write"): (0.3821, 72),
+    ("fscrypt", "SEQ1M-Q8T1-read"): (0.2831, 72),
+    ("fscrypt", "SEQ1M-Q8T1-write"): (0.2831, 72),
+    ("gocryptfs", "RND4K-Q1T1-read"): (0.3891, 72),
+    ("gocryptfs", "RND4K-Q1T1-write"): (0.2962, 72),
+    ("gocryptfs", "RND4K-Q32T1-read"): (0.2962, 72),
+    ("gocryptfs", "RND4K-Q32T1-write"): (0.2962, 72),
+    ("gocryptfs", "SEQ1M-Q1T1-read"): (0.2962, 72),
+    ("gocryptfs", "SEQ1M-Q1T1-write"): (0.5654, 72),
+    ("gocryptfs", "SEQ1M-Q8T1-read"): (0.2962, 72),
+    ("gocryptfs", "SEQ1M-Q8T1-write"): (0.3636, 72),
+    ("plain", "RND4K-Q1T1-read"): (0.8275, 72),
+    ("plain", "RND4K-Q1T1-write"): (0.4961, 72),
+    ("plain", "RND4K-Q32T1-read"): (0.4961, 72),
+    ("plain", "RND4K-Q32T1-write"): (0.4961, 72),
+    ("plain", "SEQ1M-Q1T1-read"): (0.4961, 72),
+    ("plain", "SEQ1M-Q1T1-write"): (0.7175, 72),
+    ("plain", "SEQ1M-Q8T1-read"): (0.4961, 72),
+    ("plain", "SEQ1M-Q8T1-write"): (0.4961, 72),
 }
+
+
+@dataclass(frozen=True)
+class NoisePrior:
+    """The between-run priors a gate uses: per (backend, workload) (sd, df), and where from."""
+
+    table: Mapping[tuple[str, str], tuple[float, float]]
+    source: str  # short, in each check's "between-run sd" (a file's name)
+    origin: str  # in full, in the gate's header
+    measured_here: bool  # the user's, of their runner: it stays in the model beside a history
+
+
+_ACTIVE: NoisePrior | None = None  # the user's (--encperf-noise), set by the session and the CLI
+
+
+def use_prior(prior: NoisePrior | None) -> None:
+    """The prior of this process's gates: the user's, or None for the built-in one."""
+    global _ACTIVE
+    _ACTIVE = prior
+
+
+def active_prior() -> NoisePrior:
+    if _ACTIVE is not None:
+        return _ACTIVE
+    return NoisePrior(PRIOR, PRIOR_SOURCE, PRIOR_ORIGIN, measured_here=False)
+
+
+class NoiseFileError(ValueError):
+    """A file given as a noise prior that is not what benchmarks/noise.py writes."""
+
+
+MAX_NOISE_FILE = 16 * 1024 * 1024  # the 10-run file is ~150 KiB
+
+
+def read_noise_prior(text: str, source: str) -> NoisePrior:
+    """A noise prior from the JSON that ``benchmarks/noise.py`` writes (its ``estimates``: per
+    ``backend|workload`` the between-run sd in percent, its runs and degrees of freedom), fitted as
+    the built-in one is (``fit_prior``). NoiseFileError for anything else, never another exception."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise NoiseFileError(f"{source}: not JSON ({exc})") from None
+    estimates = doc.get("estimates") if isinstance(doc, dict) else None
+    if not isinstance(estimates, dict) or not estimates:
+        raise NoiseFileError(f"{source}: no 'estimates' (write the file with benchmarks/noise.py)")
+    cells: dict[str, dict[str, float]] = {}
+    for key, found in estimates.items():
+        if not isinstance(found, dict) or key.count("|") != 1 or not all(key.split("|")):
+            raise NoiseFileError(f"{source}: bad estimate {key!r}: expected 'backend|workload' with figures")
+        sd, runs, df = (found.get(name) for name in ("sd_between_percent", "runs", "df_between"))
+        if sd is None:  # no estimate for this cell
+            continue
+        numbers = (sd, runs, df)
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in numbers):
+            raise NoiseFileError(f"{source}: {key}: sd_between_percent, runs and df_between must be numbers")
+        assert isinstance(sd, int | float) and isinstance(runs, int | float) and isinstance(df, int | float)
+        if not (all(math.isfinite(v) for v in numbers) and 0 <= sd < 1000 and runs >= 2 and 0 < df <= 1e6):
+            raise NoiseFileError(
+                f"{source}: {key}: expected 0 <= sd_between_percent < 1000, runs >= 2 and 0 < df_between"
+            )
+        cells[key] = {"sd_between_percent": float(sd), "runs": float(runs), "df_between": float(df)}
+    if not cells:
+        raise NoiseFileError(f"{source}: no cell has a between-run estimate")
+    runs = max(int(c["runs"]) for c in cells.values())
+    return NoisePrior(
+        fit_prior([{"estimates": cells}]), source, f"{source} ({runs} runs, --encperf-noise)", True
+    )
+
+
+def prior_note() -> str:
+    """The line under the gate's header when a check used a prior: which one, and where from."""
+    active = active_prior()
+    note = f"between-run prior: {active.origin}"
+    if not active.measured_here:
+        note += (
+            "; against one reference it decides only changes far beyond that machine's noise: measure "
+            "this runner with benchmarks/noise.py and give --encperf-noise=FILE, or keep 3 or more "
+            "saved runs (their spread then replaces it)"
+        )
+    return note
 
 
 def prior_for(
@@ -259,12 +347,14 @@ def prior_for(
     own; else, for an encrypted backend, the largest measured for that workload, else the largest
     of the backend, else the largest of any encrypted backend (an unmeasured backend or workload
     is assumed as noisy as the noisiest measured); plain: its own, else its largest. None when
-    the table has nothing for it."""
-    table = PRIOR if table is None else table
+    the table has nothing for it. The table is the active prior's unless given."""
+    active = active_prior()
+    label = active.source
+    table = active.table if table is None else table
     name = backend.split(":", 1)[0]
     if (name, workload) in table:
         sd, df = table[(name, workload)]
-        return Prior(sd, df, f"prior of {name} {workload}, {PRIOR_SOURCE}")
+        return Prior(sd, df, f"prior of {name} {workload}, {label}")
     encrypted = name != PLAIN
     candidates = (
         [v for (b, w), v in table.items() if w == workload and b != PLAIN] if encrypted else [],
@@ -274,10 +364,46 @@ def prior_for(
     for found in candidates:
         if found:
             sd, df = max(found)
-            return Prior(
-                sd, df, f"largest prior measured for what is nearest ({name} {workload}), {PRIOR_SOURCE}"
-            )
+            return Prior(sd, df, f"largest prior measured for what is nearest ({name} {workload}), {label}")
     return None
+
+
+def history_prior(pooled: Prior | None, backend: str | None, workload: str) -> Prior | None:
+    """What a workload's history is combined with: the same saved runs' spread pooled over the
+    backend's other workloads (``pooled``) and, when the user gave one, their prior of the cell
+    (``backend`` None: a metric without one), by degrees of freedom. The built-in prior (another
+    machine's) is left out once a history exists."""
+    parts = [pooled] if pooled is not None else []
+    if backend is not None and active_prior().measured_here:
+        user = prior_for(backend, workload)
+        parts += [user] if user is not None else []
+    if not parts:
+        return None
+    df = sum(p.df for p in parts)
+    variance = sum(p.df * p.sd**2 for p in parts) / df if df else 0.0
+    return Prior(math.sqrt(variance), df, " and ".join(p.source for p in parts))
+
+
+def pooled_between(runs_by_workload: Mapping[str, Sequence[Sequence[float]]], leave_out: str) -> Prior | None:
+    """The saved runs' between-run variance pooled over the workloads other than ``leave_out``
+    that have at least MIN_HISTORY runs (each: the variance of its run means less the within-run
+    part, truncated at 0), with their summed degrees of freedom; None without such a workload."""
+    squares = df = 0.0
+    for workload, runs in runs_by_workload.items():
+        runs = [g for g in runs if g]
+        if workload == leave_out or len(runs) < MIN_HISTORY:
+            continue
+        within, df_within = _pooled_within(runs)
+        if not df_within:
+            continue
+        means = [statistics.fmean(g) for g in runs]
+        inverse_rounds = statistics.fmean(1 / len(g) for g in runs)
+        measured = max(0.0, statistics.variance(means) - within * inverse_rounds)
+        squares += (len(runs) - 1) * measured
+        df += len(runs) - 1
+    if not df:
+        return None
+    return Prior(math.sqrt(squares / df), df, f"the saved runs' spread of {int(df)} df over other workloads")
 
 
 def prior_source_code(table: Mapping[tuple[str, str], tuple[float, float]]) -> str:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
+import re
 import statistics
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pytest_encperf import verdict
+from pytest_encperf.settings import resolve
 from pytest_encperf.verdict import FAIL, PASS, UNDECIDED, Prior
 
 PRIOR = Prior(0.05, 24.0, "test prior")
@@ -31,7 +38,7 @@ def test_a_history_measures_the_between_run_spread_with_the_prior_and_never_wide
     assert one is not None and four is not None
     means = [statistics.fmean(g) for g in saved]
     assert four.change == pytest.approx(statistics.fmean(now) - statistics.fmean(means))
-    assert four.runs == 4 and "4 saved runs + test prior" in four.between
+    assert four.runs == 4 and "4 saved runs, with test prior" in four.between
     assert four.se < one.se and four.df >= one.df  # history adds power, never removes it
     # two saved runs are not a history: the reference alone
     two = verdict.estimate(now, saved[:2], PRIOR)
@@ -92,3 +99,135 @@ def test_fit_prior_takes_the_larger_of_the_cell_and_its_backend_pooled() -> None
     fit = verdict.fit_prior([doc])
     pooled = math.sqrt((3 * 0.3**2) / 6)
     assert fit == {("x", "A"): (round(pooled, 4), 6), ("x", "B"): (0.3, 6)}
+
+
+# ----------------------------------------------------------------------------- the user's prior
+
+NOISE_DOC = {
+    "estimates": {
+        "gocryptfs|SEQ1M-Q8T1-read": {"runs": 10, "df_between": 9, "sd_between_percent": 3.0},
+        "gocryptfs|RND4K-Q1T1-read": {"runs": 10, "df_between": 9, "sd_between_percent": 1.0},
+        "plain|SEQ1M-Q8T1-read": {"runs": 10, "df_between": 9, "sd_between_percent": None},
+    }
+}
+
+
+def test_a_noise_file_is_fitted_as_the_built_in_prior_is() -> None:
+    found = verdict.read_noise_prior(json.dumps(NOISE_DOC), "noise-runner.json")
+    assert found.measured_here and found.source == "noise-runner.json"
+    assert found.origin == "noise-runner.json (10 runs, --encperf-noise)"
+    pooled = round(math.sqrt((9 * 0.03**2 + 9 * 0.01**2) / 18), 4)
+    assert dict(found.table) == {
+        ("gocryptfs", "RND4K-Q1T1-read"): (pooled, 18.0),
+        ("gocryptfs", "SEQ1M-Q8T1-read"): (0.03, 18.0),
+    }
+    shipped = Path(__file__).parent.parent / "benchmarks" / "data" / "noise-2026-12-01.json"
+    assert dict(verdict.read_noise_prior(shipped.read_text(), shipped.name).table) == verdict.PRIOR
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("{", "not JSON"),
+        ("[]", "no 'estimates'"),
+        ('{"estimates": {"gocryptfs": {}}}', "bad estimate 'gocryptfs'"),
+        (
+            '{"estimates": {"a|b": {"sd_between_percent": "3", "runs": 4, "df_between": 3}}}',
+            "must be numbers",
+        ),
+        ('{"estimates": {"a|b": {"sd_between_percent": -1, "runs": 4, "df_between": 3}}}', "0 <= sd"),
+        ('{"estimates": {"a|b": {"sd_between_percent": null}}}', "no cell has a between-run estimate"),
+    ],
+)
+def test_a_bad_noise_file_says_what_is_wrong(text: str, says: str) -> None:
+    with pytest.raises(verdict.NoiseFileError, match=re.escape(says)):
+        verdict.read_noise_prior(text, "f.json")
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=20,
+)
+CELLS = st.dictionaries(
+    st.sampled_from(["gocryptfs|A", "plain|A", "x|B", "bad", "a|b|c", "|A"]),
+    st.fixed_dictionaries({"sd_between_percent": JSON_VALUES, "runs": JSON_VALUES, "df_between": JSON_VALUES})
+    | JSON_VALUES,
+    max_size=4,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(JSON_VALUES, st.fixed_dictionaries({"estimates": CELLS})))
+def test_the_noise_file_parser_gives_a_prior_or_a_noise_file_error(doc: object) -> None:
+    try:
+        text = json.dumps(doc)
+    except ValueError:
+        return
+    try:
+        found = verdict.read_noise_prior(text, "f.json")
+    except verdict.NoiseFileError as exc:
+        assert str(exc).startswith("f.json: ")
+        return
+    assert found.table and all(0 <= sd < 10 and df > 0 for sd, df in found.table.values())
+
+
+@given(st.binary(max_size=200))
+def test_the_noise_file_parser_survives_any_text(data: bytes) -> None:
+    with contextlib.suppress(verdict.NoiseFileError):
+        verdict.read_noise_prior(data.decode("utf-8", "replace"), "f.json")
+
+
+def test_the_active_prior_is_the_users_and_stays_beside_a_history(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(verdict, "_ACTIVE", None)
+    assert not verdict.active_prior().measured_here and "development machine" in verdict.prior_note()
+    pooled = Prior(0.04, 14.0, "other workloads")
+    # the built-in prior (another machine's) is left out once a history exists
+    assert verdict.history_prior(pooled, "gocryptfs", "SEQ1M-Q8T1-read") == pooled
+    assert verdict.history_prior(None, "gocryptfs", "SEQ1M-Q8T1-read") is None
+    verdict.use_prior(verdict.read_noise_prior(json.dumps(NOISE_DOC), "noise-runner.json"))
+    prior = verdict.prior_for("gocryptfs", "SEQ1M-Q8T1-read")
+    assert prior is not None and prior.sd == 0.03 and "noise-runner.json" in prior.source
+    assert verdict.prior_note() == "between-run prior: noise-runner.json (10 runs, --encperf-noise)"
+    combined = verdict.history_prior(pooled, "gocryptfs", "SEQ1M-Q8T1-read")
+    assert combined is not None and combined.df == 14.0 + 18.0
+    assert combined.sd == pytest.approx(math.sqrt((14 * 0.04**2 + 18 * 0.03**2) / 32))
+    assert verdict.history_prior(None, None, "SEQ1M-Q8T1-read") is None  # latency: no prior of its own
+
+
+def test_the_saved_runs_spread_is_pooled_over_the_other_workloads() -> None:
+    runs = {
+        "A": [[0.0, 0.1], [0.5, 0.6], [1.0, 1.1]],  # means 0.05, 0.55, 1.05: between 0.25 - 0.005/2
+        "B": [[0.0, 0.1], [0.0, 0.1]],  # two runs: not a history
+        "C": [[9.0, 9.1], [0.0, 0.1], [5.0, 5.1]],
+    }
+    found = verdict.pooled_between(runs, leave_out="C")
+    assert found is not None and found.df == 2
+    assert found.sd == pytest.approx(math.sqrt(0.25 - 0.005 / 2))
+    assert verdict.pooled_between(runs, leave_out="A") is not None
+    assert verdict.pooled_between({"A": runs["A"]}, leave_out="A") is None
+
+
+def test_the_noise_option_follows_the_precedence_and_names_itself_for_a_bad_file(tmp_path: Path) -> None:
+    files = {}
+    for name, sd in (("cli", 1.0), ("env", 2.0), ("ini", 3.0)):
+        doc = {"estimates": {"gocryptfs|A": {"runs": 5, "df_between": 4, "sd_between_percent": sd}}}
+        files[name] = tmp_path / f"noise-{name}.json"
+        files[name].write_text(json.dumps(doc))
+    assert resolve({}, {}, environ={}).noise is None  # the built-in prior
+    ini = {"noise": str(files["ini"])}
+    env = {"ENCPERF_NOISE": str(files["env"])}
+    from_ini = resolve({}, ini, environ={})
+    assert from_ini.noise is not None and from_ini.noise.table[("gocryptfs", "A")] == (0.03, 4.0)
+    from_env = resolve({}, ini, environ=env)
+    assert from_env.noise is not None and from_env.noise.source == "noise-env.json"
+    typed = resolve({"noise": str(files["cli"])}, ini, environ=env)
+    assert typed.noise is not None and typed.noise.source == "noise-cli.json"
+    assert typed.sources["noise"] == "--encperf-noise"
+    (tmp_path / "bad.json").write_text('{"runs": {}}')
+    with pytest.raises(ValueError, match=r"^--encperf-noise: bad noise file .*bad.json.*no 'estimates'"):
+        resolve({"noise": str(tmp_path / "bad.json")}, {}, environ={})
+    with pytest.raises(
+        ValueError, match=r"^--encperf-noise \(from ENCPERF_NOISE\): bad noise file .*missing"
+    ):
+        resolve({}, {}, environ={"ENCPERF_NOISE": str(tmp_path / "missing.json")})
