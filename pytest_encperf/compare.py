@@ -580,8 +580,10 @@ def assess(
     if kind == "overhead":  # both sides in this run: no between-run part
         prior: verdict.Prior | None = verdict.Prior(0.0, 1e9, "one run")
     elif history and history_runs >= MIN_HISTORY:  # the saved runs' spread, per workload
-        pooled = verdict.pooled_between(history.samples, cell.workload.name)
-        prior = verdict.history_prior(pooled, own, cell.workload.name)
+        lifecycle = metric.name == LIFECYCLE_METRIC  # a step: only its own cell of the user's file
+        prior = verdict.history_prior(
+            own or (cell.backend if lifecycle else None), cell.workload.name, lifecycle
+        )
     else:  # the user's prior (--encperf-noise), else the built-in one; none for other numbers
         prior = verdict.prior_for(own, cell.workload.name) if own else None
     found = verdict.estimate(log_cur, saved, prior)

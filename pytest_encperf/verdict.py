@@ -10,14 +10,15 @@ uncertainty has two parts, in the one-way random-effects model ``y = mu + run + 
 - between runs, variance ``b``: without a history, from a prior (per backend and workload): the
   user's, measured on their runner (``--encperf-noise``, ``read_noise_prior``), else the built-in
   one fitted to the development machine's runs (``PRIOR``). With at least ``MIN_HISTORY``
-  comparable saved runs it comes from them, per workload: how the workload's saved run means
-  spread, combined by degrees of freedom with the same spread pooled over the backend's other
-  workloads and with the user's prior when given (``history_prior``); the built-in prior, of
-  another machine, is then left out.
+  comparable saved runs it comes from them, per workload (never pooled over workloads): how the
+  workload's saved run means spread, combined by degrees of freedom with the user's prior when
+  one was given; the built-in prior, of another machine, is then left out.
 
 Estimate = this run's mean minus the mean of the saved runs' means (one reference: its mean).
 Variance = ``w / n_now + b + (b + w * mean(1 / n_saved)) / runs``; with one reference that is
-``w / n_now + w / n_ref + 2 b``. Degrees of freedom by Satterthwaite, rounded down. Against a
+``w / n_now + w / n_ref + 2 b``; with a history, ``S2 (1 + 1 / runs) + w (1 / n_now - mean(1 /
+n_saved))`` where ``S2``, the variance of the saved run means, estimates ``b + w mean(1 / n_saved)``
+(so nothing is truncated at 0). Degrees of freedom by Satterthwaite, rounded down. Against a
 threshold ``T`` (a tolerance): FAIL when the change is worse than T at the family's level (Holm
 over every gated check of the run, FAIL_ALPHA), PASS when it is better than T at PASS_ALPHA one-sided,
 otherwise UNDECIDED. Pure: no I/O at run time (``PRIOR`` is a table; ``fit_prior`` makes it).
@@ -93,23 +94,30 @@ def estimate(now: Sequence[float], saved: Sequence[Sequence[float]], prior: Prio
     inverse_rounds = statistics.fmean(1 / len(g) for g in runs)
     count = len(runs)
     if count >= MIN_HISTORY:
-        measured = max(0.0, statistics.variance(means) - within * inverse_rounds)
+        # predictive: the spread of the saved run means (each b + w / its rounds, never truncated)
+        # stands for the saved centre's and this run's level alike; this run's fewer rounds add
+        # w x (1 / n_now - mean 1 / n_saved)
+        spread = statistics.variance(means)
         if prior is None:
-            between, df_between = measured, float(count - 1)
-            source = f"{count} saved runs"
-        else:
+            df_between, source = float(count - 1), f"{count} saved runs"
+        else:  # the user's prior, as that many runs' worth of spread
             df_between = prior.df + count - 1
-            between = (prior.df * prior.sd**2 + (count - 1) * measured) / df_between
+            spread = (prior.df * (prior.sd**2 + within * inverse_rounds) + (count - 1) * spread) / df_between
             source = f"{count} saved runs, with {prior.source}"
+        between = max(0.0, spread - within * inverse_rounds)
+        rounds_part = within * max(0.0, 1 / len(now) - inverse_rounds)
+        runs_part = spread * (1 + 1 / count)
     elif prior is None:
         return None
     else:
         between, df_between, source = prior.sd**2, prior.df, prior.source
-    rounds_part = within * (1 / len(now) + inverse_rounds / count)
-    runs_part = between * (1 + 1 / count)
+        rounds_part = within * (1 / len(now) + inverse_rounds)
+        runs_part = between * 2
     variance = rounds_part + runs_part
     denominator = rounds_part**2 / df_within + (runs_part**2 / df_between if df_between else 0.0)
     df = math.floor(variance**2 / denominator) if denominator > 0 else df_within
+    if count >= MIN_HISTORY:  # a spread of a few runs can be small by chance, which Satterthwaite's
+        df = min(df, math.floor(df_between))  # df would then trust: its own df bound the statistic's
     return Estimate(
         change=statistics.fmean(now) - statistics.fmean(means),
         se=math.sqrt(variance),
@@ -368,42 +376,17 @@ def prior_for(
     return None
 
 
-def history_prior(pooled: Prior | None, backend: str | None, workload: str) -> Prior | None:
-    """What a workload's history is combined with: the same saved runs' spread pooled over the
-    backend's other workloads (``pooled``) and, when the user gave one, their prior of the cell
-    (``backend`` None: a metric without one), by degrees of freedom. The built-in prior (another
-    machine's) is left out once a history exists."""
-    parts = [pooled] if pooled is not None else []
-    if backend is not None and active_prior().measured_here:
-        user = prior_for(backend, workload)
-        parts += [user] if user is not None else []
-    if not parts:
+def history_prior(backend: str | None, workload: str, exact: bool = False) -> Prior | None:
+    """What a workload's history is combined with: the user's prior of the cell when one was
+    given (``backend`` None: a metric without a prior; ``exact``: only the file's own cell, as for
+    a life-cycle step). The built-in prior (another machine's) is left out once a history exists."""
+    active = active_prior()
+    if backend is None or not active.measured_here:
         return None
-    df = sum(p.df for p in parts)
-    variance = sum(p.df * p.sd**2 for p in parts) / df if df else 0.0
-    return Prior(math.sqrt(variance), df, " and ".join(p.source for p in parts))
-
-
-def pooled_between(runs_by_workload: Mapping[str, Sequence[Sequence[float]]], leave_out: str) -> Prior | None:
-    """The saved runs' between-run variance pooled over the workloads other than ``leave_out``
-    that have at least MIN_HISTORY runs (each: the variance of its run means less the within-run
-    part, truncated at 0), with their summed degrees of freedom; None without such a workload."""
-    squares = df = 0.0
-    for workload, runs in runs_by_workload.items():
-        runs = [g for g in runs if g]
-        if workload == leave_out or len(runs) < MIN_HISTORY:
-            continue
-        within, df_within = _pooled_within(runs)
-        if not df_within:
-            continue
-        means = [statistics.fmean(g) for g in runs]
-        inverse_rounds = statistics.fmean(1 / len(g) for g in runs)
-        measured = max(0.0, statistics.variance(means) - within * inverse_rounds)
-        squares += (len(runs) - 1) * measured
-        df += len(runs) - 1
-    if not df:
-        return None
-    return Prior(math.sqrt(squares / df), df, f"the saved runs' spread of {int(df)} df over other workloads")
+    if exact:
+        found = active.table.get((backend.split(":", 1)[0], workload))
+        return Prior(found[0], found[1], f"prior of {backend} {workload}, {active.source}") if found else None
+    return prior_for(backend, workload)
 
 
 def prior_source_code(table: Mapping[tuple[str, str], tuple[float, float]]) -> str:

@@ -8,7 +8,9 @@ a module imports it) sets every backend's and plain's between-run sd to QUIET_SD
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -26,3 +28,15 @@ def table(sd: float = QUIET_SD, df: float = QUIET_DF) -> dict[tuple[str, str], t
 def quiet_prior(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(verdict, "PRIOR", table())
     yield
+
+
+def quiet_noise_file(directory: Path, cells: Iterable[tuple[str, str]], sd: float = QUIET_SD) -> Path:
+    """A noise file as benchmarks/noise.py writes it (its ``estimates``), of a quiet runner: every
+    cell (backend, workload) with a between-run sd of ``sd`` over 10 runs; for --encperf-noise."""
+    estimates = {
+        f"{backend}|{workload}": {"runs": 10, "df_between": 9, "sd_between_percent": 100 * sd}
+        for backend, workload in cells
+    }
+    path = directory / "noise-quiet.json"
+    path.write_text(json.dumps({"estimates": estimates}), encoding="utf-8")
+    return path

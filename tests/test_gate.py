@@ -19,7 +19,7 @@ import pytest
 
 from pytest_encperf import storage
 from pytest_encperf.compare import EXIT_REGRESSION
-from tests.priors import quiet_prior  # noqa: F401 (autouse: a quiet machine's between-run prior)
+from tests.priors import quiet_noise_file, quiet_prior  # noqa: F401 (autouse: a quiet machine's between-run prior)
 
 SCRIPTED_BENCHMARK = """
 import os
@@ -242,26 +242,30 @@ def test_drift_of_the_whole_machine_does_not_fail_an_encrypted_backend(gate: pyt
 def test_confirmation_rounds_decide_an_open_check_and_are_reported(gate: pytest.Pytester) -> None:
     noise = {"SCRIPTED_NOISE": "0.06,-0.06,0.03,-0.03"}
     baseline(gate, "--encperf-save-rounds=5", SCRIPTED_VOLUME_SCALE="0.5", **noise)
-    # 2 noisy rounds against 5 leave a 40% drop undecided at 0.01 / 4 (4 gated checks); the
-    # runner adds pairs until it is decided
+    # 2 noisy rounds against 6 (5 in whole A B B A blocks) leave a 40% drop undecided at 0.01 / 4
+    # (4 gated checks); the runner adds a block of pairs until it is decided
     result = run(gate, "--encperf-fail=10%", rounds=2, SCRIPTED_VOLUME_SCALE="0.3", **noise)
     assert result.ret == EXIT_REGRESSION
     result.stdout.fnmatch_lines(
         [
-            "*SEQ1M-Q8T1-write*3/5 (+1 decided)*paired ratios*FAIL",
-            "*3 vs 5 rounds (2 rounds + 1 to confirm, decided)",
+            "*SEQ1M-Q8T1-write*4/6 (+2 decided)*paired ratios*FAIL",
+            "*4 vs 6 rounds (2 rounds + 2 to confirm, decided)",
         ]
     )
     options = ("--encperf-fail=10%", "--encperf-confirm-budget=0")
     off = run(gate, *options, rounds=2, SCRIPTED_VOLUME_SCALE="0.3", **noise)
-    off.stdout.fnmatch_lines(["*SEQ1M-Q8T1-write*2/5 *paired ratios*"])  # no pairs added
+    off.stdout.fnmatch_lines(["*SEQ1M-Q8T1-write*2/6 *paired ratios*"])  # no pairs added
     assert "to confirm" not in off.stdout.str()
 
 
 def test_plain_is_gated_against_the_history_of_saved_runs(gate: pytest.Pytester) -> None:
     for noise in ("0.01,0.011,0.009", "-0.01,-0.011,-0.009", "0,0.001,-0.001"):  # medians 101, 99, 100
         baseline(gate, SCRIPTED_VOLUME_SCALE="0.5", SCRIPTED_NOISE=noise)
-    result = run(gate, "--encperf-fail=10%", SCRIPTED_SCALE="0.8", SCRIPTED_VOLUME_SCALE="0.5")
+    # 3 saved runs alone give their spread 2 degrees of freedom: a quiet runner's own prior
+    # (--encperf-noise) adds its 18, and 20% down is then decided
+    cells = [("plain", w) for w in ("SEQ1M-Q8T1-read", "SEQ1M-Q8T1-write")]
+    quiet = f"--encperf-noise={quiet_noise_file(gate.path, cells)}"
+    result = run(gate, "--encperf-fail=10%", quiet, SCRIPTED_SCALE="0.8", SCRIPTED_VOLUME_SCALE="0.5")
     assert result.ret == EXIT_REGRESSION
     result.stdout.fnmatch_lines(
         [
@@ -703,6 +707,9 @@ def test_lifecycle_cycles_are_saved_and_a_slower_mount_fails_the_gate(gate: pyte
     assert doc["encperf"]["settings"]["lifecycle_cycles"] == "5"
     for steps in doc["encperf"]["lifecycle"].values():
         assert [len(cycles) for cycles in steps.values()] == [5] * 5
+    # a quiet runner's prior of the step (--encperf-noise): 3 saved runs alone give its spread 2
+    # degrees of freedom, too few to decide at the family's 1%
+    quiet = f"--encperf-noise={quiet_noise_file(gate.path, [('fakecrypt', 'lifecycle-mount')], sd=0.05)}"
     rule = "--encperf-fail=10%,fakecrypt:lifecycle-mount:50%"
     one_saved = run(
         gate, "--encperf-compare=main", rule, "--encperf-lifecycle-cycles=5", "--encperf-history=1",
@@ -713,12 +720,22 @@ def test_lifecycle_cycles_are_saved_and_a_slower_mount_fails_the_gate(gate: pyte
         ["*fakecrypt*lifecycle-mount*lifecycle*5/5*cycles of both runs*50%*not gated*"]
     )
     same = run(
-        gate, "--encperf-compare=main", rule, "--encperf-lifecycle-cycles=5", SCRIPTED_MOUNT_DELAY="0.02"
+        gate,
+        "--encperf-compare=main",
+        rule,
+        quiet,
+        "--encperf-lifecycle-cycles=5",
+        SCRIPTED_MOUNT_DELAY="0.02",
     )
     assert same.ret == pytest.ExitCode.OK, same.stdout.str()
     same.stdout.fnmatch_lines(["*fakecrypt*lifecycle-mount*lifecycle*5/5*history*50%*pass*"])
     slower = run(
-        gate, "--encperf-compare=main", rule, "--encperf-lifecycle-cycles=5", SCRIPTED_MOUNT_DELAY="0.1"
+        gate,
+        "--encperf-compare=main",
+        rule,
+        quiet,
+        "--encperf-lifecycle-cycles=5",
+        SCRIPTED_MOUNT_DELAY="0.1",
     )
     assert slower.ret == EXIT_REGRESSION
     slower.stdout.fnmatch_lines(

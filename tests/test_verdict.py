@@ -181,31 +181,14 @@ def test_the_noise_file_parser_survives_any_text(data: bytes) -> None:
 def test_the_active_prior_is_the_users_and_stays_beside_a_history(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(verdict, "_ACTIVE", None)
     assert not verdict.active_prior().measured_here and "development machine" in verdict.prior_note()
-    pooled = Prior(0.04, 14.0, "other workloads")
     # the built-in prior (another machine's) is left out once a history exists
-    assert verdict.history_prior(pooled, "gocryptfs", "SEQ1M-Q8T1-read") == pooled
-    assert verdict.history_prior(None, "gocryptfs", "SEQ1M-Q8T1-read") is None
+    assert verdict.history_prior("gocryptfs", "SEQ1M-Q8T1-read") is None
     verdict.use_prior(verdict.read_noise_prior(json.dumps(NOISE_DOC), "noise-runner.json"))
     prior = verdict.prior_for("gocryptfs", "SEQ1M-Q8T1-read")
     assert prior is not None and prior.sd == 0.03 and "noise-runner.json" in prior.source
     assert verdict.prior_note() == "between-run prior: noise-runner.json (10 runs, --encperf-noise)"
-    combined = verdict.history_prior(pooled, "gocryptfs", "SEQ1M-Q8T1-read")
-    assert combined is not None and combined.df == 14.0 + 18.0
-    assert combined.sd == pytest.approx(math.sqrt((14 * 0.04**2 + 18 * 0.03**2) / 32))
-    assert verdict.history_prior(None, None, "SEQ1M-Q8T1-read") is None  # latency: no prior of its own
-
-
-def test_the_saved_runs_spread_is_pooled_over_the_other_workloads() -> None:
-    runs = {
-        "A": [[0.0, 0.1], [0.5, 0.6], [1.0, 1.1]],  # means 0.05, 0.55, 1.05: between 0.25 - 0.005/2
-        "B": [[0.0, 0.1], [0.0, 0.1]],  # two runs: not a history
-        "C": [[9.0, 9.1], [0.0, 0.1], [5.0, 5.1]],
-    }
-    found = verdict.pooled_between(runs, leave_out="C")
-    assert found is not None and found.df == 2
-    assert found.sd == pytest.approx(math.sqrt(0.25 - 0.005 / 2))
-    assert verdict.pooled_between(runs, leave_out="A") is not None
-    assert verdict.pooled_between({"A": runs["A"]}, leave_out="A") is None
+    assert verdict.history_prior("gocryptfs", "SEQ1M-Q8T1-read") == prior  # the user's stays
+    assert verdict.history_prior(None, "SEQ1M-Q8T1-read") is None  # latency: no prior of its own
 
 
 def test_the_noise_option_follows_the_precedence_and_names_itself_for_a_bad_file(tmp_path: Path) -> None:
