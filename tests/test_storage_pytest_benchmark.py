@@ -16,6 +16,7 @@ from pytest_encperf import benchmarkentries, cli, storage
 from pytest_encperf.compare import PASS, judge, parse_rules
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.workloads import CDM
+from tests.priors import quiet_prior  # noqa: F401 (autouse: a quiet machine's between-run prior)
 
 NOW = dt.datetime(2026, 2, 3, 4, 5, 6, tzinfo=dt.UTC)
 # Saved by encperf before plain's side had entries and names their unit (made by the code of then)
@@ -117,11 +118,11 @@ def test_a_run_saved_before_plain_entries_loads_and_compares_both_ways(
     before, now = (storage.load_run(run) for run in storage.list_runs(tmp_path))
     for reference, current in ((before, now), (now, before)):
         verdict = judge(current, reference, rules)
-        assert [check.status for check in verdict.checks if check.gated] == [PASS, PASS]
+        assert [check.status for check in verdict.checks if check.gated] == [PASS] * 3  # plain too: its prior
         assert not verdict.failed and not verdict.only_in_reference
     assert cli.main(["--storage", str(tmp_path), "compare", "main", "pr", "--fail", "10%"]) == 0
     assert cli.main(["--storage", str(tmp_path), "compare", "pr", "main", "--fail", "10%"]) == 0
-    assert "encperf: 0 regressions, 2 within threshold" in capsys.readouterr().out
+    assert "encperf: 0 regressions, 3 within threshold" in capsys.readouterr().out
 
 
 def pytest_benchmark_compare(

@@ -3,20 +3,17 @@
 Noise model (log scale, normal), per backend x workload, from benchmarks/data/noise-*.json
 (pytest_encperf.verdict.fit_prior and the files' within-run sds): each run draws one run-level
 offset per cell with the prior's between-run sd (the larger of the cell's estimate and its
-backend's pooled one: 15.6-45.4% here), then each round's log ratio backend/plain with the cell's
-measured within-run sd (11.6-66.1%); plain's own values the same way with plain's figures. Two
-encrypted backends (gocryptfs, fscrypt) x CrystalDiskMark's 8 workloads, ``--encperf-fail=10%``:
-16 paired checks and plain's 8, one Holm family. The reference and saved runs have 10 rounds, the
-checking run 3 (the defaults), without confirmation rounds (the runner's loop is tested apart).
-``QUIET`` is the same model with every sd divided by 10 (within 1.2-6.6%, between 1.6-4.5%): a
-quiet runner, where some checks can detect 20%.
-A slowdown multiplies gocryptfs's rounds in the checking run (every workload).
+backend's pooled one: 28-57% here for the ratios, 50-83% for plain), then each round's log ratio
+backend/plain with the cell's measured within-run sd; plain's own values the same way with plain's
+figures. Two encrypted backends (gocryptfs, fscrypt) x CrystalDiskMark's 8 workloads,
+``--encperf-fail=10%``: 16 paired checks and plain's 8, one Holm family. The reference and saved
+runs have 10 rounds, the checking run 4 (the default), without confirmation rounds (the runner's
+loop is tested apart). ``QUIET`` is a quiet runner: rounds a tenth as noisy, 2% between runs.
+SCENARIOS: this machine with the built-in prior; a quiet runner with the built-in prior (the gate
+not told); a quiet runner with its own prior (--encperf-noise). A slowdown multiplies gocryptfs's
+rounds in the checking run (every workload).
 
-Measured (seed 1, 2,000 runs each), printed by each test (README, "What decides a check"):
-A/A failed 0.15% / 0.05% / 0.05% of runs (1 / 3 / 5 saved runs, measured model; 0% quiet), with
-90-92% (measured) and 11-21% (quiet) of gated checks UNDECIDED; a 20% slowdown failed 81.8% /
-98.2% / 99.5% of runs (quiet). No check detects <= 20% at the 1% level in either model: the
-90% requirement below is checked, but met vacuously.
+The figures each test prints (with -s) are the README's table ("What decides a check").
 """
 
 from __future__ import annotations
@@ -194,4 +191,7 @@ def test_a_slowdown_fails_every_check_that_can_detect_it_and_history_adds_power(
                 if rates.detectable[key] <= slower:
                     assert share >= 0.90, key
             power[saved] = rates.failed
-        assert power[3] >= power[1] - 0.02 and power[5] >= power[3] - 0.02, power
+        if SCENARIOS[name][2]:  # the runner's own prior stays beside a history: it only adds
+            assert power[3] >= power[1] - 0.02 and power[5] >= power[3] - 0.02, power
+        # the built-in prior is replaced by a history (another machine's figures): on this machine,
+        # where it is right, 3 or 5 runs' own spread decides less than it did (README says so)
