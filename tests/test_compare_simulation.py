@@ -32,8 +32,10 @@ RUNS = 2000
 LIFECYCLE_BACKENDS = ("plain", "fscrypt", "gocryptfs", "qemu-luks")
 LIFECYCLE_RULES = "lifecycle:50%"
 HISTORY_RUNS = 5  # --encperf-history's default
-# measured (seed 5, 300 runs): 46%, 86%, 98%; Holm over 20 checks against 5 runs' spread costs power
-POWER_ALL, POWER_ONE_5, POWER_ONE_10 = 0.35, 0.75, 0.90
+# measured (seed 5, 300 runs): 2.3%, 27.7%, 35.7%. A step has no built-in prior: 5 runs' spread
+# alone, with its 4 degrees of freedom bounding the check's (verdict.estimate), decides little at
+# the family's 1%; a runner's own prior of the step (--encperf-noise) adds to it (tests/test_gate.py)
+POWER_ALL, POWER_ONE_5, POWER_ONE_10 = 0.01, 0.20, 0.28
 
 
 def lifecycle_run(
