@@ -370,10 +370,10 @@ def cells_of(results: Iterable[Result], quiet_only: bool = False) -> dict[tuple[
             result.backend, result.workload, rounds, baseline_rounds,
             result.stop_reason, result.confirm_rounds, result.before_after, busy,
         )  # fmt: skip
-    for name, rounds in plain.items():
-        if rounds or plain_busy.get(name):
+    for name, plain_rounds in plain.items():
+        if plain_rounds or plain_busy.get(name):
             cells[(BASELINE, name)] = Cell(
-                BASELINE, workloads[name], tuple(rounds), busy=plain_busy.get(name, 0)
+                BASELINE, workloads[name], tuple(plain_rounds), busy=plain_busy.get(name, 0)
             )
     return cells
 

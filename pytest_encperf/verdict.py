@@ -322,7 +322,8 @@ def read_noise_prior(text: str, source: str) -> NoisePrior:
         if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in numbers):
             raise NoiseFileError(f"{source}: {key}: sd_between_percent, runs and df_between must be numbers")
         assert isinstance(sd, int | float) and isinstance(runs, int | float) and isinstance(df, int | float)
-        if not (all(math.isfinite(v) for v in numbers) and 0 <= sd < 1000 and runs >= 2 and 0 < df <= 1e6):
+        finite = math.isfinite(sd) and math.isfinite(runs) and math.isfinite(df)
+        if not (finite and 0 <= sd < 1000 and runs >= 2 and 0 < df <= 1e6):
             raise NoiseFileError(
                 f"{source}: {key}: expected 0 <= sd_between_percent < 1000, runs >= 2 and 0 < df_between"
             )

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +32,11 @@ from pytest_encperf.compare import FAIL, UNDECIDED, judge, parse_rules
 from pytest_encperf.model import Measurement, Result, RunData
 from pytest_encperf.workloads import CDM, Workload
 
-RUNS = 2000  # unchanged runs per case
-POWER_RUNS = 500  # slowed runs per case
+# Runs per case: the suite's default keeps the file to a few minutes on 2 cores (the seed is fixed,
+# so the bounds are checked on the same draws every time); ENCPERF_SIMULATION_RUNS=2000 gives the
+# figures the documentation states (2,000 unchanged runs per case, 500 slowed ones).
+RUNS = int(os.environ.get("ENCPERF_SIMULATION_RUNS", "500"))  # unchanged runs per case
+POWER_RUNS = max(150, RUNS // 4)  # slowed runs per case
 DATA = sorted(Path(__file__).parent.parent.glob("benchmarks/data/noise-*.json"))
 BACKENDS = ("gocryptfs", "fscrypt")
 SETTINGS = {"size": "268435456", "runtime": "1.5", "target": "container"}
