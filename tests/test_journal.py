@@ -1052,9 +1052,9 @@ def test_a_signal_during_teardown_waits_until_it_is_done() -> None:
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_the_readme_states_the_cleanup_lock_timeout_the_code_uses() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    match = re.search(r"A cleanup waits for that lock (\d+) s at most", readme)
+def test_the_safety_page_states_the_cleanup_lock_timeout_the_code_uses() -> None:
+    safety = (Path(__file__).resolve().parents[1] / "docs" / "explanation" / "safety.md").read_text()
+    match = re.search(r"A cleanup waits for that lock (\d+) s at most", safety)
     assert match is not None and float(match[1]) == journal.LOCK_TIMEOUT
     default = inspect.signature(journal.release_dead_runs).parameters["lock_timeout"].default
     assert default == journal.LOCK_TIMEOUT

@@ -323,7 +323,7 @@ def test_a_version_3_journal_is_read_into_typed_entries() -> None:
 
 
 def test_journals_of_older_versions_with_wall_clock_starts_are_still_read() -> None:
-    """README Safety: "Journals of older versions, which recorded a wall-clock start time, are
+    """docs/explanation/safety.md: "Journals of older versions, which recorded a wall-clock start time, are
     still read". Version 1 as its writer made them (no wait; a process start could be null)."""
     version_1 = {
         "version": 1, "pid": 77, "started": 1700000000.12, "directory": "/var/tmp",
@@ -367,8 +367,9 @@ def test_the_run_token_children_mark_and_daemon_entries_are_read_and_checked() -
         read_json(extended)
 
 
-def test_the_readme_states_the_limits_the_schema_checks() -> None:
-    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+def test_the_safety_page_states_the_limits_the_schema_checks() -> None:
+    safety = Path(__file__).resolve().parents[1] / "docs" / "explanation" / "safety.md"
+    readme = " ".join(safety.read_text().split())
     assert journalschema.MAX_BYTES == 1 << 20
     assert "at most 1 MiB (its size is checked before it is read)" in readme
     assert f"pids up to the kernel's {journalschema.PID_MAX}" in readme

@@ -235,12 +235,13 @@ def test_the_reader_never_raises_on_a_saved_document_with_one_part_replaced(data
     refused_or_read(copy.deepcopy(doc))
 
 
-def test_the_readme_states_the_kept_figures() -> None:
-    """The README's noise table is the newest kept benchmark data (benchmarks/data/noise-*.md)."""
+def test_the_statistics_page_states_the_kept_figures() -> None:
+    """docs/explanation/statistics.md's noise table is the newest kept benchmark data
+    (benchmarks/data/noise-*.md)."""
     root = Path(__file__).resolve().parent.parent
     kept = sorted((root / "benchmarks" / "data").glob("noise-*.md"))
     assert kept, "benchmarks/noise.py's data is kept in benchmarks/data"
-    readme = (root / "README.md").read_text(encoding="utf-8")
+    readme = (root / "docs" / "explanation" / "statistics.md").read_text(encoding="utf-8")
     rows = [line for line in kept[-1].read_text(encoding="utf-8").splitlines() if line.startswith("| ")]
     assert rows and [row for row in rows if row not in readme] == []
     assert json.loads(kept[-1].with_suffix(".json").read_text(encoding="utf-8"))["estimates"]

@@ -132,7 +132,7 @@ class Param:
     """One parameter of a backend's spec: its key, the parser of its text (a function of
     ``pytest_encperf.parsing``: ValueError names the accepted forms), the value it has when the
     spec leaves it out (None: not given, the tool's own default), and what it does (one line,
-    for whoever reads the table; the README's backend table says the same)."""
+    for whoever reads the table; docs/reference/backends.md is generated from it)."""
 
     name: str
     parse: Callable[[str], Any] = parse_text
