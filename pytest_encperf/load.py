@@ -35,7 +35,7 @@ import psutil
 PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
 KTHREADD = 2  # the parent of every kernel thread
 # A round is busy when processes outside this run (and steal) took more than this share of one
-# core over it. Chosen on the development machine (2 cores, see the README's "Busy machine"): the
+# core over it. Chosen on the development machine (2 cores, see docs/explanation/method.md): the
 # quietest tenth of 1.5 s windows showed others at 0.00-0.11 of a core, every window beside one
 # busy-loop process 1.38-1.99; a quarter of a core is above the one and far below the other.
 BUSY_SHARE = 0.25

@@ -71,7 +71,7 @@ def test_host_run_keeps_its_arguments_and_locals_out_of_tracebacks(pytester: pyt
     result.stdout.fnmatch_lines(["*HostError: sh -c * exit 2: No key available"])
     # the caller's own line shows its literal; host.run's frame (input = ..., hidden = ...) is gone
     assert "input = b'hunter2" not in result.stdout.str() and "hidden" not in result.stdout.str()
-    # --full-trace shows hidden frames too (as the README says): only a Secret is safe there
+    # --full-trace shows hidden frames too (as docs/explanation/safety.md says): only a Secret is safe there
     result = pytester.runpytest("--tb=long", "-l", "--full-trace", "-p", "no:cacheprovider")
     assert "input = b'hunter2" in result.stdout.str()
 

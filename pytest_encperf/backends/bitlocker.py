@@ -13,7 +13,7 @@ Secrets: the user password goes to dislocker on stdin (``-u`` without a value pr
 reads stdin). dislocker reads a *recovery* password only from its argument (``-p VALUE``) or a
 terminal, so with ``recovery-file=`` the recovery password is visible in /proc/PID/cmdline
 while the daemon runs: such a spec is refused unless it also says ``secret-in-argv=yes``
-(documented in the README; describe() then says ``secret_in_argv: True``, and errors show
+(documented in docs/reference/backends.md; describe() then says ``secret_in_argv: True``, and errors show
 <secret> in its place). Prefer ``password-file=`` or ``bek-file=``.
 """
 
