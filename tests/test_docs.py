@@ -71,6 +71,13 @@ def test_the_backends_reference_lists_every_backend_and_parameter() -> None:
             assert f"| `{param.name}` |" in generated, (name, param.name)
 
 
+def test_every_shipped_backend_is_an_example_of_the_contract() -> None:
+    """docs/how-to/write-a-backend.md: every backend shipped is a subclass of BackendBase."""
+    from pytest_encperf.backends import BackendBase
+
+    assert all(issubclass(backend_class(name), BackendBase) for name in REGISTRY)
+
+
 def test_the_cli_reference_shows_every_command() -> None:
     from pytest_encperf.cli import COMMANDS
 
