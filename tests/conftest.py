@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import tempfile
+from pathlib import Path
 
 # pytester's in-process runs remove from sys.modules what was first imported during them, and
 # cryptography's OpenSSL bindings do not survive a second import (AES-XTS then reports itself
@@ -37,17 +38,40 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 BUSY_THRESHOLD_ENV = "ENCPERF_BUSY_THRESHOLD"
 
 
+# What the suite shares with nothing else on the machine, each a directory of its own made at start
+# (xdist workers and the sessions tests start inherit the variables); one given from outside wins.
+#  - ENCPERF_LOCK_DIR: the measurement locks (else /run/encperf, which every benchmark waits on);
+#  - ENCPERF_DIR (--encperf-dir's twin) and ENCPERF_TEST_DIR (tests.helpers.support.disk_dir):
+#    volumes, containers and the run journals (.encperf-runs) that `encperf cleanup` reads, on disk
+#    under /var/tmp but never /var/tmp itself;
+#  - XDG_STATE_HOME: the list of run directories `encperf cleanup` visits (else ~/.local/state).
+PRIVATE_DIRS = {
+    host.LOCK_DIR_ENV: ("encperf-test-locks-", None),
+    "ENCPERF_DIR": ("encperf-test-runs-", "/var/tmp"),
+    "ENCPERF_TEST_DIR": ("encperf-test-disk-", "/var/tmp"),
+    "XDG_STATE_HOME": ("encperf-test-state-", None),
+}
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """The suite measures under locks of its own, never the machine-wide ones: a benchmark run
-    beside it (or another checkout's suite) neither waits for it nor makes it wait. xdist workers
-    and the sessions the tests start inherit the variables; a lock directory given from outside
-    wins, a busy threshold does not."""
+    """The suite measures under locks of its own, keeps its runs and their journals in directories
+    of its own, and never reads the machine's: a benchmark run beside it (or another checkout's
+    suite) neither waits for it nor makes it wait, and neither cleans up after the other."""
     os.environ[BUSY_THRESHOLD_ENV] = "off"
-    if os.environ.get(host.LOCK_DIR_ENV) or hasattr(config, "workerinput"):
+    if hasattr(config, "workerinput"):
         return
-    directory = tempfile.mkdtemp(prefix="encperf-test-locks-")  # 0700, this user's
-    os.environ[host.LOCK_DIR_ENV] = directory
-    config.add_cleanup(lambda: shutil.rmtree(directory, ignore_errors=True))
+    for variable, (prefix, parent) in PRIVATE_DIRS.items():
+        if os.environ.get(variable):
+            continue
+        directory = tempfile.mkdtemp(prefix=prefix, dir=parent if parent and os.path.isdir(parent) else None)
+        os.environ[variable] = directory  # 0700, this user's
+        config.add_cleanup(lambda directory=directory: _remove_unless_mounted(directory))
+
+
+def _remove_unless_mounted(directory: str) -> None:
+    """rmtree would descend into a mount a failed test left behind (the test reports it)."""
+    if not host.mounts_under(Path(directory)):
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
