@@ -177,8 +177,8 @@ def _as_speed(time_change: float) -> float:
 
 def overhead_bars(results: Iterable[Result]) -> list[OverheadBar]:
     """Each encrypted backend x workload against the plain rounds interleaved with it: the
-    estimate and 95% distribution-free interval of ``--encperf-max-overhead`` (throughput:
-    MB/s, IOPS for the 4K rows)."""
+    estimate and 95% interval of ``--encperf-max-overhead`` (throughput: MB/s, IOPS for the 4K
+    rows), from the gate's model of one run (verdict.estimate: no between-run part)."""
     bars = []
     for cell in cells_of(results).values():
         if cell.plain or not cell.baseline_rounds:

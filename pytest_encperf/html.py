@@ -581,10 +581,10 @@ def machine_section(
 
 
 CAPTIONS = {
-    "overhead": "Bars: Hodges-Lehmann estimate of backend / plain - 1 over the rounds of this run, against "
-    "the plain rounds interleaved with each backend (as --encperf-max-overhead judges it); error bars: its "
-    "95% distribution-free interval, drawn where the rounds can bound it (4 rounds per side or more); the "
-    "axis ends at +100% or the largest estimate.",
+    "overhead": "Bars: estimate of backend / plain - 1 over the rounds of this run (the mean log ratio), "
+    "against the plain rounds interleaved with each backend (as --encperf-max-overhead judges it); error "
+    "bars: its 95% t interval from the rounds (one run: no between-run part), drawn where the rounds can "
+    "bound it; the axis ends at +100% or the largest estimate.",
     "latency": "Median over the rounds of each round's p50, p99 and p99.9 total latency (submission to "
     "completion), log scale; plain is every plain round of the run.",
     "cpu": "Median CPU seconds per GiB moved (system-wide busy time, psutil); hatched: CPU time of the "

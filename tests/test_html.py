@@ -19,6 +19,7 @@ from pytest_encperf.compare import EXIT_REGRESSION
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.report import verdict_header
 from pytest_encperf.workloads import ATTO, CDM, MATRIX, MiB, fit_to_size
+from tests.priors import quiet_prior  # noqa: F401 (autouse: a quiet machine's between-run prior)
 from tests.test_gate import gate, run  # noqa: F401  (the scripted-engine fixture)
 
 NOW = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
