@@ -53,7 +53,7 @@ def test_workload(encperf, encperf_workload):
 CHAOS_CONFTEST = """
 import os, time
 from pathlib import Path
-from pytest_encperf import resources, session
+from pytest_encperf import resources, volumes
 from pytest_encperf.engines import native
 
 POINT = os.environ.get("ENCPERF_CHAOS_POINT", "")
@@ -80,7 +80,7 @@ def push(self, label, action, resource=None):
 
 resources.Cleanup.push = push
 
-original_make_backend = session.make_backend
+original_make_backend = volumes.make_backend
 
 def make_backend(spec):
     backend = original_make_backend(spec)
@@ -101,7 +101,7 @@ def make_backend(spec):
     backend.unmount = lambda volume: in_phase("teardown", unmount, volume.workdir, volume)
     return backend
 
-session.make_backend = make_backend
+volumes.make_backend = make_backend
 
 original_run = native.NativeEngine.run
 
