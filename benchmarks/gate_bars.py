@@ -11,7 +11,7 @@ its wall time. ``aa`` changes nothing between the runs (every failure is a false
 ``quota`` runs each checking run in a cgroup limited to ``--cpus`` CPUs (cgroup v2 ``cpu.max``,
 or v1 ``cpu.cfs_quota_us``): a FUSE backend's crypto runs in its daemon inside that cgroup and
 slows down, plain's I/O barely does. Needs root; every run tears down what it made.
-``simulate``: the test suite's simulated gate (tests/simulation.py) under other assumptions than
+``simulate``: the test suite's simulated gate (tests/helpers/simulation.py) under other assumptions than
 the suite's: more run-level noise, a history of saved runs, one slowed workload instead of all.
 """
 
@@ -97,7 +97,7 @@ def checking_runs(args: argparse.Namespace, enter: Callable[[], None] | None = N
 
 def simulate(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(ROOT))
-    from tests.simulation import NoiseModel, Scenario, failure_rate
+    from tests.helpers.simulation import NoiseModel, Scenario, failure_rate
 
     one = (CDM_FIRST,)
     cases = [

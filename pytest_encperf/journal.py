@@ -306,9 +306,9 @@ TEST_DELAY_VARIABLE = "ENCPERF_TEST_JOURNAL_DELAY"
 
 
 def test_delay() -> None:
-    """Test hook, for tests/test_chaos_integration.py only: ``ENCPERF_TEST_JOURNAL_DELAY=<seconds>``
-    sleeps before every journal write, widening the window between a tool's start and the
-    entry that records it, so that a test can kill the run inside it."""
+    """Test hook, for tests/integration/test_chaos_integration.py only:
+    ``ENCPERF_TEST_JOURNAL_DELAY=<seconds>`` sleeps before every journal write, widening the window
+    between a tool's start and the entry that records it, so that a test can kill the run inside it."""
     delay = os.environ.get(TEST_DELAY_VARIABLE)
     if delay:
         time.sleep(float(delay))

@@ -23,7 +23,7 @@ t-test of log G_b - log G_c > -log(1 - m) (Welch's degrees of freedom) rejects a
 Bonferroni over every ordered pair of the k configurations, because the best is chosen after
 looking and a best-vs-other difference is a difference of some ordered pair. Without any real
 difference that keeps the chance of calling any configuration slower at most ALPHA
-(tests/test_sweep.py checks it by simulation).
+(tests/functional/test_sweep.py checks it by simulation).
 
 Why a margin: the rounds' spread is the noise within one volume's measurement. Each
 configuration is another volume, measured at another time: a busy neighbour or a different file

@@ -233,7 +233,7 @@ def load_prior(paths: Iterable[Path]) -> dict[tuple[str, str], tuple[float, floa
     return fit_prior(json.loads(Path(p).read_text(encoding="utf-8")) for p in paths)
 
 
-# Fitted by fit_prior to benchmarks/data/noise-2026-12-01.json (tests/test_verdict_simulation.py
+# Fitted by fit_prior to benchmarks/data/noise-2026-12-01.json (tests/functional/test_verdict_simulation.py
 # checks this table is that fit; refit after new noise data: python -m pytest_encperf.verdict FILES).
 PRIOR_SOURCE = "built-in prior"
 PRIOR_ORIGIN = (

@@ -3,7 +3,7 @@
 ``Topology`` reads a worker's ``workerinput`` (the controller's --dist and the number of
 workers); ``WorkerRuns`` collects, on the controller, each worker's ``MachineRun`` and the
 workers whose results never came; ``merge`` makes one ``MachineRun`` per machine of them, a pure
-function (tests/test_workers.py drives it with made-up worker parts, no processes).
+function (tests/unit/test_workers.py drives it with made-up worker parts, no processes).
 ``XdistResults`` is the controller's plugin for xdist's own hooks.
 """
 

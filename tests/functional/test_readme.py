@@ -1,0 +1,17 @@
+"""The README's two commands are what the project runs: CI takes the test command from it. The rest
+of the manual is in docs/ (tests/unit/test_docs.py)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+from tests.unit.test_readme import ROOT, command_after
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    script = (ROOT / ".ci" / "run").read_text()
+    extract = re.search(r"command=\$\((.+)\)\n", script).group(1)
+    shown = subprocess.run(["bash", "-c", extract], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert shown.stdout.strip() == command_after("<!-- test-command -->")
+    assert "pytest -n auto tests/" in shown.stdout

@@ -1,0 +1,216 @@
+"""The run-level model of one check (pytest_encperf/verdict.py) on constructed samples."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_encperf import verdict
+from pytest_encperf.settings import resolve
+from pytest_encperf.verdict import FAIL, PASS, UNDECIDED, Prior
+
+PRIOR = Prior(0.05, 24.0, "test prior")
+
+
+def test_one_reference_adds_twice_the_between_run_variance() -> None:
+    now, ref = [0.0, 0.1, -0.1], [0.5, 0.6, 0.4, 0.5]
+    found = verdict.estimate(now, [ref], PRIOR)
+    assert found is not None
+    within = (sum((x - 0.0) ** 2 for x in now) + sum((x - 0.5) ** 2 for x in ref)) / (2 + 3)
+    assert found.change == pytest.approx(-0.5)
+    assert found.se == pytest.approx(math.sqrt(within / 3 + within / 4 + 2 * 0.05**2))
+    assert found.runs == 1 and "test prior" in found.between
+
+
+def test_a_history_measures_the_between_run_spread_with_the_prior_and_never_widens_the_interval() -> None:
+    now = [0.0, 0.1, -0.1]
+    saved = [[0.5 + d + e for e in (0.05, -0.05, 0.0, 0.02)] for d in (0.0, 0.03, -0.03, 0.01)]
+    one = verdict.estimate(now, saved[:1], PRIOR)
+    four = verdict.estimate(now, saved, PRIOR)
+    assert one is not None and four is not None
+    means = [statistics.fmean(g) for g in saved]
+    assert four.change == pytest.approx(statistics.fmean(now) - statistics.fmean(means))
+    assert four.runs == 4 and "4 saved runs, with test prior" in four.between
+    assert four.se < one.se and four.df >= one.df  # history adds power, never removes it
+    # two saved runs are not a history: the reference alone
+    two = verdict.estimate(now, saved[:2], PRIOR)
+    assert two is not None and two.runs == 1
+
+
+def test_without_a_prior_only_a_history_gives_a_between_run_variance() -> None:
+    assert verdict.estimate([1.0, 1.1], [[1.0, 1.2]], None) is None
+    found = verdict.estimate([1.0, 1.1], [[1.0, 1.2], [1.1, 1.0], [0.9, 1.0]], None)
+    assert (
+        found is not None and found.between.startswith("between-run sd") and "3 saved runs)" in found.between
+    )
+
+
+def test_single_rounds_give_no_within_run_variance() -> None:
+    assert verdict.estimate([1.0], [[1.0]], PRIOR) is None
+
+
+@pytest.mark.parametrize(
+    ("worse_percent", "expected"), [(40.0, FAIL), (0.0, PASS), (10.0, UNDECIDED), (-30.0, PASS)]
+)
+def test_three_outcomes_against_a_tolerance(worse_percent: float, expected: str) -> None:
+    tau = verdict.boundary(10.0, higher_is_better=True)
+    worse = -math.log(1 - worse_percent / 100)
+    se, df = 0.03, 30
+    p_fail, p_pass = verdict.p_fail(worse, tau, se, df), verdict.p_pass(worse, tau, se, df)
+    assert verdict.outcome(p_fail, p_pass) == expected
+
+
+def test_the_detectable_change_is_failed_in_ninety_percent_of_runs() -> None:
+    tau, se, df, level = verdict.boundary(10.0, True), 0.04, 40, 0.05 / 16
+    detect = verdict.detectable_percent(tau, se, df, level, True)
+    true_worse = -math.log(1 - detect / 100)
+    # with the estimate normal around the true change, FAIL needs worse - tau > t(1 - level) se
+    shortfall = (true_worse - tau) / se - verdict.stats.t_ppf(1 - level, df)
+    assert verdict.stats.t_sf(-shortfall, df) == pytest.approx(0.90, abs=1e-6)
+    assert verdict.smallest_threshold_percent(se, df, True) < detect
+
+
+def test_the_prior_of_an_unmeasured_backend_or_workload_is_the_largest_nearest() -> None:
+    table = {("gocryptfs", "A"): (0.2, 24.0), ("fscrypt", "A"): (0.1, 24.0), ("gocryptfs", "B"): (0.3, 24.0)}
+    table |= {("plain", "A"): (0.15, 24.0)}
+    assert verdict.prior_for("fscrypt:contents=aes", "A", table).sd == 0.1  # its own, options aside
+    assert verdict.prior_for("luks2", "A", table).sd == 0.2  # the workload's largest
+    assert verdict.prior_for("fscrypt", "B", table).sd == 0.3  # no fscrypt B: the workload's largest
+    assert verdict.prior_for("luks2", "C", table).sd == 0.3  # nothing of C: any encrypted backend's
+    assert verdict.prior_for("plain", "C", table).sd == 0.15  # plain: only plain's own
+    assert verdict.prior_for("plain", "A", {}) is None
+
+
+def test_fit_prior_takes_the_larger_of_the_cell_and_its_backend_pooled() -> None:
+    def cell(sd: float) -> dict[str, float]:
+        return {"runs": 4, "df_between": 3, "sd_between_percent": sd}
+
+    doc = {
+        "estimates": {"x|A": cell(0.0), "x|B": cell(30.0), "x|C": {**cell(0.0), "sd_between_percent": None}}
+    }
+    fit = verdict.fit_prior([doc])
+    pooled = math.sqrt((3 * 0.3**2) / 6)
+    assert fit == {("x", "A"): (round(pooled, 4), 6), ("x", "B"): (0.3, 6)}
+
+
+# ----------------------------------------------------------------------------- the user's prior
+
+NOISE_DOC = {
+    "estimates": {
+        "gocryptfs|SEQ1M-Q8T1-read": {"runs": 10, "df_between": 9, "sd_between_percent": 3.0},
+        "gocryptfs|RND4K-Q1T1-read": {"runs": 10, "df_between": 9, "sd_between_percent": 1.0},
+        "plain|SEQ1M-Q8T1-read": {"runs": 10, "df_between": 9, "sd_between_percent": None},
+    }
+}
+
+
+def test_a_noise_file_is_fitted_as_the_built_in_prior_is() -> None:
+    found = verdict.read_noise_prior(json.dumps(NOISE_DOC), "noise-runner.json")
+    assert found.measured_here and found.source == "noise-runner.json"
+    assert found.origin == "noise-runner.json (10 runs, --encperf-noise)"
+    pooled = round(math.sqrt((9 * 0.03**2 + 9 * 0.01**2) / 18), 4)
+    assert dict(found.table) == {
+        ("gocryptfs", "RND4K-Q1T1-read"): (pooled, 18.0),
+        ("gocryptfs", "SEQ1M-Q8T1-read"): (0.03, 18.0),
+    }
+    shipped = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "noise-2026-12-01.json"
+    assert dict(verdict.read_noise_prior(shipped.read_text(), shipped.name).table) == verdict.PRIOR
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("{", "not JSON"),
+        ("[]", "no 'estimates'"),
+        ('{"estimates": {"gocryptfs": {}}}', "bad estimate 'gocryptfs'"),
+        (
+            '{"estimates": {"a|b": {"sd_between_percent": "3", "runs": 4, "df_between": 3}}}',
+            "must be numbers",
+        ),
+        ('{"estimates": {"a|b": {"sd_between_percent": -1, "runs": 4, "df_between": 3}}}', "0 <= sd"),
+        ('{"estimates": {"a|b": {"sd_between_percent": null}}}', "no cell has a between-run estimate"),
+    ],
+)
+def test_a_bad_noise_file_says_what_is_wrong(text: str, says: str) -> None:
+    with pytest.raises(verdict.NoiseFileError, match=re.escape(says)):
+        verdict.read_noise_prior(text, "f.json")
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=20,
+)
+CELLS = st.dictionaries(
+    st.sampled_from(["gocryptfs|A", "plain|A", "x|B", "bad", "a|b|c", "|A"]),
+    st.fixed_dictionaries({"sd_between_percent": JSON_VALUES, "runs": JSON_VALUES, "df_between": JSON_VALUES})
+    | JSON_VALUES,
+    max_size=4,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(JSON_VALUES, st.fixed_dictionaries({"estimates": CELLS})))
+def test_the_noise_file_parser_gives_a_prior_or_a_noise_file_error(doc: object) -> None:
+    try:
+        text = json.dumps(doc)
+    except ValueError:
+        return
+    try:
+        found = verdict.read_noise_prior(text, "f.json")
+    except verdict.NoiseFileError as exc:
+        assert str(exc).startswith("f.json: ")
+        return
+    assert found.table and all(0 <= sd < 10 and df > 0 for sd, df in found.table.values())
+
+
+@given(st.binary(max_size=200))
+def test_the_noise_file_parser_survives_any_text(data: bytes) -> None:
+    with contextlib.suppress(verdict.NoiseFileError):
+        verdict.read_noise_prior(data.decode("utf-8", "replace"), "f.json")
+
+
+def test_the_active_prior_is_the_users_and_stays_beside_a_history(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(verdict, "_ACTIVE", None)
+    assert not verdict.active_prior().measured_here and "development machine" in verdict.prior_note()
+    # the built-in prior (another machine's) is left out once a history exists
+    assert verdict.history_prior("gocryptfs", "SEQ1M-Q8T1-read") is None
+    verdict.use_prior(verdict.read_noise_prior(json.dumps(NOISE_DOC), "noise-runner.json"))
+    prior = verdict.prior_for("gocryptfs", "SEQ1M-Q8T1-read")
+    assert prior is not None and prior.sd == 0.03 and "noise-runner.json" in prior.source
+    assert verdict.prior_note() == "between-run prior: noise-runner.json (10 runs, --encperf-noise)"
+    assert verdict.history_prior("gocryptfs", "SEQ1M-Q8T1-read") == prior  # the user's stays
+    assert verdict.history_prior(None, "SEQ1M-Q8T1-read") is None  # latency: no prior of its own
+
+
+def test_the_noise_option_follows_the_precedence_and_names_itself_for_a_bad_file(tmp_path: Path) -> None:
+    files = {}
+    for name, sd in (("cli", 1.0), ("env", 2.0), ("ini", 3.0)):
+        doc = {"estimates": {"gocryptfs|A": {"runs": 5, "df_between": 4, "sd_between_percent": sd}}}
+        files[name] = tmp_path / f"noise-{name}.json"
+        files[name].write_text(json.dumps(doc))
+    assert resolve({}, {}, environ={}).noise is None  # the built-in prior
+    ini = {"noise": str(files["ini"])}
+    env = {"ENCPERF_NOISE": str(files["env"])}
+    from_ini = resolve({}, ini, environ={})
+    assert from_ini.noise is not None and from_ini.noise.table[("gocryptfs", "A")] == (0.03, 4.0)
+    from_env = resolve({}, ini, environ=env)
+    assert from_env.noise is not None and from_env.noise.source == "noise-env.json"
+    typed = resolve({"noise": str(files["cli"])}, ini, environ=env)
+    assert typed.noise is not None and typed.noise.source == "noise-cli.json"
+    assert typed.sources["noise"] == "--encperf-noise"
+    (tmp_path / "bad.json").write_text('{"runs": {}}')
+    with pytest.raises(ValueError, match=r"^--encperf-noise: bad noise file .*bad.json.*no 'estimates'"):
+        resolve({"noise": str(tmp_path / "bad.json")}, {}, environ={})
+    with pytest.raises(
+        ValueError, match=r"^--encperf-noise \(from ENCPERF_NOISE\): bad noise file .*missing"
+    ):
+        resolve({}, {}, environ={"ENCPERF_NOISE": str(tmp_path / "missing.json")})
