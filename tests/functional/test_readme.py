@@ -14,4 +14,7 @@ def test_ci_runs_the_readme_test_command() -> None:
     extract = re.search(r"command=\$\((.+)\)\n", script).group(1)
     shown = subprocess.run(["bash", "-c", extract], cwd=ROOT, capture_output=True, text=True, check=True)
     assert shown.stdout.strip() == command_after("<!-- test-command -->")
-    assert "pytest -n auto tests/" in shown.stdout
+    # the unit lane first, and the rest only when it passed (CI stops on its failure)
+    unit, rest = shown.stdout.strip().split(" && ")[-2:]
+    assert unit.endswith("pytest -q tests/unit")
+    assert rest.endswith("pytest -n auto tests/functional tests/integration")
