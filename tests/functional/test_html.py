@@ -25,6 +25,9 @@ from tests.functional.test_gate import gate, run  # noqa: F401  (the scripted-en
 NOW = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 WORKLOADS = [*CDM, *ATTO, *(fit_to_size(w, 16 * MiB) for w in MATRIX)]
 EVERY_PART = ["tiles", "overhead", "latency", "cpu", "atto", "matrix", "history", "context"]
+needs_matplotlib = pytest.mark.skipif(
+    html.matplotlib_problem() is not None, reason=f"the charts need matplotlib: {html.matplotlib_problem()}"
+)
 CHARTS = {"overhead": 1, "latency": 1, "cpu": 1, "atto": 1, "matrix": 1, "history": 2}
 
 
@@ -85,6 +88,7 @@ def external_references(page: str) -> list[str]:
     return re.findall(pattern, page, re.I)
 
 
+@needs_matplotlib
 def test_a_page_from_saved_runs_has_every_part_an_svg_per_chart_and_nothing_to_fetch(
     saved: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -135,6 +139,7 @@ def verdict_header_of(saved: Path) -> str:
     return verdict_header(verdict)
 
 
+@needs_matplotlib
 def test_one_saved_run_has_no_history(saved: Path, tmp_path: Path) -> None:
     out = tmp_path / "one.html"
     assert cli.main(["--storage", str(saved), "report", "m1/1", "-o", str(out)]) == 0
@@ -162,6 +167,7 @@ def test_without_matplotlib_the_report_is_a_usage_error_saying_how_to_install_it
     assert not (tmp_path / "x.html").exists()
 
 
+@needs_matplotlib
 def test_a_live_run_writes_the_same_page_with_its_history(gate: pytest.Pytester) -> None:
     run(gate, "--encperf-save=main", rounds=4).assert_outcomes(passed=2)
     page_path = gate.path / "out" / "live.html"
@@ -216,6 +222,7 @@ def blank(png: Path) -> float:
     return max(count for count, _ in colours) / sum(count for count, _ in colours)
 
 
+@needs_matplotlib
 @pytest.mark.skipif(chromium() is None, reason="headless Chromium absent (Debian package chromium)")
 def test_chromium_shows_the_page_without_console_errors(saved: Path, tmp_path: Path) -> None:
     out = tmp_path / "report.html"

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from pytest_encperf import host
 from pytest_encperf.backends.dmcrypt import device_mapper_problems
 from tests.helpers.support import inplace_session, problems_here, scratch_dir
 
@@ -40,6 +41,8 @@ def test_fill_rates_and_projection_are_reported_and_saved(pytester: pytest.Pytes
 def test_luks2_reencrypt_is_skipped_without_device_mapper(pytester: pytest.Pytester) -> None:
     if not any("device-mapper" in reason for reason in device_mapper_problems()):
         pytest.skip("this kernel has device-mapper: the reencrypt runs (UML lane test)")
+    if host.missing_tools("cryptsetup"):  # then the skip names the missing tool, not the kernel
+        pytest.skip("cryptsetup is not installed (apt-get install cryptsetup-bin)")
     with scratch_dir("encperf-inplace-") as scratch:
         result = inplace_session(pytester, scratch, "--encperf-backends=luks2")
         result.assert_outcomes(passed=1, skipped=1)
