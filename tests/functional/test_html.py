@@ -19,8 +19,8 @@ from pytest_encperf.compare import EXIT_REGRESSION
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.report import verdict_header
 from pytest_encperf.workloads import ATTO, CDM, MATRIX, MiB, fit_to_size
-from tests.helpers.priors import quiet_prior  # noqa: F401 (autouse: a quiet machine's between-run prior)
 from tests.functional.test_gate import gate, run  # noqa: F401  (the scripted-engine fixture)
+from tests.helpers.priors import quiet_prior  # noqa: F401 (autouse: a quiet machine's between-run prior)
 
 NOW = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 WORKLOADS = [*CDM, *ATTO, *(fit_to_size(w, 16 * MiB) for w in MATRIX)]
