@@ -113,7 +113,7 @@ def main() -> None:
                 runner = Runner(
                     engine, volume, plain, args.size, args.runtime, args.rounds, results.append,
                     meter=meter, lock=lambda: host.measurement_lock(None),
-                    quiet=lambda: host.measurement_lock(None, shared=True),
+                    between_measurements=lambda: host.measurement_lock(None, shared=True),
                 )  # fmt: skip
                 with contextlib.ExitStack() as stack:
                     for index, workload in enumerate(todo):

@@ -1,6 +1,6 @@
 """The gate on real runs and in simulation (a script, not a timed test).
 
-    python benchmarks/gate_bars.py aa [--backends gocryptfs --runs 5 --fail 10%]
+    python benchmarks/gate_bars.py aa [--backends gocryptfs --runs 5 --fail 10%] [--hog START:SECONDS]
     python benchmarks/gate_bars.py quota [--backends gocryptfs --runs 3 --cpus 0.5]
     python benchmarks/gate_bars.py simulate [--runs 1000]
 
@@ -8,6 +8,8 @@ Both save a baseline first (the default way: 10 rounds per workload) unless ``--
 holds one, then run ``pytest benchmarks/test_crystaldiskmark.py`` ``--runs`` times with
 ``--encperf-fail`` against it and print, per run, its exit status, the verdict's header line and
 its wall time. ``aa`` changes nothing between the runs (every failure is a false alarm);
+``--hog START:SECONDS`` starts a busy loop of one core (a process outside the run's tree, as another
+user's job) START seconds into each checking run and stops it SECONDS later (issue 25's busy A/A runs).
 ``quota`` runs each checking run in a cgroup limited to ``--cpus`` CPUs (cgroup v2 ``cpu.max``,
 or v1 ``cpu.cfs_quota_us``): a FUSE backend's crypto runs in its daemon inside that cgroup and
 slows down, plain's I/O barely does. Needs root; every run tears down what it made.
@@ -18,11 +20,14 @@ the suite's: more run-level noise, a history of saved runs, one slowed workload 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,7 +53,42 @@ def pytest_run(
     log = args.storage / "logs" / f"run-{int(time.time())}-{proc.returncode}.log"
     log.write_text(proc.stdout + proc.stderr)
     match = HEADER.search(proc.stdout)
-    return proc.returncode, match.group(0) if match else f"(no verdict; see {log})", seconds
+    header = match.group(0) if match else f"(no verdict; see {log})"
+    busy = proc.stdout.count("machine busy")
+    return proc.returncode, f"{header} [lines naming 'machine busy': {busy}; log {log.name}]", seconds
+
+
+class Hog:
+    """A busy loop of one core from ``start`` seconds after ``begin()`` for ``seconds``, in a process
+    outside this one's tree (its shell parent exits, so init adopts it); ``end()`` stops it early."""
+
+    def __init__(self, start: float, seconds: float) -> None:
+        self.start, self.seconds = start, seconds
+        self.pid: int | None = None
+        self.timers: list[threading.Timer] = []
+
+    def begin(self) -> None:
+        self.timers = [
+            threading.Timer(self.start, self._spawn),
+            threading.Timer(self.start + self.seconds, self.end),
+        ]
+        for timer in self.timers:
+            timer.start()
+
+    def _spawn(self) -> None:
+        shell = subprocess.run(
+            ["sh", "-c", f'{sys.executable} -c "while True: pass" >/dev/null 2>&1 & echo $!'],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        self.pid = int(shell.stdout.strip())
+
+    def end(self) -> None:
+        for timer in self.timers:
+            timer.cancel()
+        if self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            self.pid = None
 
 
 def ensure_baseline(args: argparse.Namespace) -> None:
@@ -87,9 +127,16 @@ class CpuQuota:
 def checking_runs(args: argparse.Namespace, enter: Callable[[], None] | None = None) -> list[int]:
     statuses = []
     for index in range(1, args.runs + 1):
-        status, header, seconds = pytest_run(
-            args, "--encperf-compare=gate-bars", f"--encperf-fail={args.fail}", enter=enter
-        )
+        hog = Hog(*args.hog) if args.hog else None
+        if hog:
+            hog.begin()
+        try:
+            status, header, seconds = pytest_run(
+                args, "--encperf-compare=gate-bars", f"--encperf-fail={args.fail}", enter=enter
+            )
+        finally:
+            if hog:
+                hog.end()
         statuses.append(status)
         print(f"run {index}: exit {status}, {seconds:.0f} s: {header}")
     return statuses
@@ -126,6 +173,12 @@ def main() -> int:
     parser.add_argument("--backends", default="gocryptfs")
     parser.add_argument("--runs", type=int, default=None, help="checking runs (aa: 5, quota: 3)")
     parser.add_argument("--fail", default="10%")
+    parser.add_argument(
+        "--hog",
+        type=lambda text: tuple(float(part) for part in text.split(":", 1)),
+        default=None,
+        help="aa: START:SECONDS, a one-core busy loop during each checking run",
+    )
     parser.add_argument("--cpus", type=float, default=0.5, help="quota: CPUs the checking runs get")
     parser.add_argument("--storage", type=Path, default=None, help="saved runs (default: a new temp dir)")
     parser.add_argument("--dir", type=Path, default=Path(os.environ.get("ENCPERF_DIR", "/var/tmp")))
@@ -133,7 +186,8 @@ def main() -> int:
     if args.mode == "simulate":
         simulate(args)
         return 0
-    args.runs = args.runs or (5 if args.mode == "aa" else 3)
+    if args.runs is None:
+        args.runs = 5 if args.mode == "aa" else 3
 
     args.storage = (args.storage or Path(tempfile.mkdtemp(prefix="gate-bars-"))).resolve()
     print(f"{args.mode}: {args.backends} vs plain, --encperf-fail={args.fail}, storage {args.storage}")
