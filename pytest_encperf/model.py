@@ -186,6 +186,8 @@ class Result:
     machine_id: str = ""  # the machine that measured it (machine.machine_id; fleets have several)
     lock_wait: float = 0.0  # seconds waited for other processes' measurements (host.measurement_lock)
     quiet_wait: float = 0.0  # seconds waited for others' CPU to fall (--encperf-quiet-wait)
+    # pairs with a busy round dropped and measured again once others' CPU fell (--encperf-quiet-wait)
+    busy_remeasured: int = 0
 
     def _values(self, metric: str, baseline: bool) -> list[float]:
         rounds = self.baseline_rounds if baseline else self.rounds
@@ -372,6 +374,7 @@ class Result:
             "machine_id": self.machine_id,
             "lock_wait": self.lock_wait,
             "quiet_wait": self.quiet_wait,
+            "busy_remeasured": self.busy_remeasured,
         }
 
     @classmethod
@@ -389,6 +392,7 @@ class Result:
             machine_id=str(data.get("machine_id", "")),
             lock_wait=float(data.get("lock_wait", 0.0)),
             quiet_wait=float(data.get("quiet_wait", 0.0)),
+            busy_remeasured=int(data.get("busy_remeasured", 0)),
         )
 
 

@@ -91,9 +91,19 @@ class Plan:
         return total
 
     def extra_seconds(self) -> float:
-        """At most this much more: steady-state rounds and confirmation rounds."""
+        """At most this much more: steady-state and confirmation rounds, and the quiet wait."""
+        return self._more_rounds_seconds() + self._quiet_seconds()
+
+    def _more_rounds_seconds(self) -> float:
         steady = len(self.tests) * self.steady_budget if self.steady_budget else 0.0
-        return steady + self.confirm_budget + len(self.tests) * self.quiet_wait
+        return steady + self.confirm_budget
+
+    def _quiet_seconds(self) -> float:
+        """--encperf-quiet-wait: its waits, and the busy blocks measured again (at most as many as
+        were counted, rounds.QuietAgain)."""
+        if not self.quiet_wait or self.one_volume_at_a_time:  # a partition's rounds are not paired
+            return len(self.tests) * self.quiet_wait
+        return len(self.tests) * (self.quiet_wait + self.counted_rounds * 2 * self.runtime)
 
     def line(self) -> str:
         backends = list(dict.fromkeys(backend for backend, _ in self.tests))
@@ -103,8 +113,9 @@ class Plan:
             "plain before and after each volume" if self.one_volume_at_a_time else "alternating with plain"
         )
         extra = self.extra_seconds()
-        kinds = ["steady-state and confirmation rounds"] if extra > len(self.tests) * self.quiet_wait else []
-        kinds += ["waiting for quiet"] if self.quiet_wait else []
+        kinds = ["steady-state and confirmation rounds"] if self._more_rounds_seconds() else []
+        again = "" if self.one_volume_at_a_time else " and measuring busy rounds again"
+        kinds += [f"waiting for quiet{again}"] if self.quiet_wait else []
         more = f", up to {format_duration(extra)} more for {' and '.join(kinds)}" if extra else ""
         rounds = f"{self.counted_rounds} rounds"
         if self.counted_rounds != self.rounds:

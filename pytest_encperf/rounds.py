@@ -51,6 +51,17 @@ Side = Callable[[float], Measurement]  # measures one round of the given runtime
 
 
 @dataclass
+class QuietAgain:
+    """--encperf-quiet-wait after the counted rounds: a block with a busy round is dropped and
+    measured again once others' CPU has fallen, while the workload's quiet-wait time lasts.
+    ``wait(limit)`` waits up to ``limit`` seconds for quiet and returns the seconds waited (the
+    limit itself when it was not quiet in time: load.wait_for_quiet)."""
+
+    wait: Callable[[float], float]
+    limit: float  # seconds of waiting for quiet one workload may take, its first wait included
+
+
+@dataclass
 class RoundMeter:
     """Times a round (``started``, ``ended``) and, with a ``meter``, records what others took of
     the machine meanwhile (load.py): the round's others_cpu_s, steal_s, cpu_pressure_s, busy.
@@ -144,6 +155,7 @@ def measure_rounds(
     budget: ConfirmBudget | None = None,
     precision: float | None = None,
     steady_clock: Callable[[], float] = time.monotonic,
+    quiet_again: QuietAgain | None = None,
 ) -> Result:
     """The measuring loop: warm-up pairs (discarded), the counted pairs rounded up to whole
     A B B A blocks, then more blocks while the steady state or the precision asked is not reached
@@ -156,6 +168,8 @@ def measure_rounds(
         pairs.add(result, runtime)
     rounded = f" ({rounds} rounded up to whole A B B A blocks)" if counted != rounds else ""
     result.stop_reason = f"{counted} rounds{rounded}"
+    if quiet_again is not None:
+        result.stop_reason += _measure_busy_blocks_again(result, pairs, runtime, quiet_again, counted)
     if steady_cv is not None or precision is not None:
         result.stop_reason = _steady_state(
             result, pairs, runtime, steady_cv, precision, steady_budget, steady_clock
@@ -163,6 +177,46 @@ def measure_rounds(
     if gate is not None and budget is not None:
         result.stop_reason = _confirm(result, pairs, runtime, gate, budget)
     return result
+
+
+def _busy_block(result: Result) -> int | None:
+    """Index of the first pair of the first whole A B B A block with a busy round, or None."""
+    whole = len(result.rounds) - len(result.rounds) % BLOCK_PAIRS
+    for first in range(0, whole, BLOCK_PAIRS):
+        block = slice(first, first + BLOCK_PAIRS)
+        if any(m.busy for m in (*result.rounds[block], *result.baseline_rounds[block])):
+            return first
+    return None
+
+
+def _measure_busy_blocks_again(
+    result: Result, pairs: PairedRounds, runtime: float, quiet: QuietAgain, counted: int
+) -> str:
+    """Drop each block with a busy round and measure a new one after waiting for quiet, at most as
+    many blocks as were counted (a machine that stays busy cannot double a workload's time twice),
+    while the quiet-wait time lasts; the blocks stay whole, so A B B A order still holds. Returns
+    what it did for the stop reason ("" when nothing was busy)."""
+    again = 0
+    stopped = ""
+    while (first := _busy_block(result)) is not None:
+        if again * BLOCK_PAIRS >= counted:
+            stopped = "as many as were counted"
+            break
+        left = quiet.limit - result.quiet_wait
+        waited = quiet.wait(left) if left > 0 else 0.0
+        result.quiet_wait += waited
+        if left <= 0 or waited >= left:
+            stopped = f"not quiet within {quiet.limit:g} s"
+            break
+        del result.rounds[first : first + BLOCK_PAIRS]
+        del result.baseline_rounds[first : first + BLOCK_PAIRS]
+        pairs.add_block(result, runtime)
+        again += 1
+    result.busy_remeasured += again * BLOCK_PAIRS
+    if not again:
+        return f", busy pairs kept ({stopped})" if stopped else ""
+    done = f", {again * BLOCK_PAIRS} busy pairs measured again after quiet"
+    return f"{done} ({stopped})" if stopped else done
 
 
 def is_precise(result: Result, precision: float) -> bool:

@@ -22,7 +22,7 @@ from .engines import Engine
 from .engines.observe import Observe
 from .host import HostError, signals_deferred
 from .model import Measurement, Result
-from .rounds import ConfirmBudget, Confirmer, PairedRounds, RoundMeter, Side, measure_rounds
+from .rounds import ConfirmBudget, Confirmer, PairedRounds, QuietAgain, RoundMeter, Side, measure_rounds
 from .targets import Target
 from .workloads import Workload
 
@@ -358,6 +358,18 @@ class Runner:
         self.record(result)
         return result
 
+    def _quiet_again(self, pair: PairedRounds) -> QuietAgain | None:
+        """--encperf-quiet-wait: busy blocks measured again once it is quiet (rounds.QuietAgain)."""
+        meter = self.meter
+        if meter is None or self.quiet_wait <= 0 or meter.threshold is None:
+            return None
+        daemons = pair.meter.daemons
+
+        def wait(limit: float) -> float:
+            return load.wait_for_quiet(meter, limit, daemons=daemons, waiting=self.on_quiet_wait)
+
+        return QuietAgain(wait, self.quiet_wait)
+
     def _measure_rounds(self, result: Result, pair: PairedRounds) -> None:
         """The paired rounds of ``result`` with this runner's round settings (block, files and
         task workloads alike)."""
@@ -373,6 +385,7 @@ class Runner:
             gate=self.gate,
             budget=self.confirm_budget,
             precision=self.precision,
+            quiet_again=self._quiet_again(pair),
         )
 
     def _run_task(self, workload: Workload) -> Result:

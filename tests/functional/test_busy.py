@@ -82,3 +82,33 @@ def test_a_session_with_the_threshold_off_flags_nothing_and_keeps_what_others_to
     refused = run(pytester, "--encperf-quiet-wait=5", rounds=2, ENCPERF_BUSY_THRESHOLD="0")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     refused.stderr.fnmatch_lines(["*--encperf-busy-threshold (from ENCPERF_BUSY_THRESHOLD), which is off*"])
+
+
+def test_with_a_quiet_wait_a_block_made_busy_by_others_is_measured_again_once_quiet(
+    pytester: pytest.Pytester,
+) -> None:
+    # others take 0.8 of a core during the 2nd and 3rd reading only: the quiet wait before the
+    # first round passes at once, then the first block's first pair is busy
+    reading = BUSY_BENCHMARK.replace(
+        "        return Load(1.0, 0.8, 0.0, 0.2)",
+        "        BusyReading.calls += 1\n"
+        "        return Load(1.0, 0.8 if BusyReading.calls in (2, 3) else 0.0, 0.0, 0.2)",
+    )
+    reading = reading.replace(
+        "    clock = staticmethod(time.monotonic)", "    clock = staticmethod(time.monotonic)\n    calls = 0"
+    )
+    assert reading != BUSY_BENCHMARK
+    pytester.makepyfile(test_bench=reading)
+    pytester.makeconftest(CONFTEST)
+    out = pytester.path / "out.json"
+    outcome = run(
+        pytester, f"--encperf-json={out}", "--encperf-quiet-wait=5", "--encperf-busy-threshold=0.25", rounds=2
+    )
+    outcome.assert_outcomes(passed=2)
+    entries = measured(json.loads(out.read_text())["benchmarks"])
+    first = entries[0]["extra_info"]
+    assert first["busy_rounds"] == 0  # the busy block went whole
+    assert first["encperf"]["busy_remeasured"] == 2
+    assert first["encperf"]["stop_reason"] == "2 rounds, 2 busy pairs measured again after quiet"
+    assert len(first["encperf"]["rounds"]) == 2
+    assert entries[1]["extra_info"]["encperf"]["busy_remeasured"] == 0

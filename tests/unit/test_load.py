@@ -380,9 +380,10 @@ def test_the_status_line_names_whom_the_run_waits_for() -> None:
 def test_the_plan_says_who_holds_the_machine_and_counts_the_quiet_wait() -> None:
     tests = [("fscrypt", w.name) for w in CDM[:2]]
     plan = Plan(tests, rounds=3, runtime=1.0, warmup=0, quiet_wait=30.0, lock_holders="pid 7 (pytest)")
-    assert plan.extra_seconds() == 60.0
+    # 30 s of waiting per test, and its busy blocks measured again: 4 rounds of 1 s on two sides
+    assert plan.extra_seconds() == 2 * (30.0 + 8.0)
     first, second = plan.lines()
-    assert "up to 60 s more for waiting for quiet" in first
+    assert "up to 76 s more for waiting for quiet and measuring busy rounds again" in first
     assert second == (
         "encperf plan: another measurement holds the machine now (pid 7 (pytest)): this run waits for it "
         "before its first round"
