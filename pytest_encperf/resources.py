@@ -33,7 +33,7 @@ from typing import Protocol
 import psutil
 
 from . import children, host, mounttable
-from .footprints import Footprint
+from .footprints import Footprint, held_by
 from .host import HostError
 from .processes import ProcessStart, executable, foreign_process, is_alive, process_start
 from .trust import Gone, Reused, RunScope, unsafe_ancestor
@@ -427,8 +427,9 @@ def current_observer() -> ResourceObserver | None:
 class Cleanup:
     """A last-in-first-out stack of release actions, registered the moment a resource exists.
 
-    ``release()`` runs every action even when some fail, empties the stack (so a second call
-    is a no-op) and then raises one HostError naming every failure. Typed registrations
+    ``release()`` goes on past a failure with every action that does not rest on what failed,
+    empties the stack (so a second call is a no-op) and then raises one HostError naming every
+    failure and what it kept. Typed registrations
     (``add`` and the helpers ``path``, ``loop``, ``mount``, ``dm``, ``process``) release through
     their kind's function, the one a later process uses on this run's journal if this process
     dies; each is reported to the observer (the run's journal, installed by the session) when
@@ -528,16 +529,34 @@ class Cleanup:
         return [resource for _, _, resource, _ in self._actions]
 
     def release(self) -> None:
+        """Release newest first. After a failure, the rule of a dead run's cleanup holds here too
+        (journal.release_dead_runs): an older resource that the failed one, or one kept, may rest
+        on (footprints.overlaps) is kept, and stays in the journal for ``encperf cleanup``;
+        everything else is still released. In-memory actions (``push`` without a resource: forget
+        a key) always run: nobody else could do them later."""
         errors: list[str] = []
+        kept: list[str] = []
+        held: list[tuple[str, Footprint]] = []  # failed or kept: what it is and rests on
         while self._actions:
-            label, action, _, token = self._actions.pop()
+            label, action, resource, token = self._actions.pop()
+            typed = resource.kind != "other"
+            if typed and held:
+                its = footprint(resource)
+                blocker = held_by(held, its)
+                if blocker is not None:
+                    kept.append(f"{label} (may rest on {blocker})")
+                    held.append((label, its))
+                    continue
             try:
                 action()
-            except Exception as exc:  # keep releasing the rest, report all at the end
+            except Exception as exc:  # keep releasing what does not rest on it, report all at the end
                 errors.append(f"{label}: {exc}")
+                if typed:
+                    held.append((label, footprint(resource)))
                 continue
             if token is not None and self._observer is not None:
                 with contextlib.suppress(Exception):  # never let the journal stop a teardown
                     self._observer.released(token)
         if errors:
-            raise HostError("cleanup failed: " + "; ".join(errors))
+            also = f"; kept for `encperf cleanup`: {'; '.join(kept)}" if kept else ""
+            raise HostError("cleanup failed: " + "; ".join(errors) + also)

@@ -186,8 +186,13 @@ def test_the_run_s_own_teardown_does_not_follow_a_planted_symbolic_link(tmp_path
         f"not removing {run_dir / '01-plain' / 'mnt'}: {run_dir / '01-plain'} is a symbolic link "
         "(another user could redirect it)"
     ) in str(failed.value)
-    if os.geteuid() == 0:
-        assert f"not removing {run_dir}: {base} is owned by uid {NOBODY}" in str(failed.value)
+    # the run directory holds what failed: kept, not tried (Cleanup.release)
+    assert f"remove {run_dir} (may rest on remove {run_dir / '01-plain' / 'mnt'})" in str(failed.value)
+    if os.geteuid() == 0:  # tried on its own, it is refused: its parent is another user's now
+        alone = Cleanup(journal.Journal(tmp_path / "journal"))
+        alone.path(run_dir)
+        with pytest.raises(host.HostError, match=rf"not removing {run_dir}: {base} is owned by uid {NOBODY}"):
+            alone.release()
     assert run_dir.is_symlink() and fake.exists(), "nothing was acted on through the links"
 
 
@@ -285,3 +290,40 @@ def test_each_kind_says_what_it_rests_on(monkeypatch: pytest.MonkeyPatch) -> Non
     assert resources.footprint(Resource("path", "/r/x.img")) == ("/r/x.img",)
     assert resources.footprint(Resource("process", "1")) is None  # what a process holds is not known
     assert resources.footprint(Resource("no-such-kind", "x")) is None
+
+
+def test_a_failed_release_in_the_runs_own_teardown_keeps_what_may_rest_on_it() -> None:
+    """The dead-run rule (journal.release_dead_runs) in the run's own teardown: newest first, a
+    failed release holds every older typed resource that may rest on it, the rest is released,
+    and in-memory actions always run."""
+    done: list[str] = []
+
+    def footprint_of(resource: Resource) -> footprints.Footprint:
+        return tuple(resource.ident.split("+"))
+
+    def release_of(resource: Resource) -> str:
+        if resource.ident.startswith("/stuck"):
+            raise host.HostError(f"{resource.ident}: busy")
+        done.append(resource.ident)
+        return f"released {resource.ident}"
+
+    resources.register_kind("test-stack", release_of, footprint=footprint_of)
+    try:
+        observer = RecordingObserver()  # not this pytest run's journal: what is kept stays in it
+        cleanup = Cleanup(observer)
+        cleanup.add(Resource("test-stack", "/work/other.img"))  # apart from what fails: released
+        cleanup.add(Resource("test-stack", "/work/container.img"))  # under the stuck mount: kept
+        cleanup.add(Resource("test-stack", "/dev/loop9+/work/container.img"))  # on it: kept
+        cleanup.push("forget the key", lambda: done.append("forgot"))  # memory only: always
+        cleanup.add(Resource("test-stack", "/stuck/mnt+/dev/loop9"))  # newest: fails
+        with pytest.raises(host.HostError) as failed:
+            cleanup.release()
+        assert done == ["forgot", "/work/other.img"]
+        message = str(failed.value)
+        assert message.startswith("cleanup failed: release test-stack /stuck/mnt+/dev/loop9: /stuck/mnt")
+        assert "kept for `encperf cleanup`: release test-stack /dev/loop9+/work/container.img" in message
+        assert "release test-stack /work/container.img (may rest on release test-stack /dev/loop9" in message
+        assert observer.dropped == [1]  # only the one released leaves the journal
+        assert len(cleanup) == 0  # a second release is a no-op
+    finally:
+        del resources.KINDS["test-stack"]
