@@ -21,7 +21,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from . import backends, gatescope, html, journal, machine, storage, sweep
+from . import backends, gatescope, journal, machine, storage, sweep
 from . import verdict as gate_model
 from .backends import BASELINE, BackendSpec, backend_class, known_names, make_backend, recommend
 from .compare import EXIT_REGRESSION, Verdict, judge
@@ -29,7 +29,15 @@ from .model import RunData
 from .outcome import load_baseline
 from .parsing import parse_bool, parse_text
 from .parsing import parse_path as parse_path_param
-from .report import cpu_line, detail_table, markdown_report, sweep_report, verdict_header, verdict_report
+from .report import (
+    cpu_line,
+    detail_table,
+    html,
+    markdown_report,
+    sweep_report,
+    verdict_header,
+    verdict_report,
+)
 from .settings import (
     OPTIONS,
     default_directory,

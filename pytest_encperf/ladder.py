@@ -10,7 +10,7 @@
 - device: the normal run on the disk (and its plain rounds).
 
 ``limiting_rung`` then names the rung that limits the backend (the rule is in its docstring).
-Pure: the layer rung is measured by layer.py; the session builds the rows, report.py renders them.
+Pure: the layer rung is measured by layer.py; the session builds the rows, report/analyses.py renders them.
 """
 
 from __future__ import annotations

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from . import gatescope, machine, outputs, storage
-from . import html as html_report
 from .ceiling import from_wire
 from .compare import Gate, Verdict, expected_family_size, judge_machines
 from .model import MachineRun, RunData
 from .report import MACHINES_NOTE, machines_table, markdown_report
+from .report import html as html_report
 from .rounds import ConfirmBudget
 from .settings import Settings
 from .sweep import FamilyRanking

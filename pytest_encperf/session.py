@@ -4,7 +4,7 @@ It only wires: its pytest hooks hand over to the objects that do the work, each 
 values (the settings, the target, the engine) and none knowing another or the session:
 ``Volumes`` (volumes.py), the run's ``RunRecord`` (record.py), the xdist ``Topology`` and
 ``WorkerRuns`` with their ``merge`` (workers.py), the ``Outcome`` (outcome.py: baseline, gate,
-saved runs and reports) and the terminal summary (terminal.py). Modelled on pytest's junitxml:
+saved runs and reports) and the terminal summary (report/terminal.py). Modelled on pytest's junitxml:
 one plugin object, registered with the plugin manager in ``pytest_configure``, unregistered at
 the end.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from . import backends, host, journal, machine, resources, terminal
+from . import backends, host, journal, machine, resources
 from .compare import EXIT_REGRESSION
 from .engines import Engine, select_engine
 from .inplace import InplaceTiming
@@ -29,6 +29,7 @@ from .load import LoadMeter
 from .model import MachineRun, Result
 from .outcome import Outcome, did_not_finish
 from .record import RunRecord
+from .report import terminal
 from .runner import MountedVolume, Runner
 from .settings import Settings
 from .statusline import StatusLine

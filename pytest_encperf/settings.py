@@ -32,9 +32,9 @@ from . import storage, verdict
 from .backends import BackendSpec, known_names, parse_backend_list
 from .compare import LIFECYCLE_METRIC, MIN_HISTORY, MIN_LIFECYCLE_CYCLES, Rule, parse_rules
 from .engines import ENGINES
-from .html import matplotlib_problem
 from .load import BUSY_SHARE
 from .parsing import parse_bool, parse_choice, parse_path, whole_number
+from .report.drawing import matplotlib_problem
 from .sweep import DEFAULT_MARGIN, SWEEPS, sweep_specs
 from .targets import KINDS
 from .workloads import KDF_PROFILE, PROFILE_NAMES, GiB, KiB, MiB, Workload, profile_workloads

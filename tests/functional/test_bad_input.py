@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from pytest_encperf.html import matplotlib_problem
+from pytest_encperf.report.drawing import matplotlib_problem
 
 BENCHMARK = """
 def test_workload(encperf, encperf_workload):

@@ -1,4 +1,4 @@
-"""The HTML report (html.py): from saved result files (``encperf report``) and from a live run
+"""The HTML report (report/html.py): from saved result files (``encperf report``) and from a live run
 (``--encperf-html``), its structure, and what headless Chromium makes of it."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import charts, cli, html, storage
+from pytest_encperf import cli, storage
 from pytest_encperf.compare import EXIT_REGRESSION
 from pytest_encperf.model import Measurement, Result
-from pytest_encperf.report import verdict_header
+from pytest_encperf.report import charts, drawing, html, verdict_header
 from pytest_encperf.workloads import ATTO, CDM, MATRIX, MiB, fit_to_size
 from tests.functional.test_gate import gate, run  # noqa: F401  (the scripted-engine fixture)
 from tests.helpers.priors import quiet_prior  # noqa: F401 (autouse: a quiet machine's between-run prior)
@@ -25,8 +25,9 @@ from tests.helpers.priors import quiet_prior  # noqa: F401 (autouse: a quiet mac
 NOW = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 WORKLOADS = [*CDM, *ATTO, *(fit_to_size(w, 16 * MiB) for w in MATRIX)]
 EVERY_PART = ["tiles", "overhead", "latency", "cpu", "atto", "matrix", "history", "context"]
+MATPLOTLIB_PROBLEM = drawing.matplotlib_problem()
 needs_matplotlib = pytest.mark.skipif(
-    html.matplotlib_problem() is not None, reason=f"the charts need matplotlib: {html.matplotlib_problem()}"
+    MATPLOTLIB_PROBLEM is not None, reason=f"the charts need matplotlib: {MATPLOTLIB_PROBLEM}"
 )
 CHARTS = {"overhead": 1, "latency": 1, "cpu": 1, "atto": 1, "matrix": 1, "history": 2}
 
@@ -107,7 +108,7 @@ def test_a_page_from_saved_runs_has_every_part_an_svg_per_chart_and_nothing_to_f
         assert body.count("<svg") == CHARTS.get(name, 0), name
     assert page.count("<svg") == sum(CHARTS.values())
     assert external_references(page) == []
-    assert f'content="{html.CSP}"' in page and "currentColor" in page and html.FOREGROUND not in page
+    assert f'content="{html.CSP}"' in page and "currentColor" in page and drawing.FOREGROUND not in page
     # the newest run in full, the others in the history, in the order they were saved
     assert "#1: m1/0001_main.json</li><li>#2: m1/0002_main.json</li><li>#3: m1/0003_pr.json" in page
     assert "Verdict against m1/0002_main.json" in found["context"]
@@ -123,7 +124,8 @@ def test_a_page_from_saved_runs_has_every_part_an_svg_per_chart_and_nothing_to_f
     # light and dark viewers, colour-blind-safe colours, a text label on every bar
     assert "@media (prefers-color-scheme: dark)" in page
     assert "#e69f00" in found["overhead"] and "#009e73" in found["overhead"]  # Okabe-Ito
-    assert html.PLAIN_COLOUR.lower() in found["cpu"] and html.PLAIN_COLOUR.lower() not in found["overhead"]
+    plain = drawing.PLAIN_COLOUR.lower()
+    assert plain in found["cpu"] and plain not in found["overhead"]
     newest = storage.load_run(storage.resolve(saved, "m1/3", None)[0])
     focus = [r for r in newest.results if r.workload in CDM]
     bars = charts.overhead_bars(focus)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import html
+from pytest_encperf.report import drawing
 from tests.functional.test_html import blank, chromium, external_references, parts, screenshot
 from tests.helpers.support import disk_dir, problems_here
 
@@ -31,8 +31,8 @@ RUN = (
 def test_a_real_run_of_fscrypt_and_gocryptfs_as_a_page_chromium_shows(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
-    if html.matplotlib_problem():
-        pytest.skip(f"the page's charts need matplotlib: {html.matplotlib_problem()}")
+    if drawing.matplotlib_problem():
+        pytest.skip(f"the page's charts need matplotlib: {drawing.matplotlib_problem()}")
     missing = {name: problems_here(name, disk_dir()) for name in ("fscrypt", "gocryptfs")}
     if any(missing.values()):
         pytest.skip(f"backends not usable here: {missing}")

@@ -9,10 +9,10 @@ import dataclasses
 
 import pytest
 
-from pytest_encperf import charts
 from pytest_encperf.compare import MACHINE_BUSY, PASS, Gate, judge, parse_rules, quiet_rounds
 from pytest_encperf.model import Measurement, Result, RunData
 from pytest_encperf.report import (
+    charts,
     check_table,
     detail_table,
     markdown_report,

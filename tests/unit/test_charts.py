@@ -1,4 +1,4 @@
-"""The data behind each chart of the HTML report (charts.py): pure functions, exact numbers."""
+"""The data behind each chart of the HTML report (report/charts.py): pure functions, exact numbers."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from pytest_encperf import charts
 from pytest_encperf.compare import FAIL, NOT_COMPARABLE, PASS, Check, Verdict
 from pytest_encperf.model import Measurement, Result, RunData
+from pytest_encperf.report import charts
 from pytest_encperf.workloads import ATTO, CDM, MATRIX, MiB, fit_to_size
 
 SEQ_READ, SEQ_WRITE, RND_READ = CDM[0], CDM[1], CDM[4]

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import cli, html, storage, sweep
+from pytest_encperf import cli, storage, sweep
 from pytest_encperf.backends import recommend
 from pytest_encperf.compare import EXIT_REGRESSION
 from pytest_encperf.model import Measurement, Result
+from pytest_encperf.report import drawing
 from pytest_encperf.workloads import CDM
 from tests.helpers.priors import quiet_prior  # noqa: F401 (autouse: a quiet machine's between-run prior)
 
@@ -143,8 +144,8 @@ def test_strict_fails_on_other_hardware_unless_it_is_allowed(
     save(tmp_path, "pr", 100)  # the same hardware: nothing to accept
     assert encperf(tmp_path, "compare", "m1/1", "m1/2", "--fail", "10%", "--strict") == 0
     assert "other hardware" not in capsys.readouterr().out
-    if html.matplotlib_problem():
-        pytest.skip(f"encperf report draws its charts with matplotlib: {html.matplotlib_problem()}")
+    if drawing.matplotlib_problem():
+        pytest.skip(f"encperf report draws its charts with matplotlib: {drawing.matplotlib_problem()}")
     report = ("report", "m1/1", "m2/1", "-o", str(tmp_path / "r.html"), "--fail", "10%", "--strict")
     assert encperf(tmp_path, *report) == EXIT_REGRESSION
     assert encperf(tmp_path, *report, "--allow-other-hardware") == 0

@@ -212,8 +212,7 @@ def test_the_summary_shows_the_change_with_its_interval() -> None:
 
 
 def test_the_html_tiles_and_the_markdown_show_the_change_with_its_interval() -> None:
-    from pytest_encperf import html
-    from pytest_encperf.report import markdown_report
+    from pytest_encperf.report import html, markdown_report
 
     result = measure(Script([75.0, 75.2, 74.8, 75.0]), 4, precision=None)
     half = result.overhead_interval.half_width  # type: ignore[union-attr]

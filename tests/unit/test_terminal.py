@@ -1,10 +1,11 @@
-"""terminal.py: the terminal summary rendered as lines, without pytest's terminal (a recording writer)."""
+"""report/terminal.py: the terminal summary rendered as lines, without pytest's terminal (a recording
+writer)."""
 
 from __future__ import annotations
 
-from pytest_encperf import terminal
 from pytest_encperf.backends import BackendSpec
 from pytest_encperf.model import MachineRun
+from pytest_encperf.report import terminal
 from pytest_encperf.settings import Settings
 from pytest_encperf.workloads import CDM
 from tests.unit.test_charts import result

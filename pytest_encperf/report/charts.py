@@ -1,7 +1,7 @@
 """What each part of the HTML report shows, as plain data (no matplotlib, no pytest).
 
-html.py draws these; the tests check the numbers here. Every figure comes from the same
-places as the terminal tables and the gate: a tile is a summary-table cell (report.py), an
+drawing.py draws these; the tests check the numbers here. Every figure comes from the same
+places as the terminal tables and the gate: a tile is a summary-table cell (tables.py), an
 overhead bar is the estimate and 95% interval that ``--encperf-max-overhead`` judges
 (compare.overhead_check), plain is the pooled plain cell the gate uses (compare.cells_of).
 """
@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .compare import (
+from ..compare import (
     FAIL,
     INVALID,
     MACHINE_BUSY,
@@ -26,9 +26,10 @@ from .compare import (
     cells_of,
     overhead_check,
 )
-from .model import BASELINE, Measurement, Result, RunData
-from .report import CACHED_BELOW_MARK, CAVEAT_MARKS, _pick, _shown_change, busy_mark
-from .workloads import ATTO, GiB, Workload
+from ..model import BASELINE, Measurement, Result, RunData
+from ..workloads import ATTO, GiB, Workload
+from .formats import pick
+from .tables import CACHED_BELOW_MARK, CAVEAT_MARKS, busy_mark, shown_change
 
 SWEEPS = ("atto", "matrix")  # profiles drawn as charts, not tiles
 _ATTO_NAMES = frozenset(w.name for w in ATTO)
@@ -115,11 +116,11 @@ def tile(result: Result | None, backend: str, value: str, skipped: str = "") -> 
         return Tile(backend, None, None, None, "none", skipped=skipped or "not measured")
     metric = result.primary_metric
     base = [getattr(m, metric) for m in result.baseline_rounds]
-    change = _shown_change(result, value)
+    change = shown_change(result, value)
     return Tile(
         backend,
-        _pick([getattr(m, metric) for m in result.rounds], value),
-        _pick(base, value) if base else None,
+        pick([getattr(m, metric) for m in result.rounds], value),
+        pick(base, value) if base else None,
         change,
         tone(change),
         marks(result),
@@ -318,7 +319,7 @@ def matrix_grids(results: Iterable[Result]) -> list[Grid]:
             continue
         cells = found.setdefault((result.backend, workload.direction), {})
         cells[(workload.extent, workload.block_size)] = GridCell(
-            result.median("mb_per_s"), _shown_change(result, "median")
+            result.median("mb_per_s"), shown_change(result, "median")
         )
     return [
         Grid(

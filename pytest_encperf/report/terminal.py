@@ -1,4 +1,4 @@
-"""The terminal summary: the renderer beside the Markdown (report.py) and HTML (html.py) ones.
+"""The terminal summary: the renderer beside the Markdown (markdown.py) and HTML (html.py) ones.
 
 It yields lines, each ``(kind, style, text)``: kind ``line``, or the character of a separator
 line (``=``, ``-``) titled ``text``; style the markup words (``red``, ``yellow bold``). ``write``
@@ -11,29 +11,26 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
-from .backends import BASELINE
-from .ceiling import from_wire
-from .compare import Verdict
-from .model import MachineRun
-from .report import (
+from ..backends import BASELINE
+from ..ceiling import from_wire
+from ..compare import Verdict
+from ..model import MachineRun
+from ..rounds import whole_blocks
+from ..settings import Settings
+from ..sweep import FamilyRanking
+from ..workloads import PROFILES
+from .analyses import ladder_lines, sweep_report
+from .tables import (
     INTERVAL_MEANING,
     MACHINES_NOTE,
     cpu_line,
     detail_table,
-    inplace_table,
-    kdf_table,
-    ladder_lines,
-    lifecycle_table,
     machines_table,
     summary_table,
-    sweep_report,
     task_steps_table,
-    verdict_report,
 )
-from .rounds import whole_blocks
-from .settings import Settings
-from .sweep import FamilyRanking
-from .workloads import PROFILES
+from .timings import inplace_table, kdf_table, lifecycle_table
+from .verdict import verdict_report
 
 Line = tuple[str, str, str]  # (kind: "line" or a separator character, style, text)
 
@@ -242,7 +239,7 @@ def titled(title: str, table: str) -> Iterator[Line]:
 
 
 def verdicts(found: Iterable[Verdict]) -> Iterator[Line]:
-    """Each machine's verdict (report.verdict_report), its sections as separator lines."""
+    """Each machine's verdict (verdict.verdict_report), its sections as separator lines."""
     for verdict in found:
         for kind, colour, line in verdict_report(verdict):
             yield ("-", "", line) if kind == "section" else ("line", colour, line)
