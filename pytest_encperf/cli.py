@@ -21,7 +21,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from . import backends, gatescope, journal, machine, storage, sweep
+from . import backends, deadruns, gatescope, journal, machine, storage, sweep
 from . import verdict as gate_model
 from .backends import BASELINE, BackendSpec, backend_class, known_names, make_backend, recommend
 from .compare import EXIT_REGRESSION, Verdict, judge
@@ -373,7 +373,7 @@ def run_cleanup(args: argparse.Namespace) -> int:
         directories += [d for d in journal.known_directories() if d not in directories]
     for problem in backends.load_all():  # each backend registers the resource kinds it adds
         print(f"encperf cleanup: {problem}", file=sys.stderr)
-    runs = [run for d in directories for run in journal.release_dead_runs(d, dry_run=args.dry_run)]
+    runs = [run for d in directories for run in deadruns.release_dead_runs(d, dry_run=args.dry_run)]
     if not runs:
         where = ", ".join(map(str, directories))
         print(f"encperf cleanup: nothing left behind by dead runs in {where}")

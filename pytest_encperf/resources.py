@@ -4,7 +4,7 @@ A run registers each resource (file or directory, loop device, mount, daemon, dm
 the kinds backends add: fscrypt keys, VeraCrypt volumes) on a :class:`Cleanup` the moment it
 exists, or, for what a tool makes for itself, just before the tool runs. The same release
 function frees it whether the run releases it at teardown (``Cleanup.release``) or a later
-process does after the run was killed (``journal.release_dead_runs``): same order (newest
+process does after the run was killed (``deadruns.release_dead_runs``): same order (newest
 first), same tools, same test of whether it is still there.
 
 Backends register the kinds they add with :func:`register_kind`; this module imports no

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from . import backends, host, journal, machine, resources
+from . import backends, deadruns, host, journal, machine, resources
 from .compare import EXIT_REGRESSION
 from .engines import Engine, select_engine
 from .inplace import InplaceTiming
@@ -134,7 +134,7 @@ class EncperfSession:
         # backends' modules register the resource kinds they add first.
         self.cleanup_problems += backends.load_all()
         try:
-            for run in journal.release_dead_runs(self.settings.dir):
+            for run in deadruns.release_dead_runs(self.settings.dir):
                 self.cleaned += [f"{run.head}: {line}" for line in run.done]
                 self.cleanup_problems += run.problem_lines()
         except OSError as exc:

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_encperf import children, journal, processes, resources
+from pytest_encperf import children, deadruns, processes, resources
 from tests.functional.test_journal import dead_pid, run_dir, write_journal
 
 
@@ -113,7 +113,7 @@ def test_a_dead_runs_tools_are_ended_before_its_resources_are_released_and_its_d
     document = json.loads(path.read_text())
     document["children"] = mark
     path.write_text(json.dumps(document))
-    [run] = journal.release_dead_runs(tmp_path)
+    [run] = deadruns.release_dead_runs(tmp_path)
     assert order == ["release: tool gone", "release: daemon running"]
     assert any(line.startswith("ended its tool sleep") for line in run.done), run.done
     assert any(line.startswith("ended leftover process sleep") for line in run.done), run.done
@@ -131,7 +131,7 @@ def test_a_dead_runs_malformed_mark_ends_nothing(
     document = json.loads(path.read_text())
     document["children"] = f"encperf-{os.getpid()}-0123"
     path.write_text(json.dumps(document))
-    journal.release_dead_runs(tmp_path)
+    deadruns.release_dead_runs(tmp_path)
     assert stranger.poll() is None
 
 
@@ -176,7 +176,7 @@ def test_a_dead_tools_helper_marked_daemons_is_ended_before_release_while_a_daem
     document = json.loads(path.read_text())
     document["children"] = mark
     path.write_text(json.dumps(document))
-    [run] = journal.release_dead_runs(tmp_path)
+    [run] = deadruns.release_dead_runs(tmp_path)
     assert seen == {"sessions": {daemon.pid}, "count": 2}, run.done  # the daemon and its sleep only
     assert any(line.startswith("ended its tool sleep") for line in run.done), run.done
     time.sleep(0.5)

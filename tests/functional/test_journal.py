@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from pytest_encperf import cli, footprints, host, journal, processes, resources, secretdirs
+from pytest_encperf import cli, deadruns, footprints, host, journal, processes, resources, secretdirs
 from pytest_encperf.processes import ProcessStart
 from pytest_encperf.resources import Cleanup, Resource
 
@@ -205,7 +205,7 @@ def test_dead_run_is_released_newest_first_and_its_journal_removed(tmp_path: Pat
             {"kind": "mount", "ident": str(run / "01-plain" / "mnt")},
         ],
     )  # fmt: skip
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert daemon.wait(timeout=5) is not None
     assert (dead.failed, dead.refused) == ([], [])
     assert dead.done == [
@@ -224,7 +224,7 @@ def test_secret_directory_on_the_ram_file_system_is_removed(tmp_path: Path) -> N
     (secret / "password").write_bytes(b"benchmark-password")
     try:
         write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(secret)}])
-        (dead,) = journal.release_dead_runs(tmp_path)
+        (dead,) = deadruns.release_dead_runs(tmp_path)
         assert dead.done == [f"removed {secret}"]
         assert not secret.exists()
     finally:
@@ -245,7 +245,7 @@ def test_a_run_of_an_earlier_boot_is_dead_and_its_pids_name_nothing_of_its(
          "start": daemon.as_json()},
     ]  # fmt: skip
     write_journal(tmp_path, os.getpid(), earlier_boot, entries)
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.done == [f"sleep (pid {sleeper.pid}): not running any more", f"removed {run}"]
     assert sleeper.poll() is None, "a process of this boot was taken for the earlier boot's daemon"
 
@@ -256,7 +256,7 @@ def test_a_journal_of_another_pid_namespace_is_left_alone(tmp_path: Path, releas
     run = run_dir(tmp_path, pid)
     elsewhere = dataclasses.replace(this_process(), pidns=processes.pid_namespace() + 1)
     path = write_journal(tmp_path, pid, elsewhere, [{"kind": "path", "ident": str(run)}])
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.refused == [
         f"journal left alone: its pid is counted in another pid namespace (pid:[{elsewhere.pidns}]; "
         f"this process is in pid:[{processes.pid_namespace()}]), so whether it still runs cannot be "
@@ -272,7 +272,7 @@ def test_a_process_entry_of_another_pid_namespace_is_refused(
     other = dataclasses.replace(started(sleeper.pid), pidns=processes.pid_namespace() + 1)
     entry = {"kind": "process", "ident": str(sleeper.pid), "detail": processes.executable(sleeper.pid)}
     write_journal(tmp_path, pid, this_process(), [{**entry, "start": other.as_json()}])
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.refused == [
         f"process {sleeper.pid}: pid {sleeper.pid}: its pid is counted in another pid namespace"
         f" (pid:[{other.pidns}]; this process is in pid:[{processes.pid_namespace()}]), so whether "
@@ -288,11 +288,11 @@ def test_journals_before_format_3_are_still_read(
     live = run_dir(tmp_path, sleeper.pid)
     wall = processes._wall_clock_start(sleeper.pid)
     write_journal(tmp_path, sleeper.pid, wall, [{"kind": "path", "ident": str(live)}])
-    assert journal.release_dead_runs(tmp_path) == []  # alive: never touched
+    assert deadruns.release_dead_runs(tmp_path) == []  # alive: never touched
     pid = dead_pid()
     run = run_dir(tmp_path, pid)
     write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(run)}])
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.done == [f"removed {run}"] and live.exists()
 
 
@@ -302,7 +302,7 @@ def test_malformed_start_leaves_the_journal_alone(tmp_path: Path, released: list
     path = write_journal(tmp_path, pid, None, [{"kind": "path", "ident": str(run)}])
     document = {key: value for key, value in json.loads(path.read_text()).items() if key != "started"}
     path.write_text(json.dumps({**document, "start": {"ticks": "12", "boot": 1}}))
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.refused == ["journal left alone: start must have whole ticks and pidns and a boot id"]
     assert released == [] and run.exists()
 
@@ -313,7 +313,7 @@ def test_unknown_kind_is_kept_and_so_is_everything_older(tmp_path: Path) -> None
     path = write_journal(
         tmp_path, pid, 1.0, [{"kind": "path", "ident": str(run)}, {"kind": "teleporter", "ident": "t1"}]
     )
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.failed == ["teleporter t1: no way to release a 'teleporter' resource"]
     # the directory may hold what the unknown resource still uses: kept for a later cleanup
     assert run.exists()
@@ -346,7 +346,7 @@ def test_a_failed_release_keeps_what_it_may_rest_on_and_releases_the_rest(
             {"kind": "path", "ident": str(run / "b" / "under-b")},
         ],
     )
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     volume = run / "a" / "volume"
     assert dead.failed == [f"stuck {volume}: still busy"]
     assert dead.kept == [
@@ -381,7 +381,7 @@ def test_what_a_kept_resource_rests_on_is_kept_too(tmp_path: Path, monkeypatch: 
             {"kind": "stuck", "ident": "/dev/fake1", "detail": "/dev/fake0"},
         ],
     )
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.failed == ["stuck /dev/fake1: still busy"]
     assert dead.kept == [
         "layer /dev/fake0: stuck /dev/fake1 is not released and may rest on it",
@@ -394,7 +394,7 @@ def test_dry_run_changes_nothing(tmp_path: Path, released: list[Resource]) -> No
     pid = dead_pid()
     run = run_dir(tmp_path, pid)
     path = write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(run)}])
-    (dead,) = journal.release_dead_runs(tmp_path, dry_run=True)
+    (dead,) = deadruns.release_dead_runs(tmp_path, dry_run=True)
     assert dead.done == [f"would release path {run}"]
     assert run.exists() and path.exists() and released == []
 
@@ -407,7 +407,7 @@ def test_half_written_journal_of_a_dead_writer_is_removed(tmp_path: Path) -> Non
     live = runs / f".run-{os.getpid()}-abcd.json.{os.getpid()}.tmp"
     stale.write_text("{")
     live.write_text("{")
-    assert journal.release_dead_runs(tmp_path) == []
+    assert deadruns.release_dead_runs(tmp_path) == []
     assert not stale.exists() and live.exists()
 
 
@@ -427,7 +427,7 @@ def test_journal_readable_by_others_is_refused(tmp_path: Path, released: list[Re
     pid = dead_pid()
     run = run_dir(tmp_path, pid)
     path = write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(run)}], mode=0o644)
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.refused == [f"journal left alone: refusing {path.name}: mode 0644, not 0600"]
     assert released == [] and run.exists()
 
@@ -442,7 +442,7 @@ def test_symlinked_journal_is_refused(tmp_path: Path, released: list[Resource]) 
     runs.mkdir(mode=0o700)
     link = runs / real.name
     link.symlink_to(real)
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.lines() == [f"run pid {pid} ({link.name}): REFUSED journal left alone: it is a symbolic link"]
     assert released == [] and run.exists() and real.exists()
 
@@ -456,7 +456,7 @@ def test_symlinked_journal_directory_is_refused(tmp_path: Path, released: list[R
     (tmp_path / "d").mkdir(mode=0o700)
     link = tmp_path / "d" / journal.RUNS_DIR
     link.symlink_to(elsewhere / journal.RUNS_DIR)
-    (dead,) = journal.release_dead_runs(tmp_path / "d")
+    (dead,) = deadruns.release_dead_runs(tmp_path / "d")
     assert dead.refused == [f"not looking at any journal there: {link} is a symbolic link or not a directory"]
     assert released == [] and run.exists()
 
@@ -475,7 +475,7 @@ def test_a_dead_run_s_dm_name_must_carry_its_pid_and_run_token(
     others = [f"encperf-{pid}-0", f"encperf-{pid}-fedcba9876543210-0", f"{ours}x", "cryptroot"]
     entries = [{"kind": "dm", "ident": name} for name in [ours, *others]]
     write_journal(tmp_path, pid, 1.0, entries, token=TOKEN)
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert [r.ident for r in released] == [ours]
     assert dead.done == [f"dm {ours}: not active any more"]
     assert sorted(dead.refused) == sorted(
@@ -483,7 +483,7 @@ def test_a_dead_run_s_dm_name_must_carry_its_pid_and_run_token(
     )
     released.clear()
     write_journal(tmp_path, pid, 1.0, [{"kind": "dm", "ident": f"encperf-{pid}-0"}])  # no token
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.refused == [
         f"dm encperf-{pid}-0: dm target 'encperf-{pid}-0': cannot tell it is this run's (its journal, "
         "of an older version, records no run token, and the pid may be another run's now)"
@@ -491,9 +491,9 @@ def test_a_dead_run_s_dm_name_must_carry_its_pid_and_run_token(
     # not one a run writes: the whole journal is refused (journalschema)
     for token, why in (("not-hex", "look like [0-9a-f]{16}"), (7, "be a string")):
         write_journal(tmp_path, pid, 1.0, [{"kind": "dm", "ident": f"encperf-{pid}-0"}])
-        path = journal.journals(tmp_path)[0]
+        path = deadruns.journals(tmp_path)[0]
         path.write_text(json.dumps({**json.loads(path.read_text()), "token": token}))
-        (dead,) = journal.release_dead_runs(tmp_path)
+        (dead,) = deadruns.release_dead_runs(tmp_path)
         assert dead.refused == [f"journal left alone: token must {why}"]
         path.unlink()
     assert released == []
@@ -518,7 +518,7 @@ def test_journal_naming_etc_and_other_outside_paths_is_refused(
         {"kind": "dm", "ident": "cryptroot"},
     ]
     path = write_journal(tmp_path, pid, 1.0, entries, token=TOKEN)
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     bases = " or ".join(f"{b}/encperf-{pid}-*" for b in [tmp_path, *secretdirs.secret_bases()])
     assert dead.refused == [
         f"dm cryptroot: dm target 'cryptroot' is not one of this run's (encperf-{pid}-{TOKEN}-N)",
@@ -543,7 +543,7 @@ def test_directory_writable_by_others_is_refused(tmp_path: Path, released: list[
     pid = dead_pid()
     run = run_dir(shared, pid)
     write_journal(shared, pid, 1.0, [{"kind": "path", "ident": str(run)}])
-    (dead,) = journal.release_dead_runs(shared)
+    (dead,) = deadruns.release_dead_runs(shared)
     assert dead.refused == [
         f"not looking at any journal there: {shared}: not safe to use ({shared} is writable by other users)"
     ]
@@ -571,7 +571,7 @@ def test_foreign_pid_is_refused_and_left_running(
         {"kind": "process", "ident": str(sleeper.pid), "detail": exe},  # no start time recorded
     ]
     write_journal(tmp_path, pid, 1.0, entries)
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.refused == [
         f"process {sleeper.pid}: process {sleeper.pid}: no start time and executable recorded, "
         "cannot tell it is the run's",
@@ -601,7 +601,7 @@ def test_held_lock_times_out_with_a_message_naming_its_holder(
     holder = hold(lock)
     try:
         start = time.monotonic()
-        (dead,) = journal.release_dead_runs(tmp_path, lock_timeout=0.3)
+        (dead,) = deadruns.release_dead_runs(tmp_path, lock_timeout=0.3)
         assert time.monotonic() - start < 5
         assert dead.lines() == [
             f"{lock.parent}: FAILED the cleanup lock {lock} is held by pid {holder.pid} for more than "
@@ -611,7 +611,7 @@ def test_held_lock_times_out_with_a_message_naming_its_holder(
     finally:
         holder.kill()
         holder.wait()
-    (dead,) = journal.release_dead_runs(tmp_path, lock_timeout=0.3)
+    (dead,) = deadruns.release_dead_runs(tmp_path, lock_timeout=0.3)
     assert dead.done == [f"removed {run}"]
 
 
@@ -754,7 +754,7 @@ def test_entries_below_a_run_directory_that_is_gone_are_not_acted_on(
         1.0,
         [{"kind": "path", "ident": str(run / "link" / "shadow")}, {"kind": "path", "ident": str(run)}],
     )
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.done == [f"removed {run}", f"path {run / 'link' / 'shadow'}: already gone"]
     assert [r.ident for r in released] == [str(run)] and not path.exists()
 
@@ -787,7 +787,7 @@ def test_a_socket_in_place_of_a_journal_is_said_to_be_no_regular_file(
     finally:
         os.close(runs_fd)
     try:
-        (dead,) = journal.release_dead_runs(tmp_path)
+        (dead,) = deadruns.release_dead_runs(tmp_path)
     finally:
         listener.close()
     assert dead.refused == ["journal left alone: it is a socket, not a regular file"]
@@ -801,5 +801,5 @@ def test_a_fifo_in_place_of_a_journal_is_said_to_be_no_regular_file(
     runs = tmp_path / journal.RUNS_DIR
     runs.mkdir(mode=0o700)
     os.mkfifo(runs / f"run-{pid}-{'0' * 16}.json", 0o600)
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.refused == ["journal left alone: it is a named pipe (FIFO), not a regular file"]

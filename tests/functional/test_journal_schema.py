@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import cli, journal, journalschema
+from pytest_encperf import cli, deadruns, journal, journalschema
 from tests.functional.test_journal import NOBODY, dead_pid, needs_root, run_dir, write_journal
 from tests.unit.test_journal import private_state  # noqa: F401
 from tests.unit.test_journal_schema import DEEP, _matches, literal, plant  # noqa: F401
@@ -46,7 +46,7 @@ def test_malformed_journals_are_refused_and_the_good_one_beside_them_released(tm
     good = run_dir(tmp_path, pid)
     write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(good)}])
     string_id, null_entry, deep = bad_journals(tmp_path)
-    found = {run.pid: run for run in journal.release_dead_runs(tmp_path)}
+    found = {run.pid: run for run in deadruns.release_dead_runs(tmp_path)}
     assert found[pid].done == [f"removed {good}"] and not good.exists()
     assert found[string_id].refused == [
         "journal left alone: resources[0].id must be a whole number from 1 to 2147483647"
@@ -102,7 +102,7 @@ def test_a_journal_larger_than_the_limit_is_refused_before_it_is_read(tmp_path: 
     pid = dead_pid()
     path = plant(tmp_path, pid, "")
     os.truncate(path, journalschema.MAX_BYTES + 1)  # sparse: nothing to read but its size
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.refused == [
         f"journal left alone: not a journal (larger than {journalschema.MAX_BYTES} bytes)"
     ]
@@ -203,7 +203,7 @@ def test_a_run_killed_under_any_umask_is_released_by_the_next_cleanup(tmp_path: 
         [sys.executable, "-c", KILLED_RUN, str(tmp_path), mask], capture_output=True, text=True, check=True
     )
     run = Path(proc.stdout.strip())
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert (dead.refused, dead.failed) == ([], [])
     assert dead.done == [f"{run / '01-plain' / 'container.img'}: already gone", f"removed {run}"]
     assert not run.exists()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host, journal, processes, resources
+from pytest_encperf import deadruns, host, journal, processes, resources
 from pytest_encperf.resources import Cleanup, Resource
 from tests.unit.test_resources import RecordingObserver
 
@@ -41,7 +41,7 @@ def test_live_teardown_and_dead_run_cleanup_use_the_same_function_in_the_same_or
     dead_cleanup = Cleanup(log)
     for resource in made:
         dead_cleanup.add(Resource("probe", resource.ident.replace("encperf-1-", f"encperf-{proc.pid}-")))
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.failed == [] and dead.refused == []
     assert [r.ident for _, r in in_live] == [m.ident for m in reversed(made)]
     assert [r.ident.replace(f"encperf-{proc.pid}-", "encperf-1-") for _, r in calls] == [

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import backends, children, journal
+from pytest_encperf import backends, children, deadruns, journal
 from tests.helpers.support import with_veracrypt_standin
 from tests.integration.test_reliability_integration import (
     QUICK,
@@ -148,7 +148,7 @@ def start(
 
 def marks(directory: Path) -> list[str]:
     found = []
-    for path in journal.journals(directory):
+    for path in deadruns.journals(directory):
         mark = json.loads(path.read_text()).get("children")
         if mark:
             found.append(mark)
@@ -191,7 +191,7 @@ def test_sigkill_at_a_journal_step_then_cleanup_leaves_nothing(
         dead = time.monotonic()  # reaped: the kill has taken effect
     if when == "now":
         late = time.monotonic() - dead
-        runs = journal.release_dead_runs(base)
+        runs = deadruns.release_dead_runs(base)
         report = "\n".join(line for run in runs for line in run.lines())
         problems = [line for run in runs for line in run.problem_lines()]
         assert late < 0.01, f"cleanup started {late * 1000:.1f} ms after the kill"
@@ -282,7 +282,7 @@ def test_sigkill_after_veracrypts_losetup_attached_a_loop_device_it_never_noted(
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     if when == "now":
-        runs = journal.release_dead_runs(base)
+        runs = deadruns.release_dead_runs(base)
         report = "\n".join(line for run in runs for line in run.lines())
         problems = [line for run in runs for line in run.problem_lines()]
     else:

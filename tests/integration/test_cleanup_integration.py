@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import cli, host, journal, mounttable
+from pytest_encperf import cli, deadruns, host, mounttable
 from pytest_encperf.backends import veracrypt
 from tests.functional.test_journal import dead_pid, run_dir, write_journal
 
@@ -110,9 +110,9 @@ def test_a_failed_release_leaves_what_does_not_rest_on_it_released(
         ("path", str(secret)),
         ("path", str(run)),
     ]
-    assert journal.journals(tmp_path) == [path]
+    assert deadruns.journals(tmp_path) == [path]
 
     # once the VeraCrypt volume can be released (here: it is not mapped), a later cleanup ends it
     monkeypatch.setattr(veracrypt, "mapped_device", lambda container: None)
     assert cli.main(["cleanup", "--dir", str(tmp_path)]) == 0
-    assert not run.exists() and journal.journals(tmp_path) == []
+    assert not run.exists() and deadruns.journals(tmp_path) == []

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_encperf import host, journal
+from pytest_encperf import deadruns, host, journal
 from pytest_encperf.resources import Cleanup, Resource
 from tests.functional.test_journal import (  # noqa: F401
     BENCH,
@@ -129,7 +129,7 @@ def test_planted_journal_of_another_user_is_refused(
     run = run_dir(tmp_path, pid)
     path = write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(run)}])
     os.chown(path, NOBODY, NOBODY)
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.lines() == [
         f"run pid {pid} ({path.name}): REFUSED journal left alone: "
         f"refusing {path.name}: owned by uid {NOBODY}, not by this user (uid 0)"
@@ -143,7 +143,7 @@ def test_journal_directory_of_another_user_is_refused(tmp_path: Path, released: 
     run = run_dir(tmp_path, pid)
     path = write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(run)}])
     os.chown(path.parent, NOBODY, NOBODY)
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.lines() == [
         f"{path.parent}: REFUSED not looking at any journal there: "
         f"{path.parent} is owned by uid {NOBODY}, not by this user (uid 0)"
@@ -158,7 +158,7 @@ def test_run_directory_of_another_user_is_refused(tmp_path: Path, released: list
     (run / "container.img").write_bytes(b"x")
     os.chown(run, NOBODY, NOBODY)  # someone else's directory under a name like ours
     write_journal(tmp_path, pid, 1.0, [{"kind": "path", "ident": str(run / "container.img")}])
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.refused == [
         f"path {run / 'container.img'}: {run} is owned by uid {NOBODY}, not by this user (uid 0)"
     ]
@@ -215,7 +215,7 @@ def test_a_loop_entry_whose_device_now_backs_another_file_says_so_and_leaves_it(
         run.rmdir()
     with loop_device(tmp_path / "someone-elses.img", 1 << 20) as device:
         write_journal(tmp_path, pid, 1.0, [{"kind": "loop", "ident": str(device), "detail": str(ours)}])
-        (dead,) = journal.release_dead_runs(tmp_path)
+        (dead,) = deadruns.release_dead_runs(tmp_path)
         assert host.loop_backing_file(device) == str(tmp_path / "someone-elses.img")
     assert dead.done == [
         f"loop {device}: {device} now belongs to another file ({tmp_path / 'someone-elses.img'}): left alone"

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_encperf import host, journal, loopdev, mounttable
+from pytest_encperf import deadruns, host, journal, loopdev, mounttable
 from pytest_encperf.resources import Cleanup
 
 pytestmark = [
@@ -77,7 +77,7 @@ def test_a_dead_run_s_mount_replaced_by_a_link_is_not_unmounted(tmp_path: Path, 
     log.path = log.path.with_name(f"run-{pid}-beef.json")
     Cleanup(log).mount(mountpoint)
     replaced_by_link(mountpoint, other_mount)
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.done == [f"{mountpoint}: not mounted any more"] and dead.failed == []
     assert host.is_mounted(other_mount) and (other_mount / "theirs").read_text() == "data"
 

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 import pytest
 
-from pytest_encperf import backends, children, host, journal, processes, resources
+from pytest_encperf import backends, children, deadruns, host, journal, processes, resources
 from pytest_encperf.workloads import MiB
 from tests.helpers.support import (
     disk_dir,
@@ -138,7 +138,7 @@ def base() -> Iterator[Path]:
     yield path
     if host.mounts_under(path) or host.loops_backed_by(path):  # a session killed after a timeout
         backends.load_all()
-        journal.release_dead_runs(path)
+        deadruns.release_dead_runs(path)
     if not host.mounts_under(path) and not host.loops_backed_by(path):
         shutil.rmtree(path)
 
@@ -227,7 +227,7 @@ def start_paused(
 
 def journaled(base: Path) -> list[dict[str, Any]]:
     entries: list[dict[str, Any]] = []
-    for path in journal.journals(base):
+    for path in deadruns.journals(base):
         entries += json.loads(path.read_text())["resources"]
     return entries
 
@@ -243,7 +243,7 @@ def leftovers(
     if pid is not None:
         found += [f"secret directory {d}" for d in secret_dirs(pid)]
     found += [f"file {p}" for p in sorted(base.iterdir()) if p.name != journal.RUNS_DIR]
-    found += [f"journal {p}" for p in journal.journals(base)]
+    found += [f"journal {p}" for p in deadruns.journals(base)]
     for entry in recorded:
         kind, ident = entry["kind"], entry["ident"]
         if kind == "path" and os.path.lexists(ident):
@@ -519,7 +519,7 @@ def test_disk_full_during_a_round_fails_clearly_and_tears_down(
     ]
     (small_filesystem / "filler").unlink()
     assert list(small_filesystem.glob("encperf-*")) == [], "run directory left behind"
-    assert journal.journals(small_filesystem) == [], "journal left behind"
+    assert deadruns.journals(small_filesystem) == [], "journal left behind"
     assert host.mounts_under(small_filesystem) == [small_filesystem]
 
 
@@ -571,7 +571,7 @@ def test_cleanup_sweeps_what_a_kill_left_unjournaled_inside_a_run_directory(base
         fd = os.open(runs / f"run-{dead.pid}-beef.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
             json.dump(document, handle)
-        (released,) = journal.release_dead_runs(base)
+        (released,) = deadruns.release_dead_runs(base)
         assert released.failed == [] and released.refused == []
         assert released.done == [f"removed {run_dir}"]
         assert leftovers(base, entries) == []

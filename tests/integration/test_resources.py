@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host, journal
+from pytest_encperf import deadruns, host, journal
 from pytest_encperf.resources import Cleanup, Resource
 
 
@@ -69,7 +69,7 @@ def test_a_dead_run_s_loop_entry_never_reaches_another_run_s_loop_device(tmp_pat
             tmp_path, pid, [Resource("loop", str(loop.path), str(dead / "01-plain" / "container.img"))]
         )
         dead.symlink_to(live)  # made again, by whoever can write the directory
-        (run,) = journal.release_dead_runs(tmp_path)
+        (run,) = deadruns.release_dead_runs(tmp_path)
         assert run.refused == [f"loop {loop.path}: {dead} is not a directory"]
         assert host.loop_backing_file(loop.path) == str(image), "another run's loop device was detached"
         dead.unlink()
@@ -98,7 +98,7 @@ def test_a_dead_run_s_loop_over_a_file_removed_with_its_directory_is_detached(tm
         dead_run_journal(tmp_path, pid, [Resource("loop", str(loop.path), str(image))])
         image.unlink()
         run.rmdir()  # gone while attached: the kernel names "<path> (deleted)"
-        (dead,) = journal.release_dead_runs(tmp_path)
+        (dead,) = deadruns.release_dead_runs(tmp_path)
         assert dead.done == [f"detached {loop.path}"]
         assert host.loop_backing_file(loop.path) is None
     finally:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import cli, host, journal, resources
+from pytest_encperf import cli, deadruns, host, journal, resources
 from pytest_encperf.backends.dmcrypt import mapping_name
 from pytest_encperf.resources import Cleanup, Resource
 from tests.functional.test_journal import NOBODY, released, run_dir, started, this_process, write_journal  # noqa: F401
@@ -113,7 +113,7 @@ def test_an_observer_that_raises_never_stops_registration_or_release() -> None:
 def test_live_run_is_never_touched(tmp_path: Path, released: list[Resource]) -> None:
     run = run_dir(tmp_path, os.getpid())
     path = write_journal(tmp_path, os.getpid(), this_process(), [{"kind": "path", "ident": str(run)}])
-    assert journal.release_dead_runs(tmp_path) == []
+    assert deadruns.release_dead_runs(tmp_path) == []
     assert run.exists() and path.exists() and released == []
 
 
@@ -121,7 +121,7 @@ def test_reused_pid_counts_as_dead(tmp_path: Path) -> None:
     run = run_dir(tmp_path, os.getpid())
     reused = dataclasses.replace(this_process(), ticks=this_process().ticks - 1000)
     write_journal(tmp_path, os.getpid(), reused, [{"kind": "path", "ident": str(run)}])
-    (dead,) = journal.release_dead_runs(tmp_path)
+    (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.done == [f"removed {run}"]
 
 
@@ -139,7 +139,7 @@ def test_a_stepped_clock_does_not_make_a_live_run_look_dead(
     cleanup.path(run)  # this process is the live run
     boot_time = psutil._pslinux.boot_time
     monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: boot_time() + 2.0)  # stepped by 2 s
-    assert journal.release_dead_runs(tmp_path) == []
+    assert deadruns.release_dead_runs(tmp_path) == []
     assert run.exists() and log.path.exists() and released == []
     cleanup.release()
     log.close()
@@ -218,7 +218,7 @@ def test_the_safety_page_states_the_cleanup_lock_timeout_the_code_uses() -> None
     safety = (Path(__file__).resolve().parents[2] / "docs" / "explanation" / "safety.md").read_text()
     match = re.search(r"A cleanup waits for that lock (\d+) s at most", safety)
     assert match is not None and float(match[1]) == journal.LOCK_TIMEOUT
-    default = inspect.signature(journal.release_dead_runs).parameters["lock_timeout"].default
+    default = inspect.signature(deadruns.release_dead_runs).parameters["lock_timeout"].default
     assert default == journal.LOCK_TIMEOUT
 
 

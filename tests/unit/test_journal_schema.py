@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from pytest_encperf import host, journal, journalschema, processes, secretdirs, trust
+from pytest_encperf import deadruns, host, journal, journalschema, processes, secretdirs, trust
 from pytest_encperf.journalschema import Document, Malformed
 from pytest_encperf.resources import Cleanup
 from pytest_encperf.secretdirs import SecretDir
@@ -85,7 +85,7 @@ def test_journal_lock_and_state_file_get_their_modes_whatever_the_umask(tmp_path
         mode_of(state) == 0o600 and mode_of(state.parent) == 0o700 and mode_of(state.parent.parent) == 0o700
     )
     assert journal.known_directories() == [tmp_path]
-    assert journal.release_dead_runs(tmp_path) == []  # its own live journal: read, not refused
+    assert deadruns.release_dead_runs(tmp_path) == []  # its own live journal: read, not refused
     assert mode_of(runs / ".lock") == 0o600
 
 
@@ -356,5 +356,5 @@ def test_cleanup_of_any_valid_journal_never_raises(tmp_path: Path, entries: list
     except Malformed:
         return
     path = plant(tmp_path, pid, text)
-    found = journal.release_dead_runs(tmp_path, dry_run=True)
+    found = deadruns.release_dead_runs(tmp_path, dry_run=True)
     assert [run.pid for run in found] == [pid] and path.read_text() == text
