@@ -32,7 +32,7 @@ from typing import Protocol
 
 import psutil
 
-from . import children, host, mounttable
+from . import children, host, mounting, mounttable
 from .footprints import Footprint, held_by
 from .host import HostError
 from .processes import ProcessStart, executable, foreign_process, is_alive, process_start
@@ -182,7 +182,7 @@ def _redirectable(path: Path, action: str) -> None:
 
 def _release_mount(resource: Resource) -> str:
     mountpoint = Path(resource.ident)
-    if not host.is_mounted(mountpoint):
+    if not mounting.is_mounted(mountpoint):
         return f"{mountpoint}: not mounted any more"
     _redirectable(mountpoint, "unmounting")
     # a loop device over a file of this mount (a FUSE export) would keep it busy, and once the
@@ -192,7 +192,7 @@ def _release_mount(resource: Resource) -> str:
 
 
 def _unmount(mountpoint: Path) -> str:
-    if host.unmount(mountpoint):
+    if mounting.unmount(mountpoint):
         warnings.warn(f"{mountpoint} was still busy: unmounted lazily", RuntimeWarning, stacklevel=2)
         return f"unmounted {mountpoint} (lazily: it was still busy)"
     return f"unmounted {mountpoint}"
@@ -300,7 +300,7 @@ def _release_path(resource: Resource) -> str:
     if not path.is_absolute() or path == Path(path.anchor):
         raise HostError(f"not removing {path}: not an absolute path below /")
     # a dead FUSE mount fails lstat (lexists() says it is gone); a symbolic link is never followed
-    mounted = not os.path.islink(path) and host.is_mounted(path)
+    mounted = not os.path.islink(path) and mounting.is_mounted(path)
     if not mounted and not os.path.lexists(path):
         return f"{path}: already gone"
     _redirectable(path, "removing")
@@ -308,7 +308,7 @@ def _release_path(resource: Resource) -> str:
         # What a kill between "made" and "registered" can leave in or on a path of ours: mounts
         # (a FUSE export is mounted on a file) and loop devices backed by its files.
         _unmount_everything_under(path)
-        inside = host.mounts_under(path)
+        inside = mounting.mounts_under(path)
         if inside:  # never delete through (or unlink) a mount that failed to come off
             raise HostError(f"not removing {path}: still mounted at {', '.join(map(str, inside))}")
     if path.is_dir() and not path.is_symlink():
@@ -340,11 +340,11 @@ def _unmount_everything_under(path: Path) -> None:
     def under_a_loop(mountpoint: Path) -> bool:
         return any(name == str(mountpoint) or name.startswith(f"{mountpoint}/") for name in backing)
 
-    for mountpoint in _deepest_first([m for m in host.mounts_under(path) if not under_a_loop(m)]):
+    for mountpoint in _deepest_first([m for m in mounting.mounts_under(path) if not under_a_loop(m)]):
         _unmount(mountpoint)
     for device in loops:
         _detach_loop_and_unmount_it(device)
-    for mountpoint in _deepest_first(host.mounts_under(path)):
+    for mountpoint in _deepest_first(mounting.mounts_under(path)):
         _unmount(mountpoint)
 
 

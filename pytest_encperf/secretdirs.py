@@ -12,7 +12,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import host
+from . import host, mounting
 from .host import HostError
 from .resources import Cleanup, Resource
 from .trust import make_private_dir
@@ -36,7 +36,7 @@ def secret_bases() -> list[Path]:
 
 def _usable_base(base: Path) -> bool:
     try:
-        if base == RUN_SECRETS and host.filesystem_type(base.parent) in MEMORY_FILESYSTEMS:
+        if base == RUN_SECRETS and mounting.filesystem_type(base.parent) in MEMORY_FILESYSTEMS:
             with contextlib.suppress(FileExistsError):
                 make_private_dir(base)
         info = os.lstat(base)
@@ -44,7 +44,7 @@ def _usable_base(base: Path) -> bool:
         return False
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
         return False
-    if host.filesystem_type(base) not in MEMORY_FILESYSTEMS or not os.access(base, os.W_OK | os.X_OK):
+    if mounting.filesystem_type(base) not in MEMORY_FILESYSTEMS or not os.access(base, os.W_OK | os.X_OK):
         return False
     if info.st_uid == os.geteuid() and not info.st_mode & 0o077:
         return True  # ours alone (/run/encperf, $XDG_RUNTIME_DIR)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from . import host, loopbacking, loopsharing, mounttable, openfiles, resources
+from . import host, loopbacking, loopsharing, mounting, mounttable, openfiles, resources
 from .workloads import MiB
 
 KINDS = ("container", "partition", "directory")
@@ -59,7 +59,7 @@ class Target:
         if not self.directory.is_dir():
             found.append(f"{self.directory} is not a directory")
             return found
-        fstype = host.filesystem_type(self.directory)
+        fstype = mounting.filesystem_type(self.directory)
         if fstype in PSEUDO_FILESYSTEMS:
             found.append(
                 f"{self.directory} is on {fstype}, not a disk: pass --encperf-dir on the disk to measure"

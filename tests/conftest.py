@@ -21,7 +21,7 @@ with contextlib.suppress(ImportError):
     import matplotlib.figure  # noqa: F401
 import pytest
 
-from pytest_encperf import host
+from pytest_encperf import host, mounting
 
 pytest_plugins = ["pytester"]
 
@@ -70,7 +70,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _remove_unless_mounted(directory: str) -> None:
     """rmtree would descend into a mount a failed test left behind (the test reports it)."""
-    if not host.mounts_under(Path(directory)):
+    if not mounting.mounts_under(Path(directory)):
         shutil.rmtree(directory, ignore_errors=True)
 
 

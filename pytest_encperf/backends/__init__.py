@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
-from .. import host, sweep
+from .. import host, mounting, sweep
 from ..host import HostError
 from ..model import BASELINE
 from ..parsing import parse_choice, parse_text
@@ -431,7 +431,7 @@ class BackendBase:
             else:
                 info["loop_direct_io"] = volume.loop_direct_io
             return info
-        return {"filesystem": host.filesystem_type(volume.workdir) + under}
+        return {"filesystem": mounting.filesystem_type(volume.workdir) + under}
 
 
 def named_device_problems(name: str, param: str, device: Path, target: Target, use: str) -> list[str]:

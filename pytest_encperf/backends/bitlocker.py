@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .. import host
+from .. import host, mounting
 from ..host import HostError
 from ..parsing import parse_bool, parse_choice, parse_path
 from ..redaction import Secret, SecretText
@@ -290,7 +290,7 @@ class BitlockerBackend(BackendBase):
                 f"the volume holds {fstype}, which this kernel cannot mount (not in /proc/filesystems)"
             )
         volume.mounted.mount(mountpoint)  # journaled before the call, as mount_ext4 does
-        host.mount(device, mountpoint, fstype)
+        mounting.mount(device, mountpoint, fstype)
         return mountpoint
 
     def open(self, volume: Volume) -> Path:

@@ -34,7 +34,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from .. import host, resources, trust
+from .. import host, mounting, resources, trust
 from ..host import HostError
 from ..parsing import parse_bool, parse_choice, parse_int
 from ..redaction import Secret
@@ -379,7 +379,7 @@ class EcryptfsBackend(BackendBase):
         options = mount_options(self.cipher, self.key_bytes, sig, fnek_sig)
         volume.mounted.mount(mountpoint)  # before the call: a kill right after must not leave it
         mount_ecryptfs(self.lower(volume), mountpoint, options)
-        if not host.is_mounted(mountpoint):
+        if not mounting.is_mounted(mountpoint):
             raise HostError(f"{mountpoint} is not mounted after mount -t ecryptfs")
         return mountpoint
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import host
+from .. import host, mounting
 from ..resources import Cleanup
 from . import Volume
 
@@ -39,7 +39,7 @@ def mount_ext4(
     mountpoint.mkdir(exist_ok=True)
     # journaled before the call: a run killed while mount runs leaves no mount its journal lacks
     (volume.mounted if cleanup is None else cleanup).mount(mountpoint)
-    host.mount(device, mountpoint, "ext4", options)
+    mounting.mount(device, mountpoint, "ext4", options)
     return mountpoint
 
 

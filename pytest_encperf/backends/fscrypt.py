@@ -19,7 +19,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from .. import footprints, host, redaction, resources, trust
+from .. import footprints, host, mounting, redaction, resources, trust
 from ..parsing import parse_choice
 from ..resources import Resource
 from ..targets import Target
@@ -179,7 +179,7 @@ class FscryptBackend(BackendBase):
         elif target.directory.is_dir():
             status = policy_status(target.directory)
             if status.startswith("unsupported"):
-                fstype = host.filesystem_type(target.directory)
+                fstype = mounting.filesystem_type(target.directory)
                 found.append(f"fscrypt: {target.directory} ({fstype}) {status.split(': ', 1)[1]}")
         return found
 

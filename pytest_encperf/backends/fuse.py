@@ -7,7 +7,7 @@ target measures the same disk path as plain). The daemon runs in the foreground 
 (never daemonized: we must know when it has exited), with stdin closed or carrying the password;
 its messages go to a log file in the volume directory that errors quote.
 
-Unmount is ``fusermount -u`` (retried while busy, then lazy with a warning: ``host.unmount``);
+Unmount is ``fusermount -u`` (retried while busy, then lazy with a warning: ``mounting.unmount``);
 FUSE unmount is asynchronous, so the daemon is waited for before anything below it is removed.
 
 Passwords are random per volume and kept in memory; a tool that reads a file (gocryptfs

@@ -9,9 +9,9 @@ A daemon we start runs in the foreground as our child (never daemonized: we must
 its own session (a Ctrl-C in the terminal reaches us, not it), with stdin closed or a pipe carrying its
 password, never a terminal, and dies with the run (children.py). It is registered on ``volume.mounted`` before
 it starts, by the mark it carries in its environment (which whatever it forks inherits), and its mount right
-after: releasing them (newest first) runs ``fusermount -u`` (``host.unmount``: retried while busy, then lazy
-with a warning), gives the daemon time to exit by itself, then SIGTERM (resources.py). Its messages go to a
-log file that errors quote with every secret shown as <secret>.
+after: releasing them (newest first) runs ``fusermount -u`` (``mounting.unmount``: retried while busy, then
+lazy with a warning), gives the daemon time to exit by itself, then SIGTERM (resources.py). Its messages go to
+a log file that errors quote with every secret shown as <secret>.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-from .. import children, host, processes, redaction
+from .. import children, host, mounting, processes, redaction
 from ..host import HostError
 from . import Volume
 
@@ -40,7 +40,7 @@ def fuse_problems(name: str) -> list[str]:
         found.append(
             f"{name}: needs FUSE (/dev/fuse missing: load the fuse module or pass --device /dev/fuse)"
         )
-    if host.fusermount_binary() is None:
+    if mounting.fusermount_binary() is None:
         found.append(f"{name}: needs fusermount3 or fusermount (Debian package fuse3)")
     return found
 
@@ -127,7 +127,7 @@ def start_fuse_daemon(
         except BrokenPipeError:
             pass  # it died already; reported below with its log
     deadline = time.monotonic() + timeout
-    while not host.is_mounted(mountpoint):
+    while not mounting.is_mounted(mountpoint):
         code = proc.poll()
         if code is not None:
             volume.mounted.release()

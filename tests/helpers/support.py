@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host, mounttable, secretdirs
+from pytest_encperf import host, mounting, mounttable, secretdirs
 from pytest_encperf.backends import BackendSpec, make_backend, vcformat
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
@@ -126,7 +126,7 @@ def veracrypt_leftovers(base: Path, state: Path) -> list[str]:
             aux.add(str(Path(mountpoint).parent))  # the container of this test bound on "volume"
     found = [f"stand-in mapping {path.name}" for path in slots]
     for directory in sorted(aux):
-        found += [f"mount {m}" for m in host.mounts_under(Path(directory))]
+        found += [f"mount {m}" for m in mounting.mounts_under(Path(directory))]
         found += [f"loop device {d} over {directory}/volume" for d in host.loops_backed_by(Path(directory))]
         if os.path.lexists(directory):
             found.append(f"directory {directory}")
@@ -140,7 +140,7 @@ def mounts_and_loops_left(path: Path) -> list[str]:
     unmounted under them): the kernel then names "/" as their backing file, so they are no
     longer "under path", but a leak all the same.
     """
-    found = [f"mount {m}" for m in host.mounts_under(path)]
+    found = [f"mount {m}" for m in mounting.mounts_under(path)]
     found += [f"loop device {d}" for d in host.loops_backed_by(path)]
     for entry in Path("/sys/block").glob("loop*"):
         backing = entry / "loop" / "backing_file"

@@ -221,7 +221,7 @@ def test_a_mounted_file_is_unmounted_before_it_is_removed_never_unlinked_busy(
     """A kill between a FUSE export's mount and its journal entry left the export (a file)
     mounted, with a loop device over it: releasing the file's path entry must take both down
     (unlinking a mount point fails with "Device or resource busy", for ever)."""
-    from pytest_encperf import host, resources
+    from pytest_encperf import host, mounting, resources
 
     run = base / f"encperf-{os.getpid()}-chaos"
     run.mkdir(mode=0o700)
@@ -233,7 +233,7 @@ def test_a_mounted_file_is_unmounted_before_it_is_removed_never_unlinked_busy(
     loop = host.attach_loop(export, direct_io=False)
     line = resources.release(resources.Resource("path", str(export)))
     assert line == f"removed {export}"
-    assert not host.is_mounted(export) and host.loop_backing_file(loop.path) is None
+    assert not mounting.is_mounted(export) and host.loop_backing_file(loop.path) is None
     assert resources.release(resources.Resource("path", str(run))) == f"removed {run}"
 
 

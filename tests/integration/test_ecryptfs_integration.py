@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host
+from pytest_encperf import host, mounting
 from pytest_encperf.backends import BackendSpec, make_backend
 from pytest_encperf.backends.ecryptfs import FNEK_SALT, SALT, EcryptfsBackend, auth_token, kernel_problems
 from pytest_encperf.runner import open_volume
@@ -89,7 +89,7 @@ def test_create_mount_write_remount_read_destroy(spec: str, kind: str, scratch: 
     volume = mounted.volume
     try:
         mountpoint, lower = backend.mountpoint(volume), backend.lower(volume)
-        assert host.mount_type(mountpoint) == "ecryptfs"
+        assert mounting.mount_type(mountpoint) == "ecryptfs"
         signatures = volume.state["signatures"]
         assert len(signatures) == (2 if backend.filename_encryption else 1)
         assert all(any(sig in line for line in ecryptfs_keys()) for sig in signatures)
@@ -108,7 +108,7 @@ def test_create_mount_write_remount_read_destroy(spec: str, kind: str, scratch: 
         with (mounted.data_dir / FILE_NAME).open("rb+") as handle:
             os.fsync(handle.fileno())
         backend.unmount(volume)
-        assert not host.is_mounted(mountpoint), "unmount must unmount"
+        assert not mounting.is_mounted(mountpoint), "unmount must unmount"
         assert ecryptfs_keys() == [], "unmount must invalidate the keys"
         # the leak check: nothing of the content (nor, with FNEK, of the name) below
         below = lower_files(lower)

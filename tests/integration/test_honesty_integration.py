@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host
+from pytest_encperf import host, mounting
 from pytest_encperf.backends import BackendSpec, make_backend
 from pytest_encperf.engines.fio import FioEngine, fio_available
 from pytest_encperf.engines.native import NativeEngine, probe_io_mode
@@ -195,7 +195,7 @@ def securefs_mount(base_dir: Path) -> Iterator[tuple[Path, subprocess.Popen[byte
         cleanup.process(proc, wait=10)
         cleanup.mount(mountpoint)
         deadline = time.monotonic() + 20
-        while not host.is_mounted(mountpoint):
+        while not mounting.is_mounted(mountpoint):
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"securefs did not mount (exit {proc.poll()})")
             time.sleep(0.05)

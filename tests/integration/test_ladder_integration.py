@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host, resources, storage
+from pytest_encperf import mounting, resources, storage
 from pytest_encperf.benchmarkentries import measured
 from pytest_encperf.engines import select_engine
 from pytest_encperf.ladder import Rung
@@ -100,7 +100,7 @@ def test_the_ram_tmpfs_is_private_sized_for_two_containers_and_released() -> Non
         cleanup = resources.Cleanup()
         try:
             point = mount_ram(base, 2 * MiB, cleanup)
-            assert host.mount_type(point) == "tmpfs"
+            assert mounting.mount_type(point) == "tmpfs"
             assert stat.S_IMODE(os.stat(point).st_mode) == 0o700  # the tmpfs's root
             assert shutil.disk_usage(point).total == ram_bytes(2 * MiB)
             assert len(ram_mounts()) >= 1

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host
+from pytest_encperf import host, mounting
 from pytest_encperf.targets import BlockStack, DeviceClaim, partition_problems
 from pytest_encperf.workloads import MiB
 from tests.helpers.support import loop_device, loop_on, partitioned_loop, scratch_dir, tiny_session
@@ -42,11 +42,11 @@ def device(scratch: Path) -> Iterator[Path]:
 def mounted(device: Path, mountpoint: Path) -> Iterator[Path]:
     subprocess.run(["mkfs.ext4", "-q", "-F", str(device)], check=True, capture_output=True)
     mountpoint.mkdir()
-    host.mount(device, mountpoint, "ext4")
+    mounting.mount(device, mountpoint, "ext4")
     try:
         yield mountpoint
     finally:
-        host.unmount(mountpoint)
+        mounting.unmount(mountpoint)
 
 
 def offset_note(offset: int) -> str:

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_encperf import deadruns, host, journal, loopdev, mounttable
+from pytest_encperf import deadruns, host, journal, loopdev, mounting, mounttable
 from pytest_encperf.resources import Cleanup
 
 pytestmark = [
@@ -28,10 +28,10 @@ def other_mount(tmp_path: Path) -> Iterator[Path]:
     """Someone else's mount (a tmpfs), which nothing of ours may unmount."""
     path = tmp_path / "other"
     path.mkdir()
-    host.mount(Path("tmpfs"), path, "tmpfs")
+    mounting.mount(Path("tmpfs"), path, "tmpfs")
     (path / "theirs").write_text("data")
     yield path
-    if host.is_mounted(path):
+    if mounting.is_mounted(path):
         subprocess.run(["umount", str(path)], check=True)
 
 
@@ -54,15 +54,15 @@ def test_a_mount_replaced_by_a_link_to_another_mount_is_not_unmounted(
     """``umount`` (even with --no-canonicalize) resolves a link and unmounts what it points to."""
     mountpoint = tmp_path / f"encperf-{os.getpid()}-x" / "01-plain" / "mnt"
     mountpoint.mkdir(parents=True)
-    host.mount(Path("tmpfs"), mountpoint, "tmpfs")
+    mounting.mount(Path("tmpfs"), mountpoint, "tmpfs")
     cleanup = Cleanup(journal.Journal(tmp_path / "journal"))  # (no such directory: never written)
     cleanup.mount(mountpoint)
     replaced_by_link(mountpoint, other_mount)
-    assert not host.is_mounted(mountpoint), "a link is not the mount point it leads to"
+    assert not mounting.is_mounted(mountpoint), "a link is not the mount point it leads to"
     cleanup.release()
-    assert host.is_mounted(other_mount) and (other_mount / "theirs").read_text() == "data"
-    assert not host.unmount(mountpoint)
-    assert host.is_mounted(other_mount)
+    assert mounting.is_mounted(other_mount) and (other_mount / "theirs").read_text() == "data"
+    assert not mounting.unmount(mountpoint)
+    assert mounting.is_mounted(other_mount)
 
 
 def test_a_dead_run_s_mount_replaced_by_a_link_is_not_unmounted(tmp_path: Path, other_mount: Path) -> None:
@@ -71,7 +71,7 @@ def test_a_dead_run_s_mount_replaced_by_a_link_is_not_unmounted(tmp_path: Path, 
     run.mkdir(mode=0o700)
     mountpoint = run / "mnt"
     mountpoint.mkdir(mode=0o700)
-    host.mount(Path("tmpfs"), mountpoint, "tmpfs")
+    mounting.mount(Path("tmpfs"), mountpoint, "tmpfs")
     log = journal.Journal(tmp_path)
     log.pid, log.start = pid, None  # as if written by the (now dead) process ``pid``
     log.path = log.path.with_name(f"run-{pid}-beef.json")
@@ -79,7 +79,7 @@ def test_a_dead_run_s_mount_replaced_by_a_link_is_not_unmounted(tmp_path: Path, 
     replaced_by_link(mountpoint, other_mount)
     (dead,) = deadruns.release_dead_runs(tmp_path)
     assert dead.done == [f"{mountpoint}: not mounted any more"] and dead.failed == []
-    assert host.is_mounted(other_mount) and (other_mount / "theirs").read_text() == "data"
+    assert mounting.is_mounted(other_mount) and (other_mount / "theirs").read_text() == "data"
 
 
 def test_a_link_is_refused_even_where_the_mount_table_names_it(
@@ -92,10 +92,10 @@ def test_a_link_is_refused_even_where_the_mount_table_names_it(
     listed = [*mounttable.mountpoints(), str(link)]
     monkeypatch.setattr(mounttable, "mountpoints", lambda: listed)
     with pytest.raises(host.HostError, match=r"not unmounting .*: it is not a directory or file"):
-        host.unmount(link, retries=1)
+        mounting.unmount(link, retries=1)
     with pytest.raises(host.HostError, match=re.escape(f"umount {link}: ")):
-        host._umount2(str(link), 0)
-    assert host.is_mounted(other_mount)
+        mounting._umount2(str(link), 0)
+    assert mounting.is_mounted(other_mount)
 
 
 # ---------------------------------------------------------------- loop devices, by descriptor

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host
+from pytest_encperf import host, mounting
 from pytest_encperf.backends import (
     BackendBase,
     BackendError,
@@ -56,11 +56,11 @@ def mounted(device: Path, mountpoint: Path, fstype: str = "ext4") -> Iterator[Pa
     mkfs = ["mkfs.btrfs", "-q", "-f"] if fstype == "btrfs" else ["mkfs.ext4", "-q", "-F"]
     subprocess.run([*mkfs, str(device)], check=True, capture_output=True)
     mountpoint.mkdir()
-    host.mount(device, mountpoint, fstype)
+    mounting.mount(device, mountpoint, fstype)
     try:
         yield mountpoint
     finally:
-        host.unmount(mountpoint)
+        mounting.unmount(mountpoint)
 
 
 def command_of(pid: int) -> str:
@@ -100,12 +100,12 @@ def test_mounted_partition_is_refused_even_when_forced(partition: Path, scratch:
     subprocess.run(["mkfs.ext4", "-q", "-F", str(partition)], check=True)
     mountpoint = scratch / "mnt"
     mountpoint.mkdir()
-    host.mount(partition, mountpoint, "ext4")
+    mounting.mount(partition, mountpoint, "ext4")
     try:
         problems = partition_problems(partition, force=True)
         assert problems == [f"partition rule 'not mounted': {partition} is mounted on {mountpoint}"]
     finally:
-        host.unmount(mountpoint)
+        mounting.unmount(mountpoint)
 
 
 def test_swap_is_refused(partition: Path) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host
+from pytest_encperf import host, mounting
 from pytest_encperf.backends import BackendError, BackendSpec, make_backend
 from pytest_encperf.backends.dmcrypt import device_mapper_problems
 from pytest_encperf.runner import open_volume
@@ -71,11 +71,11 @@ def linear(device: Path, name: str) -> Iterator[Path]:
 def mounted(device: Path, mountpoint: Path) -> Iterator[Path]:
     host.run(["mkfs.ext4", "-q", "-F", str(device)])
     mountpoint.mkdir()
-    host.mount(device, mountpoint, "ext4")
+    mounting.mount(device, mountpoint, "ext4")
     try:
         yield mountpoint
     finally:
-        host.unmount(mountpoint)
+        mounting.unmount(mountpoint)
 
 
 def dm_label(mapped: Path) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 import pytest
 
-from pytest_encperf import backends, children, deadruns, host, journal, processes, resources
+from pytest_encperf import backends, children, deadruns, host, journal, mounting, processes, resources
 from pytest_encperf.workloads import MiB
 from tests.helpers.support import (
     disk_dir,
@@ -136,10 +136,10 @@ def base() -> Iterator[Path]:
     """A fresh --encperf-dir on the disk, removed at the end (after the leftover checks)."""
     path = Path(tempfile.mkdtemp(prefix="encperf-chaos-", dir=base_directory()))
     yield path
-    if host.mounts_under(path) or host.loops_backed_by(path):  # a session killed after a timeout
+    if mounting.mounts_under(path) or host.loops_backed_by(path):  # a session killed after a timeout
         backends.load_all()
         deadruns.release_dead_runs(path)
-    if not host.mounts_under(path) and not host.loops_backed_by(path):
+    if not mounting.mounts_under(path) and not host.loops_backed_by(path):
         shutil.rmtree(path)
 
 
@@ -149,7 +149,7 @@ def given(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     stand-in's state."""
     path = Path(tempfile.mkdtemp(prefix="encperf-given-", dir=base_directory()))
     yield path
-    if not host.mounts_under(path) and not host.loops_backed_by(path):
+    if not mounting.mounts_under(path) and not host.loops_backed_by(path):
         shutil.rmtree(path)
 
 
@@ -257,7 +257,7 @@ def leftovers(
                 f"daemon {entry.get('detail')} (pid {m.process.pid})"
                 for m in children.marked_processes(ident)
             ]
-        elif kind == "mount" and host.is_mounted(Path(ident)):
+        elif kind == "mount" and mounting.is_mounted(Path(ident)):
             found.append(f"recorded mount {ident}")
     places = [str(base), *([str(given)] if given is not None else [])]
     for proc in psutil.process_iter(["pid", "cmdline"]):
@@ -462,7 +462,7 @@ def small_filesystem(base: Path) -> Iterator[Path]:
     cleanup.loop(loop.path, image)
     cleanup.path(mountpoint)
     try:
-        host.mount(loop.path, mountpoint, "ext4")
+        mounting.mount(loop.path, mountpoint, "ext4")
         cleanup.mount(mountpoint)
         yield mountpoint
     finally:
@@ -520,7 +520,7 @@ def test_disk_full_during_a_round_fails_clearly_and_tears_down(
     (small_filesystem / "filler").unlink()
     assert list(small_filesystem.glob("encperf-*")) == [], "run directory left behind"
     assert deadruns.journals(small_filesystem) == [], "journal left behind"
-    assert host.mounts_under(small_filesystem) == [small_filesystem]
+    assert mounting.mounts_under(small_filesystem) == [small_filesystem]
 
 
 @pytest.mark.parametrize("name", CHAOS_BACKENDS)
@@ -557,7 +557,7 @@ def test_cleanup_sweeps_what_a_kill_left_unjournaled_inside_a_run_directory(base
     host.run(["mkfs.ext4", "-F", "-q", str(image)])
     loop = host.attach_loop(image, direct_io=False)
     try:
-        host.mount(loop.path, run_dir / "02-x" / "mnt", "ext4")
+        mounting.mount(loop.path, run_dir / "02-x" / "mnt", "ext4")
         runs = base / journal.RUNS_DIR
         runs.mkdir(mode=0o700)
         entries = [{"id": 1, "kind": "path", "ident": str(run_dir), "detail": "", "label": ""}]
@@ -576,5 +576,5 @@ def test_cleanup_sweeps_what_a_kill_left_unjournaled_inside_a_run_directory(base
         assert released.done == [f"removed {run_dir}"]
         assert leftovers(base, entries) == []
     finally:
-        host.unmount(run_dir / "02-x" / "mnt")
+        mounting.unmount(run_dir / "02-x" / "mnt")
         host.detach_loop(loop.path, image)

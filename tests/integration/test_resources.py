@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import deadruns, host, journal
+from pytest_encperf import deadruns, host, journal, mounting
 from pytest_encperf.resources import Cleanup, Resource
 
 
@@ -18,7 +18,7 @@ def test_the_run_s_own_teardown_does_not_unmount_through_a_planted_symbolic_link
     run_dir = tmp_path / f"encperf-{os.getpid()}-x"
     mountpoint = run_dir / "01-plain" / "mnt"
     mountpoint.mkdir(parents=True)
-    host.mount(Path("tmpfs"), mountpoint, "tmpfs")
+    mounting.mount(Path("tmpfs"), mountpoint, "tmpfs")
     moved = tmp_path / "moved"
     try:
         cleanup = Cleanup(journal.Journal(tmp_path))
@@ -29,9 +29,9 @@ def test_the_run_s_own_teardown_does_not_unmount_through_a_planted_symbolic_link
             host.HostError, match=f"not unmounting {mountpoint}: {run_dir} is a symbolic link"
         ):
             cleanup.release()
-        assert host.is_mounted(moved / "01-plain" / "mnt")
+        assert mounting.is_mounted(moved / "01-plain" / "mnt")
     finally:
-        host.unmount(moved / "01-plain" / "mnt")
+        mounting.unmount(moved / "01-plain" / "mnt")
 
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (loop devices)")

@@ -49,7 +49,7 @@ SCAN = r"""
 import base64, json, os, re, stat
 from pathlib import Path
 
-from pytest_encperf import host, secretdirs
+from pytest_encperf import host, mounting, secretdirs
 
 HERE = Path(__file__).parent
 SECRET_KEY = re.compile(r"(secret|pass(word|phrase)?|^key|_key)$")
@@ -64,7 +64,7 @@ def material(volume):
         elif isinstance(value, str) and SECRET_KEY.search(key):
             found.append(value.encode())
     for directory in (p for base in secretdirs.secret_bases() for p in base.glob(f"encperf-{os.getpid()}-*")):
-        assert host.filesystem_type(directory) in secretdirs.MEMORY_FILESYSTEMS, directory
+        assert mounting.filesystem_type(directory) in secretdirs.MEMORY_FILESYSTEMS, directory
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
         for path in directory.iterdir():
             assert stat.S_IMODE(path.lstat().st_mode) == 0o600, path

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_encperf import children, host
+from pytest_encperf import children, host, mounting
 from pytest_encperf.backends import BackendBase, BackendError, BackendSpec, Volume, make_backend
 from pytest_encperf.backends.fuse import FuseBackend
 from pytest_encperf.runner import open_volume
@@ -140,13 +140,13 @@ def test_fuse_volume_round_trip_without_leaks(spec: str, kind: str, base: Path) 
     volume = mounted.volume
     try:
         pids = assert_daemons_are_our_children(volume)
-        assert host.is_mounted(backend.mountpoint(volume))
+        assert mounting.is_mounted(backend.mountpoint(volume))
         digest = write_marker_file(mounted.data_dir)
         assert read_digest(mounted.data_dir) == digest
         for log in (base / "vol").glob("*.log"):
             assert volume.state["password"] not in log.read_bytes(), f"password in {log.name}"
         backend.unmount(volume)
-        assert not host.is_mounted(backend.mountpoint(volume))
+        assert not mounting.is_mounted(backend.mountpoint(volume))
         assert not any(psutil.pid_exists(pid) for pid in pids), "daemon still running after unmount"
         store_files = list(backend.store(volume).rglob("*"))
         assert store_files, "empty store"
@@ -234,7 +234,7 @@ def test_qemu_luks_round_trip_without_leaks(base: Path) -> None:
     volume = mounted.volume
     try:
         pids = assert_daemons_are_our_children(volume)
-        assert host.is_mounted(base / "vol" / "export.raw")
+        assert mounting.is_mounted(base / "vol" / "export.raw")
         digest = write_marker_file(mounted.data_dir)
         backend.unmount(volume)  # umount, detach loop, stop the daemon, wait
         assert not any(psutil.pid_exists(pid) for pid in pids)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host
+from pytest_encperf import host, mounting
 from pytest_encperf.backends import BackendBase, BackendSpec, make_backend
 from pytest_encperf.backends.fscrypt import key_status, policy_status
 from pytest_encperf.model import LIFECYCLE_STEPS
@@ -57,10 +57,10 @@ def test_create_mount_write_remount_read_destroy(name: str, target: Target, work
     volume = mounted.volume
     try:
         assert host.loop_direct_io(volume.device), "loop device without direct I/O"
-        assert host.is_mounted(workdir / "mnt")
+        assert mounting.is_mounted(workdir / "mnt")
         digest = write_marker_files(mounted.data_dir)
         backend.unmount(volume)
-        assert not host.is_mounted(workdir / "mnt")
+        assert not mounting.is_mounted(workdir / "mnt")
         raw = (workdir / "container.img").read_bytes()
         leaked = MARKER in raw or NAME_MARKER.encode() in raw
         # the check itself must be able to see plaintext: it does on the plain volume
@@ -101,13 +101,13 @@ def test_fscrypt_key_is_removed_at_unmount(target: Target, workdir: Path) -> Non
         mountpoint = workdir / "mnt"
         assert key_status(mountpoint, identifier) == "present"
         backend.unmount(mounted.volume)
-        host.mount(mounted.volume.device, mountpoint, "ext4")
+        mounting.mount(mounted.volume.device, mountpoint, "ext4")
         try:
             assert key_status(mountpoint, identifier) == "absent"
             names = os.listdir(mountpoint / "data")
             assert len(names) == 1 and names != ["f"], "encrypted names readable without the key"
         finally:
-            host.unmount(mountpoint)
+            mounting.unmount(mountpoint)
     finally:
         backend.destroy(mounted.volume)
 
@@ -118,7 +118,7 @@ def test_full_session_on_containers_leaves_nothing(pytester: pytest.Pytester, ta
     result.stdout.fnmatch_lines(["*fscrypt*", "*plain *", "*%*"])
     prefix = str(target.directory / f"encperf-{os.getpid()}-")
     assert list(target.directory.glob(f"encperf-{os.getpid()}-*")) == [], "run directory left behind"
-    assert [m for m in host.mounts_under(target.directory) if str(m).startswith(prefix)] == []
+    assert [m for m in mounting.mounts_under(target.directory) if str(m).startswith(prefix)] == []
     leftover_loops = [
         loop
         for loop in host.loops_backed_by(target.directory)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host
+from pytest_encperf import host, mounting
 from pytest_encperf.backends import (
     BackendBase,
     BackendError,
@@ -210,7 +210,7 @@ def test_target_helpers_on_a_directory_target(target: Target, tmp_path: Path) ->
     assert backend.mount_target(volume) == tmp_path
     assert volume.state == {} and len(volume.created) == 0 and len(volume.mounted) == 0
     assert backend.describe_target(volume, under=" (under the store)") == {
-        "filesystem": host.filesystem_type(tmp_path) + " (under the store)"
+        "filesystem": mounting.filesystem_type(tmp_path) + " (under the store)"
     }
 
 

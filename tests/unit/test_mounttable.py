@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_encperf import host, mounttable
+from pytest_encperf import mounting, mounttable
 from pytest_encperf.mounttable import escape, parse, unescape
 
 
@@ -69,6 +69,6 @@ def test_mounts_under_and_is_mounted_read_escaped_names(
     table = tmp_path / "mounts"
     table.write_bytes(os.fsencode(f"/dev/loop9 {escape(str(odd / 'mnt'))} ext4 rw 0 0\n"))
     monkeypatch.setattr(mounttable, "MOUNTS", table)
-    assert host.mounts_under(odd) == [odd / "mnt"]
-    assert host.is_mounted(odd / "mnt") and host.mount_type(odd / "mnt") == "ext4"
-    assert host.filesystem_type(odd / "mnt" / "file") == "ext4"
+    assert mounting.mounts_under(odd) == [odd / "mnt"]
+    assert mounting.is_mounted(odd / "mnt") and mounting.mount_type(odd / "mnt") == "ext4"
+    assert mounting.filesystem_type(odd / "mnt" / "file") == "ext4"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import footprints, host, journal, mounttable, resources, secretdirs, trust
+from pytest_encperf import footprints, host, journal, mounting, mounttable, resources, secretdirs, trust
 from pytest_encperf.resources import Cleanup, Resource
 from pytest_encperf.secretdirs import SecretDir
 
@@ -54,28 +54,28 @@ def test_a_mount_is_unmounted_retried_then_lazily_with_a_warning(monkeypatch: py
 
     def umount2(target: str, flags: int) -> None:
         calls.append(["umount2", target, str(flags)])
-        if not flags & host.MNT_DETACH:
+        if not flags & mounting.MNT_DETACH:
             raise host.HostError(f"umount {target}: Device or resource busy")
 
     mounted = [True]
-    monkeypatch.setattr(host, "is_mounted", lambda path: mounted[0])
-    monkeypatch.setattr(host, "_unmountable", lambda target: None)
-    monkeypatch.setattr(host, "_umount2", umount2)
+    monkeypatch.setattr(mounting, "is_mounted", lambda path: mounted[0])
+    monkeypatch.setattr(mounting, "_unmountable", lambda target: None)
+    monkeypatch.setattr(mounting, "_umount2", umount2)
     monkeypatch.setattr(host, "is_root", lambda: True)
-    monkeypatch.setattr(host, "mount_type", lambda path: "fuse.gocryptfs")
-    monkeypatch.setattr(host, "fusermount_binary", lambda: "fusermount3")
+    monkeypatch.setattr(mounting, "mount_type", lambda path: "fuse.gocryptfs")
+    monkeypatch.setattr(mounting, "fusermount_binary", lambda: "fusermount3")
     monkeypatch.setattr(host, "run", busy)
     monkeypatch.setattr(host.time, "sleep", lambda seconds: None)
     with pytest.warns(RuntimeWarning, match="/mnt/x was still busy: unmounted lazily"):
         message = resources.release(Resource("mount", "/mnt/x"))
     assert message == "unmounted /mnt/x (lazily: it was still busy)"
-    assert calls == [["umount2", "/mnt/x", "0"]] * 10 + [["umount2", "/mnt/x", str(host.MNT_DETACH)]]
+    assert calls == [["umount2", "/mnt/x", "0"]] * 10 + [["umount2", "/mnt/x", str(mounting.MNT_DETACH)]]
     monkeypatch.setattr(host, "is_root", lambda: False)
     calls.clear()
     with pytest.warns(RuntimeWarning):
         resources.release(Resource("mount", "/mnt/x"))
     assert calls == [["fusermount3", "-u", "/mnt/x"]] * 10 + [["fusermount3", "-u", "-z", "/mnt/x"]]
-    monkeypatch.setattr(host, "mount_type", lambda path: "ext4")
+    monkeypatch.setattr(mounting, "mount_type", lambda path: "ext4")
     calls.clear()
     with pytest.warns(RuntimeWarning):
         resources.release(Resource("mount", "/mnt/x"))
@@ -90,8 +90,8 @@ def test_path_removal_refuses_to_delete_through_a_mount(
 ) -> None:
     target = tmp_path / "run"
     target.mkdir()
-    monkeypatch.setattr(host, "mounts_under", lambda p: [target / "mnt"])
-    monkeypatch.setattr(host, "unmount", lambda p: False)  # an unmount that does not take
+    monkeypatch.setattr(mounting, "mounts_under", lambda p: [target / "mnt"])
+    monkeypatch.setattr(mounting, "unmount", lambda p: False)  # an unmount that does not take
     cleanup = Cleanup()
     cleanup.path(target)
     with pytest.raises(host.HostError, match=r"not removing .*still mounted"):
@@ -105,7 +105,7 @@ def test_secret_dir_is_0700_in_ram_named_like_a_run_directory_and_removed_with_i
     key = secrets.write("key", b"s3cret")
     assert oct(secrets.path.stat().st_mode & 0o777) == "0o700"
     assert oct(key.stat().st_mode & 0o777) == "0o600"
-    assert host.filesystem_type(secrets.path) in secretdirs.MEMORY_FILESYSTEMS
+    assert mounting.filesystem_type(secrets.path) in secretdirs.MEMORY_FILESYSTEMS
     assert secrets.path.parent in secretdirs.secret_bases()
     assert secrets.path.name.startswith(f"encperf-{os.getpid()}-")
     assert cleanup.resources == [Resource("path", str(secrets.path))]
@@ -252,7 +252,7 @@ def test_removing_a_symbolic_link_to_a_mount_point_removes_the_link_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     unmounted: list[Path] = []
-    monkeypatch.setattr(host, "unmount", lambda mountpoint, **_: unmounted.append(mountpoint))
+    monkeypatch.setattr(mounting, "unmount", lambda mountpoint, **_: unmounted.append(mountpoint))
     link = tmp_path / "link"
     link.symlink_to("/proc")  # a mount point of the system's
     assert resources.release(Resource("path", str(link))) == f"removed {link}"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host
+from pytest_encperf import mounting
 from pytest_encperf.backends import (
     BackendError,
     BackendSpec,
@@ -90,7 +90,7 @@ def test_fuse_mount_commands_keep_the_password_out_of_argv(spec: str, tmp_path: 
         assert secret.read_bytes() == PASSWORD
         assert secret.stat().st_mode & 0o777 == 0o600
         assert secret.parent.stat().st_mode & 0o777 == 0o700
-        assert host.filesystem_type(secret) in ("tmpfs", "ramfs")
+        assert mounting.filesystem_type(secret) in ("tmpfs", "ramfs")
         assert str(secret) in argv
     assert not [p for p in tmp_path.rglob("*") if p.is_file() and PASSWORD in p.read_bytes()]
     volume.created.release()
