@@ -21,7 +21,7 @@ from .loopdev import LOOP_GET_STATUS64, LOOP_INFO64
 from .workloads import MiB
 
 if TYPE_CHECKING:
-    from .targets import BlockStack, Step
+    from .blockstack import BlockStack, Step
 
 
 class LoopRecord(NamedTuple):

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from . import host, loopbacking, loopdev, openfiles
 
 if TYPE_CHECKING:
-    from .targets import BlockStack
+    from .blockstack import BlockStack
 
 SECTOR = 512
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf import host, mounting
-from pytest_encperf.targets import BlockStack, DeviceClaim, partition_problems
+from pytest_encperf.blockstack import BlockStack
+from pytest_encperf.targets import DeviceClaim, partition_problems
 from pytest_encperf.workloads import MiB
 from tests.helpers.support import loop_device, loop_on, partitioned_loop, scratch_dir, tiny_session
 

@@ -15,8 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_encperf import loopsharing
+from pytest_encperf.blockstack import BlockStack
 from pytest_encperf.mounttable import escape
-from pytest_encperf.targets import BlockStack, partition_problems, stack_problems
+from pytest_encperf.targets import partition_problems, stack_problems
 from pytest_encperf.workloads import MiB
 
 
