@@ -15,7 +15,7 @@ import pytest
 
 from pytest_encperf import host, redaction
 from pytest_encperf.backends import BackendSpec, Volume, make_backend
-from pytest_encperf.backends.dmcrypt import read_password
+from pytest_encperf.backends.existingvolumes import read_password
 from pytest_encperf.targets import Target
 
 VALUE = b"hunter2-not-shown"
