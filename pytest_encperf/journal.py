@@ -51,7 +51,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import children, host, journalschema, processes, resources, trust
+from . import children, footprints, host, journalschema, processes, resources, trust
 from .journalschema import start_json, start_of
 from .resources import Resource
 
@@ -387,13 +387,25 @@ class Journal:
 
     def release_leftovers(self) -> list[str]:
         """Release what this run registered but never released (a Volume lost to an exception
-        in the middle of create): the safety net at the end of a session. Returns failures."""
+        in the middle of create): the safety net at the end of a session. Returns failures.
+        After a failure, what may rest on it is kept for ``encperf cleanup`` (as Cleanup.release
+        and a dead run's cleanup do), and named among the failures."""
         failed = []
+        held: list[tuple[str, footprints.Footprint]] = []  # failed or kept: what it is and rests on
         for entry in release_order(self.resources):
+            resource = resource_of(entry)
+            what = f"{entry['kind']} {entry['ident']}"
+            its = resources.footprint(resource)
+            blocker = footprints.held_by(held, its) if held else None
+            if blocker is not None:
+                failed.append(f"{what}: kept for encperf cleanup, it may rest on {blocker}")
+                held.append((what, its))
+                continue
             try:
-                resources.release(resource_of(entry))
+                resources.release(resource)
             except Exception as exc:
-                failed.append(f"{entry['kind']} {entry['ident']}: {exc}")
+                failed.append(f"{what}: {exc}")
+                held.append((what, its))
                 continue
             self.released(entry["id"])
         return failed

@@ -257,3 +257,37 @@ def test_a_file_in_place_of_the_journal_directory_is_said_to_be_no_directory(tmp
     refusal = journal.directory_refusal(shared)
     assert refusal is not None and f"{shared / journal.RUNS_DIR} is not a directory (made by uid" in refusal
     assert "not by this user" not in refusal
+
+
+def test_the_sessions_safety_net_keeps_what_may_rest_on_a_failed_release(tmp_path: Path) -> None:
+    """release_leftovers (what a Volume lost half-way through create left registered) follows the
+    rule of Cleanup.release: newest first, what may rest on a failed release stays in the journal."""
+    done: list[str] = []
+
+    def release_of(resource: Resource) -> str:
+        if resource.ident.startswith("/stuck"):
+            raise host.HostError(f"{resource.ident}: busy")
+        done.append(resource.ident)
+        return "released"
+
+    resources.register_kind("test-stack", release_of, footprint=lambda r: tuple(r.ident.split("+")))
+    try:
+        log = journal.Journal(tmp_path)
+        for ident in ("/work/other.img", "/work/c.img", "/dev/loop9+/work/c.img", "/stuck/mnt+/dev/loop9"):
+            log.registered(Resource("test-stack", ident), f"release {ident}")
+        failed = log.release_leftovers()
+        assert done == ["/work/other.img"]
+        assert failed == [
+            "test-stack /stuck/mnt+/dev/loop9: /stuck/mnt+/dev/loop9: busy",
+            "test-stack /dev/loop9+/work/c.img: kept for encperf cleanup, it may rest on "
+            "test-stack /stuck/mnt+/dev/loop9",
+            "test-stack /work/c.img: kept for encperf cleanup, it may rest on "
+            "test-stack /dev/loop9+/work/c.img",
+        ]
+        assert [r["ident"] for r in log.resources] == [
+            "/work/c.img",
+            "/dev/loop9+/work/c.img",
+            "/stuck/mnt+/dev/loop9",
+        ]
+    finally:
+        del resources.KINDS["test-stack"]
