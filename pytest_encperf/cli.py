@@ -6,7 +6,7 @@ is one function pair and one line. Options share their parsers with the pytest p
 (settings.py), so ``--fail`` accepts exactly what ``--encperf-fail`` accepts.
 
 Exit status: 0 ok, 1 error (missing or unreadable run), 2 usage error (argparse),
-``compare.EXIT_REGRESSION`` (7) when ``encperf compare --fail`` finds a regression.
+``gate.EXIT_REGRESSION`` (7) when ``encperf compare --fail`` finds a regression.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tabulate import tabulate
 from . import backends, deadruns, gatescope, journal, machine, storage, sweep
 from . import verdict as gate_model
 from .backends import BASELINE, BackendSpec, backend_class, known_names, make_backend, recommend
-from .compare import EXIT_REGRESSION, Verdict, judge
+from .gate import EXIT_REGRESSION, Verdict, judge
 from .model import RunData
 from .outcome import load_baseline
 from .parsing import parse_bool, parse_text

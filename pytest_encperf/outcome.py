@@ -17,7 +17,7 @@ from typing import Any
 
 from . import gatescope, machine, outputs, storage
 from .ceiling import from_wire
-from .compare import Gate, Verdict, expected_family_size, judge_machines
+from .gate import Gate, Verdict, expected_family_size, judge_machines
 from .model import MachineRun, RunData
 from .report import MACHINES_NOTE, machines_table, markdown_report
 from .report import html as html_report
@@ -98,7 +98,7 @@ class Outcome:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.verdict: Verdict | None = None  # the verdict of a run on one machine
-        self.verdicts: dict[str, Verdict] = {}  # every machine's (one family: compare.judge_machines)
+        self.verdicts: dict[str, Verdict] = {}  # every machine's (one family: gate.judge_machines)
         self.confirm_budget: ConfirmBudget | None = None
         self._reference: Reference | None = None
         self._gate: Gate | None = None
@@ -201,7 +201,7 @@ class Outcome:
         incomplete: str,
     ) -> dict[str, Verdict]:
         """Each machine against its own reference, loaded before anything is saved; one verdict
-        per machine, their gated checks one family (compare.judge_machines)."""
+        per machine, their gated checks one family (gate.judge_machines)."""
         s = self.settings
         now = dt.datetime.now(dt.UTC)
         fleet = len(parts) > 1

@@ -25,7 +25,7 @@ PRECISION_MIN_PAIRS = 4
 
 
 class Confirmer(Protocol):
-    """What the runner asks after a workload's rounds (compare.Gate implements it)."""
+    """What the runner asks after a workload's rounds (gate.Gate implements it)."""
 
     def pending(self, result: Result, extra_possible: int) -> tuple[bool, str]:
         """(True, why) while more paired rounds would help decide a check of ``result``;

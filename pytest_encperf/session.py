@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from . import backends, deadruns, host, journal, machine, resources
-from .compare import EXIT_REGRESSION
 from .engines import Engine, select_engine
+from .gate import EXIT_REGRESSION
 from .inplace import InplaceTiming
 from .kdf import KdfTiming
 from .load import LoadMeter

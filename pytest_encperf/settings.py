@@ -30,8 +30,8 @@ from typing import Any
 
 from . import storage, verdict
 from .backends import BackendSpec, known_names, parse_backend_list
-from .compare import LIFECYCLE_METRIC, MIN_HISTORY, MIN_LIFECYCLE_CYCLES, Rule, parse_rules
 from .engines import ENGINES
+from .gate import LIFECYCLE_METRIC, MIN_HISTORY, MIN_LIFECYCLE_CYCLES, Rule, parse_rules
 from .load import BUSY_SHARE
 from .parsing import parse_bool, parse_choice, parse_path, whole_number
 from .report.drawing import matplotlib_problem

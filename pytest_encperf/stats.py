@@ -157,7 +157,7 @@ def min_p_value(n1: int, n2: int) -> float:
     """Smallest one-sided p-value samples of these sizes can give: 1 / C(n1+n2, n1).
 
     With 3 rounds on each side it is 0.05; a family of checks corrected for multiplicity needs
-    far smaller p-values, hence more rounds (see compare.py).
+    far smaller p-values, hence more rounds (see pytest_encperf/gate/).
     """
     return 1 / math.comb(n1 + n2, n1)
 

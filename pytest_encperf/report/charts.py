@@ -3,7 +3,7 @@
 drawing.py draws these; the tests check the numbers here. Every figure comes from the same
 places as the terminal tables and the gate: a tile is a summary-table cell (tables.py), an
 overhead bar is the estimate and 95% interval that ``--encperf-max-overhead`` judges
-(compare.overhead_check), plain is the pooled plain cell the gate uses (compare.cells_of).
+(gate.overhead_check), plain is the pooled plain cell the gate uses (gate.cells_of).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..compare import (
+from ..gate import (
     FAIL,
     INVALID,
     MACHINE_BUSY,

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..compare import FAIL, NOT_COMPARABLE
+from ..gate import FAIL, NOT_COMPARABLE
 from ..workloads import KiB, MiB
 from . import charts
 from .formats import format_percent, format_value

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..compare import Verdict
+from ..gate import Verdict
 from ..machine import same_machine
 from ..model import Result, RunData
 from . import charts

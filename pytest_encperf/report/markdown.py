@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 
 from tabulate import tabulate
 
-from ..compare import INFO, NOT_GATED, PASS, Check, Verdict
+from ..gate import INFO, NOT_GATED, PASS, Check, Verdict
 from ..model import Result
 from ..sweep import FamilyRanking
 from .analyses import LADDER_LEGEND, ladder_lines, sweep_notes, sweep_recommendation, sweep_table, sweep_title

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from ..backends import BASELINE
 from ..ceiling import from_wire
-from ..compare import Verdict
+from ..gate import Verdict
 from ..model import MachineRun
 from ..rounds import whole_blocks
 from ..settings import Settings

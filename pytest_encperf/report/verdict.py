@@ -8,7 +8,7 @@ import math
 from tabulate import tabulate
 
 from .. import verdict as gate_model
-from ..compare import (
+from ..gate import (
     ALPHA,
     EXIT_REGRESSION,
     FAIL,

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from pytest_encperf.compare import ALPHA, judge, parse_rules
+from pytest_encperf.gate import ALPHA, judge, parse_rules
 from pytest_encperf.model import LIFECYCLE_STEPS, RunData
 
 RUNS = 2000

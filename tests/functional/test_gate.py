@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf import storage
-from pytest_encperf.compare import EXIT_REGRESSION
+from pytest_encperf.gate import EXIT_REGRESSION
 from tests.helpers.priors import quiet_noise_file, quiet_prior  # noqa: F401 (autouse: a quiet machine's between-run prior)
 
 SCRIPTED_BENCHMARK = """

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf import cli, storage
-from pytest_encperf.compare import EXIT_REGRESSION
+from pytest_encperf.gate import EXIT_REGRESSION
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.report import charts, drawing, html, verdict_header
 from pytest_encperf.workloads import ATTO, CDM, MATRIX, MiB, fit_to_size

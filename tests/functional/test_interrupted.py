@@ -18,7 +18,7 @@ import pytest
 
 from pytest_encperf import cli, host, storage
 from pytest_encperf.benchmarkentries import measured
-from pytest_encperf.compare import EXIT_REGRESSION
+from pytest_encperf.gate import EXIT_REGRESSION
 from pytest_encperf.volumes import INTERRUPTED_LOCK_WAIT, Volumes
 from tests.functional.test_gate import CONFTEST, LOW_NOISE, SCRIPTED_BENCHMARK
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf import verdict
-from pytest_encperf.compare import FAIL, UNDECIDED, judge, parse_rules
+from pytest_encperf.gate import FAIL, UNDECIDED, judge, parse_rules
 from pytest_encperf.model import Measurement, Result, RunData
 from pytest_encperf.workloads import CDM, Workload
 

@@ -20,7 +20,7 @@ import pytest
 
 from pytest_encperf import storage
 from pytest_encperf.benchmarkentries import measured
-from pytest_encperf.compare import EXIT_REGRESSION
+from pytest_encperf.gate import EXIT_REGRESSION
 from pytest_encperf.model import Result
 from pytest_encperf.workloads import CDM
 from tests.functional.test_gate import CONFTEST, LOW_NOISE, SCRIPTED_BENCHMARK, gate  # noqa: F401 (a fixture)

@@ -5,7 +5,7 @@ Shared by tests/functional/test_compare_simulation.py (the rates the gate must m
 
 Each simulated run measures 8 workloads (CrystalDiskMark's default set) x 2 encrypted backends,
 each paired with plain, through the real measuring loop (rounds.measure_rounds: A B B A order,
-confirmation rounds against the budget) and the real gate (compare.Gate, compare.judge) at
+confirmation rounds against the budget) and the real gate (gate.Gate, gate.judge) at
 ``--encperf-fail=10%`` and default settings: 3 rounds per side, 1.5 s rounds, a 60 s
 confirmation budget. Saved runs (the reference first) come from the same model with 10 rounds
 per side (the default when saving, ``--encperf-save-rounds``), drawn afresh for every run.
@@ -18,7 +18,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pytest_encperf.compare import Gate, expected_family_size, judge, parse_rules
+from pytest_encperf.gate import Gate, expected_family_size, judge, parse_rules
 from pytest_encperf.model import Measurement, Result, RunData
 from pytest_encperf.rounds import ConfirmBudget, PairedRounds, measure_rounds
 from pytest_encperf.workloads import CDM, Workload

@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from pytest_encperf.compare import MACHINE_BUSY, PASS, Gate, judge, parse_rules, quiet_rounds
+from pytest_encperf.gate import MACHINE_BUSY, PASS, Gate, judge, parse_rules, quiet_rounds
 from pytest_encperf.model import Measurement, Result, RunData
 from pytest_encperf.report import (
     charts,

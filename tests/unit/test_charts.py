@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pytest_encperf.compare import FAIL, NOT_COMPARABLE, PASS, Check, Verdict
+from pytest_encperf.gate import FAIL, NOT_COMPARABLE, PASS, Check, Verdict
 from pytest_encperf.model import Measurement, Result, RunData
 from pytest_encperf.report import charts
 from pytest_encperf.workloads import ATTO, CDM, MATRIX, MiB, fit_to_size

@@ -10,7 +10,7 @@ import pytest
 
 from pytest_encperf import cli, storage, sweep
 from pytest_encperf.backends import recommend
-from pytest_encperf.compare import EXIT_REGRESSION
+from pytest_encperf.gate import EXIT_REGRESSION
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.report import drawing
 from pytest_encperf.workloads import CDM

@@ -10,7 +10,7 @@ import statistics
 import pytest
 
 from pytest_encperf import verdict as verdict_model
-from pytest_encperf.compare import (
+from pytest_encperf.gate import (
     CHECK_CONFIRM_PAIRS,
     FAIL,
     GRAMMAR,
@@ -579,7 +579,7 @@ def test_rounds_of_another_round_definition_are_not_comparable() -> None:
 
 
 def test_a_task_is_checked_on_seconds_lower_is_better_and_only_on_what_applies() -> None:
-    from pytest_encperf.compare import metric_for
+    from pytest_encperf.gate import metric_for
     from pytest_encperf.workloads import PROFILES
 
     archive = PROFILES["realwork"].workloads[0]
@@ -590,12 +590,12 @@ def test_a_task_is_checked_on_seconds_lower_is_better_and_only_on_what_applies()
     assert metric_for("latency-p99", archive) is None and metric_for("iops", archive) is None
     assert metric_for("seconds", CDM[0]) is None and metric_for("throughput", CDM[0]) == METRICS["throughput"]
     # a default rule and an explicit one on the same metric give one check, with the explicit rule
-    from pytest_encperf.compare import Cell, _cell_metrics
+    from pytest_encperf.gate import Cell, cell_metrics
 
     rules = parse_rules("10%,archive:seconds:20%")
-    chosen = _cell_metrics(rules, Cell("fscrypt", archive, ()))
+    chosen = cell_metrics(rules, Cell("fscrypt", archive, ()))
     assert list(chosen) == ["seconds"] and chosen["seconds"][1] == rules[1]
-    assert list(_cell_metrics(parse_rules("10%"), Cell("fscrypt", archive, ()))) == ["seconds"]
+    assert list(cell_metrics(parse_rules("10%"), Cell("fscrypt", archive, ()))) == ["seconds"]
     assert not workload_matches("seq", archive) and workload_matches("archive", archive)  # by name only
 
 

@@ -4,7 +4,7 @@ unless it is accepted) and the timings it never gates (kdf, in-place), listed in
 from __future__ import annotations
 
 from pytest_encperf import gatescope
-from pytest_encperf.compare import Verdict, judge, parse_rules
+from pytest_encperf.gate import Verdict, judge, parse_rules
 from pytest_encperf.model import Measurement, Result, RunData
 from pytest_encperf.report import markdown_report, verdict_header, verdict_report
 from pytest_encperf.workloads import CDM, MiB

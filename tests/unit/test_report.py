@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_encperf.compare import FAIL, PASS, Check, Verdict
+from pytest_encperf.gate import FAIL, PASS, Check, Verdict
 from pytest_encperf.report import cpu_line, lifecycle_table, markdown_report, shown_profiles, verdict_header
 from pytest_encperf.workloads import ATTO, CDM, MATRIX, MiB, fit_to_size
 from tests.unit.test_charts import result

@@ -133,7 +133,7 @@ def test_modes_that_differ_are_never_compared() -> None:
 
 
 def test_the_tables_and_the_gate_share_one_ratio_to_plain() -> None:
-    from pytest_encperf.compare import METRICS, cells_of
+    from pytest_encperf.gate import METRICS, cells_of
 
     paired = Result("fscrypt", SEQ_READ, [measurement(v) for v in (40, 45, 50)], [measurement(100)] * 3)
     before_after = Result(

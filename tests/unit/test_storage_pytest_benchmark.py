@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf import benchmarkentries, cli, storage
-from pytest_encperf.compare import PASS, judge, parse_rules
+from pytest_encperf.gate import PASS, judge, parse_rules
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.workloads import CDM
 from tests.helpers.priors import quiet_prior  # noqa: F401 (autouse: a quiet machine's between-run prior)

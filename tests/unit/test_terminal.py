@@ -55,7 +55,7 @@ def test_a_fleet_has_a_section_per_machine_and_says_when_its_machines_ran_differ
 
 
 def test_a_verdicts_sections_are_separator_lines() -> None:
-    from pytest_encperf.compare import Verdict
+    from pytest_encperf.gate import Verdict
 
     tr = Recording()
     terminal.write(tr, terminal.verdicts([Verdict(errors=["cannot use the baseline: gone"])]))

@@ -1,0 +1,152 @@
+"""Runs and cells: the rounds of one backend x workload of a run (plain's pooled), busy rounds
+left out, and what has to match for two runs' cells to be compared (no pytest)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from functools import cache
+
+from ..model import BASELINE, Measurement, Result, io_mode_problem, round_ratios
+from ..workloads import MiB, Workload
+from .rules import Metric
+
+# Run-wide settings that change what a workload measures (engine, I/O mode and the workload's
+# own definition are compared per cell, from the rounds themselves).
+COMPARED_SETTINGS = ("size", "runtime", "target")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """The rounds of one backend x workload of a run. Plain's cell pools the plain rounds that
+    every backend of the run was paired with (they come from the one baseline volume)."""
+
+    backend: str
+    workload: Workload
+    rounds: tuple[Measurement, ...]
+    baseline_rounds: tuple[Measurement, ...] = ()  # paired plain rounds (encrypted backends)
+    stop_reason: str = ""
+    confirm_rounds: int = 0
+    # partition target: the plain rounds were measured before the volume existed and after it
+    # was removed, not beside each round
+    before_after: bool = False
+    busy: int = 0  # rounds (both sides) left out because the machine was busy (cells_of quiet_only)
+
+    @property
+    def plain(self) -> bool:
+        return self.backend.split(":", 1)[0] == BASELINE
+
+    def samples(self, metric: Metric) -> list[float]:
+        """One value per round: the metric, or for a paired metric on an encrypted backend its
+        ratio to the plain round beside it (on the partition target: to the median of the plain
+        rounds measured before and after the volume)."""
+        attr = metric.attr_for(self.workload)
+        if not metric.paired or self.plain:
+            return [float(getattr(m, attr)) for m in self.rounds]
+        if self.pairing_problem():
+            return []
+        return round_ratios(self.rounds, self.baseline_rounds, attr, before_after=self.before_after)
+
+    def pairing_problem(self) -> str | None:
+        """Why the backend's rounds cannot be divided by plain rounds, if they cannot: a round
+        without its plain partner, or plain rounds in another I/O mode."""
+        if not self.before_after and len(self.rounds) != len(self.baseline_rounds):
+            return f"{len(self.rounds)} rounds but {len(self.baseline_rounds)} plain rounds beside them"
+        if not self.baseline_rounds:
+            return "no plain rounds"
+        return io_mode_problem(self.rounds, self.baseline_rounds)
+
+    def setup(self, metric: Metric) -> dict[str, str]:
+        """What has to match for two cells to be compared on ``metric``."""
+        rounds = [*self.rounds, *(self.baseline_rounds if metric.paired and not self.plain else ())]
+        setup = {
+            "engine": "/".join(sorted({m.engine for m in rounds})) or "-",
+            "I/O mode": "/".join(sorted({m.io_mode for m in rounds})) or "-",
+            "caveats": "/".join(sorted({c for m in rounds for c in m.caveats})) or "none",
+            **_workload_fields(self.workload),
+        }
+        if self.workload.kind == "block":  # what a round of the workload does (workloads.io_plan)
+            setup["round definition"] = "/".join(sorted({m.round_definition or "1" for m in rounds}))
+        if metric.attr_for(self.workload).startswith("lat_"):  # total latency, or fio's older clat
+            setup["latency"] = "/".join(sorted({m.latency or "completion" for m in rounds}))
+        return setup
+
+
+@cache
+def _workload_fields(workload: Workload) -> dict[str, str]:
+    """The workload's definition (what its profile made of it), field by field, without its label."""
+    return {f"workload {key}": str(value) for key, value in asdict(workload).items() if key != "label"}
+
+
+def quiet_rounds(
+    rounds: Sequence[Measurement], baseline_rounds: Sequence[Measurement], before_after: bool = False
+) -> tuple[tuple[Measurement, ...], tuple[Measurement, ...], int]:
+    """The rounds and plain rounds without the busy ones (Measurement.busy), and how many rounds
+    were left out: a pair goes whole when either of its rounds was busy (on the partition
+    target, whose plain rounds are not paired, each busy round alone)."""
+    if before_after or len(rounds) != len(baseline_rounds):
+        kept, plain = [m for m in rounds if not m.busy], [m for m in baseline_rounds if not m.busy]
+        return tuple(kept), tuple(plain), len(rounds) + len(baseline_rounds) - len(kept) - len(plain)
+    pairs = [(v, b) for v, b in zip(rounds, baseline_rounds, strict=True) if not (v.busy or b.busy)]
+    return tuple(v for v, _ in pairs), tuple(b for _, b in pairs), 2 * (len(rounds) - len(pairs))
+
+
+def cells_of(results: Iterable[Result], quiet_only: bool = False) -> dict[tuple[str, str], Cell]:
+    """Every backend x workload of a run, plus plain's cell per workload (its pooled rounds).
+    ``quiet_only`` (the gate): without the rounds during which the machine was busy (quiet_rounds),
+    a cell all of whose rounds were busy kept with none."""
+    cells: dict[tuple[str, str], Cell] = {}
+    plain: dict[str, list[Measurement]] = {}
+    plain_busy: dict[str, int] = {}
+    workloads: dict[str, Workload] = {}
+    for result in results:
+        if not result.rounds:
+            continue
+        name = result.workload.name
+        workloads.setdefault(name, result.workload)
+        rounds, baseline_rounds, busy = tuple(result.rounds), tuple(result.baseline_rounds), 0
+        if quiet_only:
+            rounds, baseline_rounds, busy = quiet_rounds(rounds, baseline_rounds, result.before_after)
+        plain.setdefault(name, []).extend(baseline_rounds)
+        if result.backend.split(":", 1)[0] == BASELINE:
+            plain[name].extend(rounds)
+            plain_busy[name] = plain_busy.get(name, 0) + busy
+            continue
+        dropped = len(result.baseline_rounds) - len(baseline_rounds)  # plain rounds left out
+        plain_busy[name] = plain_busy.get(name, 0) + dropped
+        cells[(result.backend, name)] = Cell(
+            result.backend, result.workload, rounds, baseline_rounds,
+            result.stop_reason, result.confirm_rounds, result.before_after, busy,
+        )  # fmt: skip
+    for name, plain_rounds in plain.items():
+        if plain_rounds or plain_busy.get(name):
+            cells[(BASELINE, name)] = Cell(
+                BASELINE, workloads[name], tuple(plain_rounds), busy=plain_busy.get(name, 0)
+            )
+    return cells
+
+
+def setting_differences(
+    before: dict[str, str], now: dict[str, str], keys: Sequence[str] = COMPARED_SETTINGS
+) -> list[str]:
+    """``size 1073741824 -> 268435456`` for each compared setting (``keys``) both runs recorded
+    differently."""
+    found = []
+    for key in keys:
+        old, new = before.get(key), now.get(key)
+        if old is not None and new is not None and str(old) != str(new):
+            found.append(f"{key} {_setting_display(key, old)} -> {_setting_display(key, new)}")
+    return found
+
+
+def _setting_display(key: str, value: str) -> str:
+    if key == "size" and str(value).isdigit():
+        return f"{int(value) // MiB} MiB"
+    if key == "runtime":
+        return f"{value} s"
+    return str(value)
+
+
+def cell_differences(before: Cell, now: Cell, metric: Metric) -> list[str]:
+    a, b = before.setup(metric), now.setup(metric)
+    return [f"{key} {a[key]} -> {b[key]}" for key in a if a[key] != b[key]]

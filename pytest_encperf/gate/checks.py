@@ -1,0 +1,459 @@
+"""Checks: one metric of one cell against its reference (a saved run, its history, or plain in
+this run), the words of their outcomes and evidence, which checks are gated, and the family
+correction that decides them (no pytest)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from .. import stats, verdict
+from ..load import BUSY_SHARE
+from ..model import BASELINE, Result, RunData
+from .cells import Cell, cell_differences, cells_of, setting_differences
+from .rules import (
+    ALPHA,
+    DEFAULT_METRIC,
+    FAIL_ALPHA,
+    LIFECYCLE_METRIC,
+    METRICS,
+    MIN_HISTORY,
+    Metric,
+    Rule,
+    metric_for,
+    select_rule,
+)
+
+PASS, FAIL, UNDECIDED, NOT_COMPARABLE, NOT_GATED, INVALID, INFO = (
+    verdict.PASS,
+    verdict.FAIL,
+    verdict.UNDECIDED,  # neither worse than the threshold nor within it, with the stated confidence
+    "not comparable",
+    "not gated",
+    "invalid",
+    "info",
+)
+NOT_SIGNIFICANT = UNDECIDED  # the reports' name for what needs a look but did not fail
+# Not decided because the machine was busy: its busy rounds were left out (cells_of quiet_only)
+# and the quiet ones left could not decide it.
+MACHINE_BUSY = "UNDECIDED: machine busy"
+PAIRED, BEFORE_AFTER, HISTORY, PAIRED_HISTORY, RUN_PRIOR, IN_RUN, ROUNDS, NO_EVIDENCE = (
+    "paired ratios",
+    "ratios to plain before/after",  # the partition target: one volume on the device at a time
+    "history",
+    "paired ratios + history",
+    "rounds + run prior",  # plain's own throughput against the reference's, with plain's prior
+    "this run's plain rounds",
+    "rounds of both runs",  # absolute numbers without a history: reported, never gated
+    "-",
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    kind: str  # "baseline" (vs a saved run) or "overhead" (vs plain in this run)
+    backend: str
+    workload: str
+    metric: str
+    unit: str
+    evidence: str  # PAIRED, HISTORY, PAIRED_HISTORY, RUN_PRIOR, IN_RUN, ROUNDS, or NO_EVIDENCE
+    reference: float  # geometric mean of the reference samples (with a history: of its runs' means)
+    current: float  # geometric mean of this run's samples
+    change_percent: float  # estimated current / reference - 1, in percent (signed)
+    worse_percent: float  # positive = worse than the reference by that much (direction-aware)
+    interval: tuple[float, float]  # 95% interval of current / reference
+    p_value: float  # one-sided, for "worse by at most the threshold"; before the family correction
+    rounds: tuple[int, int]  # (current, reference)
+    threshold: float | None
+    rule: str
+    status: str
+    reason: str
+    gated: bool = False  # part of the family: can fail the run
+    p_adjusted: float | None = None  # Holm, for gated checks
+    history_runs: int = 0  # saved runs in the history used
+    p_pass: float = math.nan  # one-sided, for "worse by at least the threshold" (a pass when small)
+    se: float = math.nan  # standard error of the log change (verdict.estimate)
+    df: int = 0
+    within_var: float = math.nan  # the part of se**2 x rounds that more rounds of this run shrink
+    between: str = ""  # where the between-run variance came from
+    detectable: float = math.nan  # the smallest worsening (%) this check FAILs in 90% of runs
+    tightest: float = math.nan  # the tightest threshold (%) an unchanged run passes in 90% of runs
+    stop: str = ""  # how the current rounds were decided (fixed, steady state, confirmation)
+    confirm_rounds: int = 0  # pairs added to the current rounds because the check was undecided
+    unreachable: bool = False  # UNDECIDED (more rounds may decide it; strict fails)
+    busy: int = 0  # rounds of this run (both sides) left out because the machine was busy
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAIL
+
+    @property
+    def change_interval(self) -> tuple[float, float]:
+        """The 95% interval as changes in percent."""
+        low, high = self.interval
+        return ((low - 1) * 100, (high - 1) * 100)
+
+
+@dataclass(frozen=True)
+class History:
+    """The comparable saved runs of one backend x metric: per workload, each run's log samples
+    (the reference first; verdict.estimate uses them from MIN_HISTORY runs on)."""
+
+    samples: dict[str, list[list[float]]]
+
+    def runs(self, workload: str) -> int:
+        return len(self.samples.get(workload, []))
+
+
+def log_values(values: Sequence[float]) -> list[float]:
+    return [math.log(v) for v in values]
+
+
+def history_for(backend: str, metric: Metric, current: RunData, runs: Sequence[RunData]) -> History:
+    """Each workload of ``backend`` on ``metric``: the log samples of each saved run whose cell is
+    comparable with this run's (per workload, never pooled over workloads)."""
+    samples: dict[str, list[list[float]]] = {}
+    now_cells = cells_of(current.results, True)
+    for run in runs:
+        if setting_differences(run.settings, current.settings):
+            continue
+        cells = cells_of(run.results, True)
+        for (name, workload), now in now_cells.items():
+            if name != backend:
+                continue
+            old = cells.get((name, workload))
+            paired = metric.paired and not now.plain
+            mismatch = paired and (now.pairing_problem() or (old and old.pairing_problem()))
+            if old is None or mismatch or cell_differences(old, now, metric):
+                continue
+            values = old.samples(metric)
+            if values and not stats.invalid_values(values):
+                samples.setdefault(workload, []).append(log_values(values))
+    return History(samples)
+
+
+def _direction(metric: Metric, log_change: float) -> float:
+    """Worsening in percent for a change of ``log_change`` (log of current / reference)."""
+    ratio = math.exp(log_change)
+    return (1 - ratio) * 100 if metric.higher_is_better else (ratio - 1) * 100
+
+
+def _unevaluated(
+    kind: str, cell: Cell, metric: Metric, rule: Rule | None, status: str, reason: str,
+    rounds: tuple[int, int] = (0, 0),
+) -> Check:  # fmt: skip
+    nan = math.nan
+    return Check(
+        kind=kind, backend=cell.backend, workload=cell.workload.name, metric=metric.name,
+        unit=metric.unit_for(cell.workload, cell.plain), evidence=NO_EVIDENCE, reference=nan, current=nan,
+        change_percent=nan, worse_percent=nan, interval=(nan, nan), p_value=nan, rounds=rounds,
+        threshold=rule.threshold if rule else None, rule=rule.text if rule else "", status=status,
+        reason=reason, stop=cell.stop_reason, confirm_rounds=cell.confirm_rounds, busy=cell.busy,
+    )  # fmt: skip
+
+
+def busy_problem(cell: Cell, side: str) -> str | None:
+    """Why nothing can be decided from ``cell``: every one of its rounds was busy."""
+    if cell.rounds or not cell.busy:
+        return None
+    return (
+        f"all {cell.busy} rounds of {side} were measured while processes outside the run used more than "
+        f"the busy threshold (--encperf-busy-threshold, {BUSY_SHARE:g} of a core by default): "
+        "nothing is decided from them (--encperf-quiet-wait waits for quiet)"
+    )
+
+
+def assess(
+    kind: str,
+    cell: Cell,
+    metric: Metric,
+    current: Sequence[float],
+    reference: Sequence[float],
+    rule: Rule | None,
+    *,
+    history: History | None = None,
+    differences: Sequence[str] = (),
+) -> Check:
+    """One check before the family correction: evidence, change, interval and raw p-value.
+
+    The status is provisional (``decide_family`` sets the final one): invalid samples, settings
+    that differ, no rule or no gating evidence are final here.
+    """
+    rounds = (len(current), len(reference))
+    if differences:
+        return _unevaluated(kind, cell, metric, rule, NOT_COMPARABLE, "; ".join(differences), rounds)
+    for side, values in (("this run", current), ("the reference", reference)):
+        problems = stats.invalid_values(values) if values else ["no rounds"]
+        if problems:
+            reason = (
+                f"{cell.backend} {cell.workload.name} {metric.name}: {side} has unusable samples "
+                f"({', '.join(problems)}); a ratio needs positive finite values"
+            )
+            return _unevaluated(kind, cell, metric, rule, INVALID, reason, rounds)
+    log_cur, log_ref = log_values(current), log_values(reference)
+    paired_evidence = kind == "overhead" or (metric.paired and not cell.plain)
+    history_runs = history.runs(cell.workload.name) if history else 0
+    saved = history.samples[cell.workload.name] if history and history_runs >= MIN_HISTORY else [log_ref]
+    own = BASELINE if _plain_throughput(cell, metric) else cell.backend if paired_evidence else None
+    if kind == "overhead":  # both sides in this run: no between-run part
+        prior: verdict.Prior | None = verdict.Prior(0.0, 1e9, "one run")
+    elif history and history_runs >= MIN_HISTORY:  # the saved runs' spread, per workload
+        lifecycle = metric.name == LIFECYCLE_METRIC  # a step: only its own cell of the user's file
+        prior = verdict.history_prior(
+            own or (cell.backend if lifecycle else None), cell.workload.name, lifecycle
+        )
+    else:  # the user's prior (--encperf-noise), else the built-in one; none for other numbers
+        prior = verdict.prior_for(own, cell.workload.name) if own else None
+    found = verdict.estimate(log_cur, saved, prior)
+    if found is None:
+        evidence, log_change, interval = (
+            ROUNDS,
+            statistics.fmean(log_cur) - statistics.fmean(log_ref),
+            (math.nan,) * 2,
+        )
+        p_value = p_pass = se = within_var = math.nan
+        df, between, shown_reference = 0, "", math.exp(statistics.fmean(log_ref))
+    else:
+        if kind == "overhead":
+            evidence = IN_RUN
+        elif paired_evidence:
+            evidence = (
+                PAIRED_HISTORY
+                if found.runs >= MIN_HISTORY and not cell.before_after
+                else BEFORE_AFTER
+                if cell.before_after
+                else PAIRED
+            )
+        else:
+            evidence = HISTORY if found.runs >= MIN_HISTORY else RUN_PRIOR
+        log_change, se, df = found.change, found.se, found.df
+        half = stats.t_ppf(0.975, df) * se
+        interval = (math.exp(log_change - half), math.exp(log_change + half))
+        worse = verdict.worsening(log_change, metric.higher_is_better)
+        tau = verdict.boundary(rule.threshold, metric.higher_is_better) if rule else 0.0
+        p_value, p_pass = verdict.p_fail(worse, tau, se, df), verdict.p_pass(worse, tau, se, df)
+        within_var, between = found.within_var, found.between
+        shown_reference = math.exp(statistics.fmean(log_cur) - log_change)
+
+    gated = rule is not None and evidence != ROUNDS
+    if rule is None:
+        status, reason = INFO, "no rule"
+    elif not gated:
+        status = NOT_GATED
+        reason = (
+            f"an absolute number without a between-run prior is decided only against the run-to-run "
+            f"spread of at least {MIN_HISTORY} comparable saved runs ({history_runs} here, see "
+            "--encperf-history): reported, not gated"
+        )
+    else:
+        status, reason = "", ""
+    return Check(
+        kind=kind,
+        backend=cell.backend,
+        workload=cell.workload.name,
+        metric=metric.name,
+        unit=metric.unit_for(cell.workload, cell.plain),
+        evidence=evidence,
+        reference=shown_reference,
+        current=math.exp(statistics.fmean(log_cur)),
+        change_percent=(math.exp(log_change) - 1) * 100,
+        worse_percent=_direction(metric, log_change),
+        interval=interval,
+        p_value=p_value,
+        rounds=rounds,
+        threshold=rule.threshold if rule else None,
+        rule=rule.text if rule else "",
+        status=status,
+        reason=reason,
+        gated=gated,
+        history_runs=history_runs if evidence in (HISTORY, PAIRED_HISTORY) else 0,
+        p_pass=p_pass,
+        se=se,
+        df=df,
+        within_var=within_var,
+        between=between,
+        stop=cell.stop_reason,
+        confirm_rounds=cell.confirm_rounds,
+        busy=cell.busy,
+    )
+
+
+def decide(check: Check, p_adjusted: float, family: int = 1, alpha: float = FAIL_ALPHA) -> Check:
+    """The final status of a gated check, given its family-adjusted p-value for "worse than the
+    threshold" and the number of gated checks (the level "detects >= X% here" is figured at)."""
+    threshold = check.threshold
+    assert threshold is not None
+    higher = METRICS[check.metric].higher_is_better if check.metric in METRICS else True
+    tau = verdict.boundary(threshold, higher)
+    detect = verdict.detectable_percent(tau, check.se, check.df, alpha / max(1, family), higher)
+    tightest = verdict.smallest_threshold_percent(check.se, check.df, higher)
+    worse = check.worse_percent
+    worse_log = verdict.worsening(math.log1p(check.change_percent / 100), higher)
+    bound = stats.t_ppf(1 - alpha, check.df) * check.se  # FAIL's bound; a pass's at ALPHA below
+    detects = f"detects >= {detect:.0f}% here"
+    status = verdict.outcome(p_adjusted, check.p_pass, alpha)
+    if status == FAIL:
+        least = verdict.as_percent(worse_log - bound, higher)
+        reason = (
+            f"worse by {worse:.1f}% > {threshold:g}% (at least {least:.1f}% worse, adjusted "
+            f"p={p_adjusted:.3g} <= {alpha:g}); {detects}"
+        )
+    elif status == PASS:
+        most = verdict.as_percent(worse_log + stats.t_ppf(1 - ALPHA, check.df) * check.se, higher)
+        reason = f"within {threshold:g}% (at most {most:.1f}% worse, one-sided {1 - ALPHA:.0%}); {detects}"
+    else:
+        reason = (
+            f"worse by {worse:.1f}%: neither shown worse than {threshold:g}% (adjusted p={p_adjusted:.3g}) "
+            f"nor within it (p={check.p_pass:.3g}); {detects}"
+        )
+        if tightest > threshold:
+            reason = f"too noisy for {threshold:g}%: {detects}, a threshold under {tightest:.0f}% cannot pass"
+            reason += f" an unchanged run (worse by {worse:.1f}% now, {check.between})"
+        if check.busy:
+            status, reason = MACHINE_BUSY, f"{check.busy} busy rounds left out; {reason}"
+    if check.evidence == RUN_PRIOR and status != PASS:  # plain: the machine, not the encryption
+        reason += "; plain itself: a finding about the machine (disk, kernel, load), not the encryption"
+    return replace(
+        check, status=status, reason=reason, p_adjusted=p_adjusted, detectable=detect, tightest=tightest,
+        unreachable=status not in (PASS, FAIL),
+    )  # fmt: skip
+
+
+def decide_family(checks: Sequence[Check], alpha: float = FAIL_ALPHA) -> list[Check]:
+    """Holm's correction over every gated check, then each one's final status."""
+    gated = [i for i, check in enumerate(checks) if check.gated]
+    adjusted = stats.holm([checks[i].p_value for i in gated])
+    decided = list(checks)
+    for index, p in zip(gated, adjusted, strict=True):
+        decided[index] = decide(checks[index], p, len(gated), alpha)
+    return decided
+
+
+def _metric_names(rules: Sequence[Rule]) -> list[str]:
+    """The metrics the cells of a run are checked on (life-cycle rules have their own checks)."""
+    named = (rule.metric for rule in rules if rule.metric != LIFECYCLE_METRIC)
+    return list(dict.fromkeys([DEFAULT_METRIC, *named]))
+
+
+def baseline_checks(
+    reference: RunData, current: RunData, rules: Sequence[Rule], history: Sequence[RunData] = ()
+) -> tuple[list[Check], list[str], list[str]]:
+    """Every cell present in both runs, for throughput and each metric a rule names; plus the
+    cells only in the reference and only in this run (``backend workload``)."""
+    ref_cells, cur_cells = cells_of(reference.results, True), cells_of(current.results, True)
+    histories: dict[tuple[str, str], History] = {}
+
+    def history_of(backend: str, metric: Metric) -> History | None:
+        if (backend, metric.name) not in histories:
+            histories[(backend, metric.name)] = history_for(backend, metric, current, history)
+        return histories[(backend, metric.name)]
+
+    checks = cell_checks(ref_cells, cur_cells, rules, reference.settings, current.settings, history_of)
+    only_ref = [" ".join(key) for key in ref_cells if key not in cur_cells]
+    only_cur = [" ".join(key) for key in cur_cells if key not in ref_cells]
+    return checks, only_ref, only_cur
+
+
+def cell_checks(
+    ref_cells: dict[tuple[str, str], Cell],
+    cur_cells: dict[tuple[str, str], Cell],
+    rules: Sequence[Rule],
+    ref_settings: dict[str, str],
+    cur_settings: dict[str, str],
+    history_of: Callable[[str, Metric], History | None] = lambda backend, metric: None,
+) -> list[Check]:
+    """The checks of every current cell that the reference also has."""
+    run_differences = setting_differences(ref_settings, cur_settings)
+    checks = []
+    for key, cell in cur_cells.items():
+        old = ref_cells.get(key)
+        if old is None:
+            continue
+        for metric, rule in cell_metrics(rules, cell).values():
+            busy = busy_problem(cell, "this run") or busy_problem(old, "the reference")
+            if busy:  # undecided if it was to be gated; an absolute number without history is not
+                history = history_of(cell.backend, metric)
+                gated = (
+                    (metric.paired and not cell.plain)
+                    or (_plain_throughput(cell, metric) and plain_prior(cell.workload.name))
+                    or (history is not None and history.runs(cell.workload.name) >= MIN_HISTORY)
+                )
+                status = MACHINE_BUSY if rule is not None and gated else NOT_GATED if rule else INFO
+                checks.append(_unevaluated("baseline", cell, metric, rule, status, busy))
+                continue
+            differences = [*run_differences, *cell_differences(old, cell, metric)]
+            if metric.paired and not cell.plain:
+                differences += [f"this run: {m}" for m in [cell.pairing_problem()] if m]
+                differences += [f"reference: {m}" for m in [old.pairing_problem()] if m]
+            checks.append(
+                assess(
+                    "baseline", cell, metric, cell.samples(metric), old.samples(metric), rule,
+                    history=history_of(cell.backend, metric), differences=differences,
+                )
+            )  # fmt: skip
+    return checks
+
+
+def _plain_throughput(cell: Cell, metric: Metric) -> bool:
+    """Plain's own primary metric (MB/s or IOPS): what its between-run prior was fitted to."""
+    return cell.plain and metric.attribute is None and metric.name != LIFECYCLE_METRIC
+
+
+def plain_prior(workload: str) -> bool:
+    """Whether plain's own throughput of ``workload`` has a between-run prior."""
+    return verdict.prior_for(BASELINE, workload) is not None
+
+
+def cell_metrics(rules: Sequence[Rule], cell: Cell) -> dict[str, tuple[Metric, Rule | None]]:
+    """The metrics a cell is checked on and each one's rule: one check per metric, even where two
+    names lead to it (a task's default ``throughput`` and an explicit ``seconds`` rule; the rule
+    of the name given later, that is the explicit one, wins)."""
+    chosen: dict[str, tuple[Metric, Rule | None]] = {}
+    for name in _metric_names(rules):
+        metric = metric_for(name, cell.workload)
+        if metric is None:
+            continue
+        rule = select_rule(rules, cell.backend, cell.workload, name)
+        if metric.name not in chosen or rule is not None:
+            chosen[metric.name] = (metric, rule)
+    return chosen
+
+
+def overhead_checks(results: Sequence[Result], rules: Sequence[Rule]) -> list[Check]:
+    """``--encperf-max-overhead``: each backend against the plain rounds interleaved with it
+    (``throughput`` and ``vs-plain`` mean the backend's own throughput here: the comparison is
+    already with plain). Never across I/O modes."""
+    checks = []
+    for cell in cells_of(results, True).values():
+        if cell.plain or not (cell.baseline_rounds or cell.busy):
+            continue
+        for name in dict.fromkeys(rule.metric for rule in rules if rule.metric != LIFECYCLE_METRIC):
+            rule = select_rule(rules, cell.backend, cell.workload, name)
+            if rule is not None and metric_for(name, cell.workload) is not None:
+                checks.append(overhead_check(cell, name, rule))
+    return checks
+
+
+def overhead_check(cell: Cell, name: str, rule: Rule | None) -> Check:
+    """One backend x workload on metric ``name`` against the plain rounds interleaved with it:
+    the estimate and 95% interval ``--encperf-max-overhead`` judges (``rule`` None: not judged,
+    as the HTML report's overhead chart shows it)."""
+    asked = metric_for(name, cell.workload)
+    if asked is None:
+        raise ValueError(f"{name} does not apply to {cell.workload.name}")
+    absolute = {"throughput": "abs-throughput", "vs-plain": "abs-throughput", "seconds": "abs-seconds"}
+    metric = METRICS[absolute.get(asked.name, asked.name)]
+    if cell.workload.kind == "task":  # named for what it judges: a task's seconds, lower is better
+        name = metric.name
+    busy = busy_problem(cell, "this run")
+    if busy:
+        return replace(_unevaluated("overhead", cell, metric, rule, MACHINE_BUSY, busy), metric=name)
+    mismatch = cell.pairing_problem()
+    plain = Cell(BASELINE, cell.workload, cell.baseline_rounds)
+    check = assess(
+        "overhead", cell, metric, cell.samples(metric), plain.samples(metric), rule,
+        differences=[mismatch] if mismatch else [],
+    )  # fmt: skip
+    return replace(check, metric=name)  # named as the rule names it

@@ -1,0 +1,199 @@
+"""Confirmation: what the runner asks after a workload's rounds (is every gated check of it
+decided, or would more paired rounds help?), and how many gated checks the run will have, the
+family whose level it decides at (no pytest)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .. import verdict
+from ..model import BASELINE, LIFECYCLE_STEPS, Result, RunData
+from ..workloads import Workload
+from .cells import Cell, cells_of, quiet_rounds
+from .checks import (
+    NO_EVIDENCE,
+    PAIRED,
+    PAIRED_HISTORY,
+    Check,
+    History,
+    cell_checks,
+    cell_metrics,
+    history_for,
+    overhead_checks,
+    plain_prior,
+)
+from .lifecycle import MIN_LIFECYCLE_CYCLES, select_lifecycle_rule
+from .rules import (
+    ALPHA,
+    DEFAULT_METRIC,
+    FAIL_ALPHA,
+    METRICS,
+    MIN_HISTORY,
+    Metric,
+    Rule,
+    metric_for,
+    select_rule,
+)
+
+# Confirmation pairs one check (one workload's result) may add, of the run's budget: a noisy cell
+# cannot spend the budget the others need (the runner's MAX_CONFIRM_PAIRS is the outer limit).
+CHECK_CONFIRM_PAIRS = 6
+
+
+@dataclass
+class Gate:
+    """What the runner asks after a workload's rounds: is every gated check of this result
+    decided, or would more paired rounds help? Built once per session from the reference.
+
+    Checks are decided here at the Bonferroni level ALPHA / family_size, the level Holm's
+    correction starts from; the final decision is Holm's over the checks the run really had
+    (when it has more than family_size expected, a check decided here may still fall short).
+    """
+
+    reference: RunData | None
+    rules: tuple[Rule, ...]
+    overhead_rules: tuple[Rule, ...] = ()
+    settings: dict[str, str] = field(default_factory=dict)  # this run's
+    family_size: int = 1
+    alpha: float = FAIL_ALPHA
+    history: tuple[RunData, ...] = ()  # the comparable saved runs, the reference among them
+    check_pairs: int = CHECK_CONFIRM_PAIRS  # confirmation pairs one check may add
+    reference_cells: dict[tuple[str, str], Cell] = field(init=False, repr=False)
+    _histories: dict[tuple[str, str], History] = field(init=False, repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.reference_cells = cells_of(self.reference.results, True) if self.reference else {}
+
+    @property
+    def level(self) -> float:
+        return self.alpha / max(1, self.family_size)
+
+    def _checks(self, result: Result) -> list[Check]:
+        """Every check of one result a rule asks for that more paired rounds can move (paired
+        evidence), before the family correction, whether it could be evaluated or not."""
+        found: list[Check] = []
+        if self.reference is not None and self.rules:
+            now = cells_of([result], True)
+            current = RunData("now", (result,), self.settings)
+
+            def history_of(backend: str, metric: Metric) -> History | None:
+                if len(self.history) < MIN_HISTORY:
+                    return None
+                if (backend, metric.name) not in self._histories:  # the saved runs do not change
+                    self._histories[(backend, metric.name)] = history_for(
+                        backend, metric, current, self.history
+                    )
+                return self._histories[(backend, metric.name)]
+
+            checks = cell_checks(
+                self.reference_cells, now, self.rules, self.reference.settings, self.settings, history_of
+            )
+            paired = (PAIRED, PAIRED_HISTORY, NO_EVIDENCE)
+            found += [c for c in checks if c.backend == result.backend and c.evidence in paired]
+        if self.overhead_rules:
+            found += overhead_checks([result], self.overhead_rules)
+        return [check for check in found if check.rule]
+
+    def checks(self, result: Result) -> list[Check]:
+        """The gated checks of one result that more paired rounds can move (paired evidence)."""
+        return [check for check in self._checks(result) if check.gated]
+
+    def busy_to_replace(self, result: Result) -> str:
+        """Why busy rounds of ``result`` should be replaced by quiet ones: fewer quiet pairs than
+        the rounds it was to have, and a rule asks for a check of it; "" otherwise."""
+        if result.before_after or len(result.rounds) != len(result.baseline_rounds):
+            return ""
+        kept, _, busy = quiet_rounds(result.rounds, result.baseline_rounds)
+        planned = len(result.rounds) - result.confirm_rounds
+        if not busy or len(kept) >= planned or not self._checks(result):
+            return ""
+        return f"{len(result.rounds) - len(kept)} of {len(result.rounds)} pairs busy, replacing them"
+
+    def pending(self, result: Result, extra_possible: int) -> tuple[bool, str]:
+        """Whether one more pair of rounds is wanted for ``result``, and why: (True, why) while
+        busy pairs are to be replaced or a check is undecided and more pairs could decide it;
+        (False, "") when every check is decided; (False, why) when a check is undecided but the
+        pairs it may still add (``extra_possible``, and its own share, ``check_pairs``) could not
+        decide it: the between-run part of its uncertainty does not shrink with rounds."""
+        replacing = self.busy_to_replace(result)
+        if replacing and extra_possible > 0:
+            return True, replacing
+        hopeless = ""
+        for check in self.checks(result):
+            if check.evidence == NO_EVIDENCE or math.isnan(check.se) or check.threshold is None:
+                continue
+            if check.p_value <= self.level or check.p_pass <= ALPHA:
+                continue  # decided: worse than the threshold, or within it
+            higher = METRICS[check.metric].higher_is_better if check.metric in METRICS else True
+            tau = verdict.boundary(check.threshold, higher)
+            worse = verdict.worsening(math.log1p(check.change_percent / 100), higher)
+            name = f"{check.metric} worse by {check.worse_percent:.1f}%, threshold {check.threshold:g}%"
+            share = self.check_pairs - result.confirm_rounds
+            if share <= 0:
+                spent = f"its share of the confirmation budget ({self.check_pairs} pairs) is spent"
+                hopeless = hopeless or f"{name}: {spent}"
+                continue
+            left = min(extra_possible, share)
+            if left <= 0:
+                hopeless = hopeless or f"{name}: no more pairs may be added to this workload"
+                continue
+            model = verdict.Estimate(
+                change=0.0, se=check.se, df=check.df, within_var=check.within_var, between_var=0.0,
+                runs=1, rounds_now=check.rounds[0], between="",
+            )  # fmt: skip
+            se = model.se_with(check.rounds[0] + left)
+            fails = verdict.p_fail(worse, tau, se, check.df) <= self.level
+            if fails or verdict.p_pass(worse, tau, se, check.df) <= ALPHA:
+                return (
+                    True,
+                    f"{name}, undecided (p={check.p_value:.3g} for worse, {check.p_pass:.3g} for within)",
+                )
+            hopeless = (
+                hopeless or f"{name}, and {left} more pairs could not decide it (the run-to-run part stays)"
+            )
+        return False, hopeless
+
+
+def expected_family_size(
+    backends: Sequence[str],
+    workloads: Sequence[Workload],
+    rules: Sequence[Rule],
+    overhead_rules: Sequence[Rule],
+    reference: RunData | None,
+    history_runs: int = 0,
+    lifecycle_cycles: int = 1,
+) -> int:
+    """How many gated checks the run will have (the level confirmation decides at), life-cycle
+    checks included (``lifecycle_cycles``: the cycles this run times, --encperf-lifecycle-cycles)."""
+    ref_cells = cells_of(reference.results) if reference else {}
+    size = 0
+    for backend in backends:
+        plain = backend.split(":", 1)[0] == BASELINE
+        for workload in workloads:
+            if (backend, workload.name) in ref_cells:
+                cell = Cell(backend, workload, ())
+                for metric, rule in cell_metrics(rules, cell).values():
+                    paired = metric.paired and not plain
+                    prior = plain and metric.attribute is None and plain_prior(workload.name)
+                    size += rule is not None and (paired or prior or history_runs >= MIN_HISTORY)
+            for name in dict.fromkeys(rule.metric for rule in overhead_rules):
+                rule = select_rule(overhead_rules, backend, workload, name)
+                size += not plain and rule is not None and metric_for(name, workload) is not None
+    if rules and reference is not None and BASELINE not in backends:  # plain's own checks join the family
+        size += sum(
+            select_rule(rules, BASELINE, w, DEFAULT_METRIC) is not None
+            and (history_runs >= MIN_HISTORY or plain_prior(w.name))
+            for w in workloads
+        )
+    gates_cycles = lifecycle_cycles >= MIN_LIFECYCLE_CYCLES and history_runs >= MIN_HISTORY
+    if reference is not None and gates_cycles:  # as lifecycle_checks gates
+        for backend in dict.fromkeys([BASELINE, *backends]):
+            old = reference.lifecycle.get(backend, {})
+            size += sum(
+                len(old.get(step) or ()) >= MIN_LIFECYCLE_CYCLES
+                and select_lifecycle_rule(rules, backend, step) is not None
+                for step in LIFECYCLE_STEPS
+            )
+    return max(1, size)

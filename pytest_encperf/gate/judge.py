@@ -1,0 +1,132 @@
+"""The verdict: every check of a run (each machine against its own reference, one family over
+all of them), decided, with what the gate could not check; the one Verdict builder (no pytest)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..model import RunData
+from .checks import (
+    INVALID,
+    MACHINE_BUSY,
+    NOT_COMPARABLE,
+    UNDECIDED,
+    Check,
+    baseline_checks,
+    decide_family,
+    overhead_checks,
+)
+from .lifecycle import lifecycle_checks
+from .rules import FAIL_ALPHA, Rule
+
+EXIT_REGRESSION = 7  # pytest exit status (and `encperf compare`'s) when the gate fails; see README
+
+
+@dataclass
+class Verdict:
+    """Everything the gate decided for one run, for the terminal, Markdown and the exit status."""
+
+    baseline: str | None = None  # label of the compared saved run
+    checks: list[Check] = field(default_factory=list)
+    only_in_reference: list[str] = field(default_factory=list)  # "backend workload", vanished now
+    only_in_current: list[str] = field(default_factory=list)
+    machine_differences: list[str] = field(default_factory=list)  # "kernel 6.1.0-1 -> 6.1.0-2"
+    history: list[str] = field(default_factory=list)  # labels of the saved runs used as history
+    notes: list[str] = field(default_factory=list)  # shown, never failing
+    unchecked: list[str] = field(default_factory=list)  # what the gate could not check (strict fails)
+    not_gated: list[str] = field(default_factory=list)  # timings it never checks (gatescope), in the header
+    errors: list[str] = field(default_factory=list)  # failing: unreadable baseline, save failed
+    strict: bool = False
+    saved: str | None = None
+    machine: str = ""  # in a run over several machines: whose verdict this is (one per machine)
+    family_size: int | None = None  # gated checks Holm corrected over (all machines'), if not these
+
+    @property
+    def failures(self) -> list[Check]:
+        return [check for check in self.checks if check.failed]
+
+    def count(self, status: str) -> int:
+        return sum(check.status == status for check in self.checks)
+
+    @property
+    def incomplete(self) -> list[str]:
+        """Everything that kept the gate from checking what it was asked to check."""
+        found = list(self.unchecked)
+        found += [f"{key}: in {self.baseline}, not in this run" for key in self.only_in_reference]
+        found += [
+            f"{c.backend} {c.workload} {c.metric}: {c.status}: {c.reason}"
+            for c in self.checks
+            if c.status in (NOT_COMPARABLE, INVALID, MACHINE_BUSY, UNDECIDED) and c.rule
+        ]
+
+        return found
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.errors or self.failures or (self.strict and self.incomplete))
+
+
+def judge(
+    current: RunData,
+    reference: RunData | None,
+    rules: Sequence[Rule],
+    overhead_rules: Sequence[Rule] = (),
+    history: Sequence[RunData] = (),
+    *,
+    strict: bool = False,
+    alpha: float = FAIL_ALPHA,
+) -> Verdict:
+    """The one verdict builder (the pytest session and ``encperf compare`` both use it).
+
+    ``history``: earlier comparable saved runs, the reference among them, newest first.
+    """
+    (verdict,) = judge_machines(
+        [(current, reference, history)], rules, overhead_rules, strict=strict, alpha=alpha
+    )
+    return verdict
+
+
+Machine = tuple[RunData, RunData | None, Sequence[RunData]]  # (this run, its reference, history)
+
+
+def judge_machines(
+    machines: Sequence[Machine],
+    rules: Sequence[Rule],
+    overhead_rules: Sequence[Rule] = (),
+    *,
+    strict: bool = False,
+    alpha: float = FAIL_ALPHA,
+) -> list[Verdict]:
+    """One Verdict per machine of a run, each machine compared with its own reference; the
+    gated checks of all machines form ONE family for Holm's correction, so a run over five
+    machines fails falsely no more often than a run on one (the run has one exit status)."""
+    verdicts: list[Verdict] = []
+    families: list[list[Check]] = []
+    for current, reference, history in machines:
+        verdict = Verdict(baseline=reference.label if reference else None, strict=strict)
+        checks: list[Check] = []
+        if reference is not None:
+            checks, verdict.only_in_reference, verdict.only_in_current = baseline_checks(
+                reference, current, rules, history
+            )
+            verdict.history = [run.label for run in history]
+            cycle_checks, cycle_notes = lifecycle_checks(reference, current, rules, history)
+            checks += cycle_checks
+            verdict.notes += cycle_notes
+            if not checks:
+                verdict.unchecked.append(
+                    f"{reference.label} has no backend x workload in common with this run"
+                )
+        if overhead_rules:
+            checks += overhead_checks(current.results, overhead_rules)
+        verdicts.append(verdict)
+        families.append(checks)
+    decided = iter(decide_family([check for checks in families for check in checks], alpha))
+    for verdict, checks in zip(verdicts, families, strict=True):
+        verdict.checks = [next(decided) for _ in checks]
+    if len(machines) > 1:
+        size = sum(check.gated for verdict in verdicts for check in verdict.checks)
+        for verdict in verdicts:
+            verdict.family_size = size
+    return verdicts

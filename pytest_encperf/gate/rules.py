@@ -1,0 +1,223 @@
+"""The gate's vocabulary: metrics, the ``--encperf-fail`` / ``--encperf-max-overhead`` grammar,
+rule selection, and the levels every check is decided at (no pytest)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .. import verdict
+from ..model import LIFECYCLE_STEPS
+from ..workloads import TASK_NAMES, Workload
+
+ALPHA = verdict.PASS_ALPHA  # the one-sided error of a pass (and the life cycles' minimum cycles)
+FAIL_ALPHA = verdict.FAIL_ALPHA  # family-wise error rate of FAIL: an unchanged run fails at most this often
+MIN_HISTORY = verdict.MIN_HISTORY  # comparable saved runs needed before their spread is used
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    attribute: str | None  # Measurement attribute; None = the workload's primary (MB/s or IOPS)
+    higher_is_better: bool
+    unit: str | None  # None = from the workload (MB/s or IOPS)
+    paired: bool = False  # an encrypted backend's per-pair ratio to plain (plain: absolute)
+
+    def attr_for(self, workload: Workload) -> str:
+        if self.attribute:
+            return self.attribute
+        return "iops" if workload.reports_iops else "mb_per_s"
+
+    def unit_for(self, workload: Workload, plain: bool = False) -> str:
+        if self.paired and not plain:
+            return "x plain"
+        if self.unit:
+            return self.unit
+        return workload.unit
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        # the default: encrypted backends by their per-pair ratio to plain, plain by itself
+        Metric("throughput", None, True, None, paired=True),
+        Metric("vs-plain", None, True, None, paired=True),  # the same, named for clarity
+        Metric("abs-throughput", None, True, None),  # an encrypted backend's own MB/s or IOPS
+        Metric("mb-per-s", "mb_per_s", True, "MB/s"),
+        Metric("iops", "iops", True, "IOPS"),
+        Metric("latency-p50", "lat_p50_us", False, "µs"),
+        Metric("latency-p99", "lat_p99_us", False, "µs"),
+        Metric("latency-p999", "lat_p999_us", False, "µs"),
+        Metric("cpu-per-gib", "cpu_s_per_gib", False, "CPU s/GiB"),
+        # real-work tasks (workloads.TASK_MODE) take seconds: lower is better. ``seconds`` is
+        # their default check (an encrypted backend's per-pair ratio of time to plain's, plain's
+        # own seconds), ``abs-seconds`` an encrypted backend's own seconds
+        Metric("seconds", "seconds", False, "s", paired=True),
+        Metric("abs-seconds", "seconds", False, "s"),
+        # a step of the volume's life cycle (not a workload's metric: see lifecycle_checks)
+        Metric("lifecycle", None, False, "s"),
+    )
+}
+# What a throughput metric means for a task, which is timed: its seconds, lower is better.
+TASK_METRICS = {"throughput": "seconds", "vs-plain": "seconds", "abs-throughput": "abs-seconds"}
+# Metrics a task has (its bytes are its data: CPU per GiB holds); a block or files workload has
+# every other one.
+TASK_ONLY = ("seconds", "abs-seconds")
+FOR_TASKS = (*TASK_ONLY, "cpu-per-gib")
+DEFAULT_METRIC = "throughput"
+WORKLOAD_CLASSES = ("seq", "rnd", "read", "write", "seq-read", "seq-write", "rnd-read", "rnd-write")
+_WORKLOAD_NAME = re.compile(r"^(seq|rnd)\d+[km]-q\d+t\d+-(read|write)$")
+_THRESHOLD = re.compile(r"^(\d+(?:\.\d+)?)%$")
+_BACKEND = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+
+LIFECYCLE_METRIC = "lifecycle"
+
+
+def lifecycle_selector(step: str) -> str:
+    """The rule grammar's WORKLOAD name of a life-cycle step: "first write" -> lifecycle-first-write."""
+    return "lifecycle-" + step.replace(" ", "-")
+
+
+LIFECYCLE_SELECTORS = {lifecycle_selector(step): step for step in LIFECYCLE_STEPS}
+
+GRAMMAR = (
+    "expected a comma list of [BACKEND:][WORKLOAD:][METRIC:]PERCENT%, e.g. 10%, seq-read:5%, "
+    "rnd4k-q1t1-write:15%, latency-p99:20%, cpu-per-gib:25%, fscrypt:seq-write:8%; "
+    f"WORKLOAD is {' | '.join(WORKLOAD_CLASSES)} or a workload name such as seq1m-q8t1-read or archive; "
+    f"METRIC is {' | '.join(METRICS)} (default throughput: an encrypted backend's ratio to plain, "
+    "plain's own MB/s or IOPS); BACKEND is a backend name; life-cycle timings: lifecycle:50% (every "
+    f"step) or a step, {' | '.join(LIFECYCLE_SELECTORS)}, e.g. gocryptfs:lifecycle-mount:40%"
+)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One parsed expression: the worst change tolerated for the matching backend/workload/metric."""
+
+    threshold: float  # percent
+    metric: str = DEFAULT_METRIC
+    backend: str | None = None
+    workload: str | None = None  # a class from WORKLOAD_CLASSES or a lower-case workload name
+    text: str = ""
+
+    def matches(self, backend: str, workload: Workload) -> bool:
+        if self.backend is not None and self.backend not in (backend, backend.split(":", 1)[0]):
+            return False
+        return self.workload is None or workload_matches(self.workload, workload)
+
+    @property
+    def specificity(self) -> int:
+        score = 4 if self.backend else 0
+        if self.workload:
+            score += 1 if self.workload in WORKLOAD_CLASSES else 2
+        return score
+
+
+def workload_matches(selector: str, workload: Workload) -> bool:
+    if selector not in WORKLOAD_CLASSES or workload.kind == "task":  # a task only by its name
+        return selector == workload.name.lower()
+    kind = "rnd" if workload.is_random else "seq"
+    return selector in (kind, workload.direction, f"{kind}-{workload.direction}")
+
+
+def parse_rules(text: str, backend_names: Iterable[str] | None = None) -> list[Rule]:
+    """Parse ``--encperf-fail`` / ``--encperf-max-overhead``; an empty text gives no rules.
+
+    ``backend_names``: the names a BACKEND prefix may use (None accepts any well-formed name).
+    Raises ValueError listing the grammar.
+    """
+    names = set(backend_names) if backend_names is not None else None
+    rules = []
+    for expression in (part.strip() for part in str(text).split(",")):
+        if not expression:
+            continue
+        rules.append(_parse_rule(expression, names))
+    if not rules and str(text).strip():
+        raise ValueError(f"bad expression {text!r}: {GRAMMAR}")
+    return rules
+
+
+def _parse_rule(expression: str, names: set[str] | None) -> Rule:
+    *prefix, last = [token.strip().lower() for token in expression.split(":")]
+    match = _THRESHOLD.match(last)
+    if not match:
+        raise ValueError(
+            f"bad expression {expression!r}: it must end with a percentage such as 10%; {GRAMMAR}"
+        )
+    found: dict[str, str] = {}
+    order = ("backend", "workload", "metric")
+    for token in prefix:
+        if token in METRICS:
+            kind = "metric"
+        elif (
+            token in WORKLOAD_CLASSES
+            or _WORKLOAD_NAME.match(token)
+            or token in TASK_NAMES
+            or token in LIFECYCLE_SELECTORS
+        ):
+            kind = "workload"
+        elif _BACKEND.match(token) and (names is None or token in names):
+            kind = "backend"
+        else:
+            raise ValueError(f"bad expression {expression!r}: unknown part {token!r}; {GRAMMAR}")
+        if kind in found or any(later in found for later in order[order.index(kind) + 1 :]):
+            raise ValueError(
+                f"bad expression {expression!r}: {kind} {token!r} repeated or out of order; {GRAMMAR}"
+            )
+        found[kind] = token
+    threshold = float(match.group(1))
+    metric = _lifecycle_metric(expression, found) or found.get("metric", DEFAULT_METRIC)
+    if METRICS[metric].higher_is_better and threshold >= 100:
+        raise ValueError(
+            f"bad expression {expression!r}: {metric} cannot drop by {threshold:g}% or more; "
+            f"a threshold for it is below 100%; {GRAMMAR}"
+        )
+    return Rule(
+        threshold=threshold,
+        # one metric, one check: vs-plain is the default metric's own name for an encrypted backend
+        metric=DEFAULT_METRIC if metric == "vs-plain" else metric,
+        backend=found.get("backend"),
+        workload=found.get("workload"),
+        text=expression,
+    )
+
+
+def metric_for(name: str, workload: Workload) -> Metric | None:
+    """The metric a check named ``name`` (as rules name it) judges ``workload`` on: for a task
+    the throughput metrics become its seconds; None when the metric does not apply to it."""
+    if workload.kind == "task":
+        name = TASK_METRICS.get(name, name)
+        return METRICS[name] if name in FOR_TASKS else None
+    return None if name in TASK_ONLY else METRICS[name]
+
+
+def _lifecycle_metric(expression: str, found: dict[str, str]) -> str | None:
+    """LIFECYCLE_METRIC for a rule about life-cycle steps (a step selector implies it); a
+    ValueError for one mixing them with workloads or workload metrics."""
+    step = found.get("workload") in LIFECYCLE_SELECTORS
+    named = found.get("metric") == LIFECYCLE_METRIC
+    if not (step or named):
+        return None
+    if step and found.get("metric", LIFECYCLE_METRIC) != LIFECYCLE_METRIC:
+        raise ValueError(
+            f"bad expression {expression!r}: a life-cycle step is timed in seconds only; {GRAMMAR}"
+        )
+    if named and found.get("workload", next(iter(LIFECYCLE_SELECTORS))) not in LIFECYCLE_SELECTORS:
+        raise ValueError(
+            f"bad expression {expression!r}: the lifecycle metric takes a step "
+            f"({' | '.join(LIFECYCLE_SELECTORS)}), not a workload; {GRAMMAR}"
+        )
+    return LIFECYCLE_METRIC
+
+
+def select_rule(rules: Sequence[Rule], backend: str, workload: Workload, metric: str) -> Rule | None:
+    """The most specific rule for this metric (backend beats workload name beats workload class);
+    among equally specific ones the last given wins."""
+    best: Rule | None = None
+    for rule in rules:
+        if rule.metric != metric or not rule.matches(backend, workload):
+            continue
+        if best is None or rule.specificity >= best.specificity:
+            best = rule
+    return best
