@@ -26,7 +26,7 @@ add paired rounds to a check that is not yet decided.
 
 The modules, each importing only those before it: ``rules`` (metrics, the grammar, rule
 selection), ``cells`` (a run's backend x workload rounds, what must match), ``checks`` (one
-check, its evidence, the family correction), ``lifecycle`` (life-cycle steps),
+check, its evidence, ``is_gated``, the family correction), ``lifecycle`` (life-cycle steps),
 ``judge`` (the Verdict and its one builder), ``confirmation`` (``Gate``, the expected family).
 """
 
@@ -68,6 +68,7 @@ from .checks import (
     decide,
     decide_family,
     history_for,
+    is_gated,
     overhead_check,
     overhead_checks,
 )
@@ -164,6 +165,7 @@ __all__ = [
     "decide_family",
     "expected_family_size",
     "history_for",
+    "is_gated",
     "judge",
     "judge_machines",
     "lifecycle_checks",

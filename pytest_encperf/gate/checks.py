@@ -196,7 +196,7 @@ def assess(
     paired_evidence = kind == "overhead" or (metric.paired and not cell.plain)
     history_runs = history.runs(cell.workload.name) if history else 0
     saved = history.samples[cell.workload.name] if history and history_runs >= MIN_HISTORY else [log_ref]
-    own = BASELINE if _plain_throughput(cell, metric) else cell.backend if paired_evidence else None
+    own = _own_prior(kind, cell, metric)
     if kind == "overhead":  # both sides in this run: no between-run part
         prior: verdict.Prior | None = verdict.Prior(0.0, 1e9, "one run")
     elif history and history_runs >= MIN_HISTORY:  # the saved runs' spread, per workload
@@ -237,7 +237,8 @@ def assess(
         within_var, between = found.within_var, found.between
         shown_reference = math.exp(statistics.fmean(log_cur) - log_change)
 
-    gated = rule is not None and evidence != ROUNDS
+    # found is None (evidence ROUNDS): no between-run model, or rounds it cannot use (single ones)
+    gated = found is not None and is_gated(kind, cell, metric, rule, history_runs)
     if rule is None:
         status, reason = INFO, "no rule"
     elif not gated:
@@ -338,7 +339,10 @@ def _metric_names(rules: Sequence[Rule]) -> list[str]:
 
 
 def baseline_checks(
-    reference: RunData, current: RunData, rules: Sequence[Rule], history: Sequence[RunData] = ()
+    reference: RunData,
+    current: RunData,
+    rules: Sequence[Rule],
+    history: Sequence[RunData] = (),
 ) -> tuple[list[Check], list[str], list[str]]:
     """Every cell present in both runs, for throughput and each metric a rule names; plus the
     cells only in the reference and only in this run (``backend workload``)."""
@@ -375,12 +379,9 @@ def cell_checks(
             busy = busy_problem(cell, "this run") or busy_problem(old, "the reference")
             if busy:  # undecided if it was to be gated; an absolute number without history is not
                 history = history_of(cell.backend, metric)
-                gated = (
-                    (metric.paired and not cell.plain)
-                    or (_plain_throughput(cell, metric) and plain_prior(cell.workload.name))
-                    or (history is not None and history.runs(cell.workload.name) >= MIN_HISTORY)
-                )
-                status = MACHINE_BUSY if rule is not None and gated else NOT_GATED if rule else INFO
+                runs = history.runs(cell.workload.name) if history is not None else 0
+                gated = is_gated("baseline", cell, metric, rule, runs)
+                status = MACHINE_BUSY if gated else NOT_GATED if rule else INFO
                 checks.append(_unevaluated("baseline", cell, metric, rule, status, busy))
                 continue
             differences = [*run_differences, *cell_differences(old, cell, metric)]
@@ -401,9 +402,35 @@ def _plain_throughput(cell: Cell, metric: Metric) -> bool:
     return cell.plain and metric.attribute is None and metric.name != LIFECYCLE_METRIC
 
 
-def plain_prior(workload: str) -> bool:
-    """Whether plain's own throughput of ``workload`` has a between-run prior."""
-    return verdict.prior_for(BASELINE, workload) is not None
+def _own_prior(kind: str, cell: Cell, metric: Metric) -> str | None:
+    """Whose between-run prior a check's model takes: plain's for plain's own throughput, the
+    backend's for its ratio to plain (paired evidence); None for an absolute number, which has none."""
+    if _plain_throughput(cell, metric):
+        return BASELINE
+    return cell.backend if kind == "overhead" or (metric.paired and not cell.plain) else None
+
+
+def is_gated(
+    kind: str,
+    cell: Cell,
+    metric: Metric,
+    rule: Rule | None,
+    history_runs: int,
+) -> bool:
+    """Whether a check of ``cell`` on ``metric`` joins the family that can fail the run: a rule
+    asks for it and the model has a between-run part for it: both sides in this run (``kind``
+    "overhead"), at least MIN_HISTORY comparable saved runs of its workload (``history_runs``), or
+    a prior of its own (an encrypted backend's ratio to plain, plain's own throughput). An
+    absolute number without a history is reported, not gated. The one rule for the family
+    confirmation expects (``expected_family_size``) and the one the verdict decides (``assess``,
+    which leaves out only a check whose rounds it cannot use, and life-cycle steps with too few
+    cycles)."""
+    if rule is None:
+        return False
+    if kind == "overhead" or history_runs >= MIN_HISTORY:
+        return True
+    own = _own_prior(kind, cell, metric)
+    return own is not None and verdict.prior_for(own, cell.workload.name) is not None
 
 
 def cell_metrics(rules: Sequence[Rule], cell: Cell) -> dict[str, tuple[Metric, Rule | None]]:

@@ -21,14 +21,14 @@ from .checks import (
     cell_checks,
     cell_metrics,
     history_for,
+    is_gated,
     overhead_checks,
-    plain_prior,
 )
-from .lifecycle import MIN_LIFECYCLE_CYCLES, select_lifecycle_rule
+from .lifecycle import MIN_LIFECYCLE_CYCLES, lifecycle_workload, select_lifecycle_rule
 from .rules import (
     ALPHA,
-    DEFAULT_METRIC,
     FAIL_ALPHA,
+    LIFECYCLE_METRIC,
     METRICS,
     MIN_HISTORY,
     Metric,
@@ -165,35 +165,30 @@ def expected_family_size(
     history_runs: int = 0,
     lifecycle_cycles: int = 1,
 ) -> int:
-    """How many gated checks the run will have (the level confirmation decides at), life-cycle
+    """How many gated checks the run will have (the level confirmation decides at): every check
+    the verdict's checks will have that is_gated gates, plain's own among them whether or not
+    plain is one of ``backends`` (its cell pools the plain rounds beside every backend), life-cycle
     checks included (``lifecycle_cycles``: the cycles this run times, --encperf-lifecycle-cycles)."""
     ref_cells = cells_of(reference.results) if reference else {}
     size = 0
-    for backend in backends:
-        plain = backend.split(":", 1)[0] == BASELINE
+    for backend in dict.fromkeys([*backends, BASELINE]):
         for workload in workloads:
-            if (backend, workload.name) in ref_cells:
-                cell = Cell(backend, workload, ())
+            cell = Cell(backend, workload, ())
+            if (backend, workload.name) in ref_cells:  # as baseline_checks checks
                 for metric, rule in cell_metrics(rules, cell).values():
-                    paired = metric.paired and not plain
-                    prior = plain and metric.attribute is None and plain_prior(workload.name)
-                    size += rule is not None and (paired or prior or history_runs >= MIN_HISTORY)
-            for name in dict.fromkeys(rule.metric for rule in overhead_rules):
+                    size += is_gated("baseline", cell, metric, rule, history_runs)
+            if cell.plain:
+                continue
+            for name in dict.fromkeys(r.metric for r in overhead_rules if r.metric != LIFECYCLE_METRIC):
+                metric = metric_for(name, workload)  # as overhead_checks checks
                 rule = select_rule(overhead_rules, backend, workload, name)
-                size += not plain and rule is not None and metric_for(name, workload) is not None
-    if rules and reference is not None and BASELINE not in backends:  # plain's own checks join the family
-        size += sum(
-            select_rule(rules, BASELINE, w, DEFAULT_METRIC) is not None
-            and (history_runs >= MIN_HISTORY or plain_prior(w.name))
-            for w in workloads
-        )
-    gates_cycles = lifecycle_cycles >= MIN_LIFECYCLE_CYCLES and history_runs >= MIN_HISTORY
-    if reference is not None and gates_cycles:  # as lifecycle_checks gates
+                size += metric is not None and is_gated("overhead", cell, metric, rule, 0)
+    if reference is not None and lifecycle_cycles >= MIN_LIFECYCLE_CYCLES:  # as lifecycle_checks gates
         for backend in dict.fromkeys([BASELINE, *backends]):
             old = reference.lifecycle.get(backend, {})
-            size += sum(
-                len(old.get(step) or ()) >= MIN_LIFECYCLE_CYCLES
-                and select_lifecycle_rule(rules, backend, step) is not None
-                for step in LIFECYCLE_STEPS
-            )
+            for step in LIFECYCLE_STEPS:
+                if len(old.get(step) or ()) >= MIN_LIFECYCLE_CYCLES:
+                    cell = Cell(backend, lifecycle_workload(step), ())
+                    rule = select_lifecycle_rule(rules, backend, step)
+                    size += is_gated("baseline", cell, METRICS[LIFECYCLE_METRIC], rule, history_runs)
     return max(1, size)

@@ -542,10 +542,49 @@ def test_each_check_has_its_own_share_of_the_confirmation_budget() -> None:
 def test_expected_family_size_counts_the_gated_checks() -> None:
     rules = parse_rules("10%,latency-p99:20%")
     reference = run("ref", *[result("fscrypt", w, spread(50, 10)) for w in CDM])
-    # eight paired throughput checks and plain's eight (its prior); latency (absolute) only with a history
+    # eight paired throughput checks and plain's eight (its prior); latency (absolute) only with a
+    # history, fscrypt's and plain's
     assert expected_family_size(["fscrypt"], CDM, rules, [], reference) == 8 + 8
-    assert expected_family_size(["fscrypt"], CDM, rules, [], reference, history_runs=3) == 8 + 8 + 8
+    assert expected_family_size(["fscrypt"], CDM, rules, [], reference, history_runs=3) == 8 + 8 + 8 + 8
     assert expected_family_size(["fscrypt", "luks2"], CDM, [], parse_rules("seq:20%"), None) == 8
+
+
+@pytest.mark.parametrize("saved", [1, 3])
+@pytest.mark.parametrize("backends", [["fscrypt", "luks2"], ["plain", "fscrypt"]])
+def test_the_expected_family_and_the_verdicts_family_are_one_rule(backends: list[str], saved: int) -> None:
+    """Before the run, expected_family_size counts the checks confirmation decides at; after it,
+    the verdict gates its checks: both ask is_gated, so on runs that measured what they planned
+    the counts agree (paired ratios and plain's throughput by their prior, absolute numbers and
+    plain's seconds of a task only with a history, max-overhead checks always)."""
+    from pytest_encperf.workloads import PROFILES
+
+    archive = PROFILES["realwork"].workloads[0]
+    workloads = [SEQ_READ, RND4K_Q1T1_WRITE, archive]
+
+    def measured(workload, values: list[float]) -> list[Measurement]:
+        if workload.kind == "task":  # timed: seconds
+            return [
+                Measurement("tools", "1", 10**8, 100 / v, 100, 0.0, 0.0, 0.0, 0.1, "buffered") for v in values
+            ]
+        return [measurement(v, workload.block_size) for v in values]
+
+    def measured_run(label: str, factor: float) -> RunData:
+        results = [
+            Result(b, w, measured(w, spread(50 * factor, 10)), measured(w, spread(100 * factor, 10)))
+            for b in backends
+            for w in workloads
+        ]
+        return run(label, *results)
+
+    rules = parse_rules("10%,latency-p99:20%,luks2:abs-throughput:15%,cpu-per-gib:25%")
+    overhead = parse_rules("fscrypt:40%")
+    reference = measured_run("ref", 1.0)
+    history = [reference, measured_run("h2", 1.02), measured_run("h3", 0.98)][:saved]
+    verdict = judge(measured_run("now", 0.99), reference, rules, overhead, history)
+    assert not [c for c in verdict.checks if c.status in (NOT_COMPARABLE, INVALID)]
+    gated = sum(check.gated for check in verdict.checks)
+    assert gated == expected_family_size(backends, workloads, rules, overhead, reference, len(history))
+    assert 0 < gated < len(verdict.checks)  # some are reported, not gated
 
 
 def test_history_keeps_each_saved_runs_rounds_per_workload() -> None:
