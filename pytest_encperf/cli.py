@@ -22,7 +22,6 @@ from typing import Any
 from tabulate import tabulate
 
 from . import backends, deadruns, gatescope, journal, machine, storage, sweep
-from . import verdict as gate_model
 from .backends import BASELINE, BackendSpec, backend_class, known_names, make_backend, recommend
 from .gate import EXIT_REGRESSION, Verdict, judge
 from .model import RunData
@@ -144,7 +143,6 @@ def saved_verdict(
     """The gate's verdict on ``current_run`` against ``base_run`` (named ``ref``), with the
     history of saved runs before it, as the pytest run would judge it; and the current run."""
     current = storage.load_run(current_run)
-    gate_model.use_prior(args.noise)
     baseline = load_baseline(
         args.storage, base_run, ref, args.history, current.machine_info,
         allow_other_hardware=args.allow_other_hardware, gated=bool(args.fail),
@@ -152,7 +150,15 @@ def saved_verdict(
     )  # fmt: skip
     reference = baseline.run
     assert reference is not None
-    verdict = judge(current, reference, args.fail, args.max_overhead, baseline.history, strict=args.strict)
+    verdict = judge(
+        current,
+        reference,
+        args.fail,
+        args.max_overhead,
+        baseline.history,
+        strict=args.strict,
+        noise=args.noise,
+    )
     if machine.same_hardware(reference.machine_info, current.machine_info):
         verdict.machine_differences = baseline.machine_differences
     else:
@@ -221,7 +227,9 @@ def run_report(args: argparse.Namespace) -> int:
         verdict, runs[-1] = saved_verdict(args, refs[saved[-2].path], saved[-2], saved[-1])
     else:  # one run: judged only against its own plain rounds, when asked
         verdict = (
-            judge(runs[-1], None, [], args.max_overhead, strict=args.strict) if args.max_overhead else None
+            judge(runs[-1], None, [], args.max_overhead, strict=args.strict, noise=args.noise)
+            if args.max_overhead
+            else None
         )
     text = html.render(html.Page(runs, verdict, f"encperf report: {saved[-1].label}"))
     storage.write_report(args.output, text)

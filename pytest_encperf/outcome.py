@@ -168,11 +168,12 @@ class Outcome:
                 reference.run,
                 len(reference.history),
                 s.lifecycle_cycles,
+                noise=s.noise,
             )
             size *= machines  # the checks of every machine form one family (judge_machines)
             self._gate = Gate(
                 reference.run, tuple(rules), tuple(s.max_overhead), s.saved_text(), size,
-                history=tuple(reference.history),
+                history=tuple(reference.history), noise=s.noise,
             )  # fmt: skip
             self.confirm_budget = ConfirmBudget(s.confirm_budget)
         return self._gate
@@ -238,7 +239,7 @@ class Outcome:
             )
             for part in parts
         ]
-        verdicts = judge_machines(machines, s.fail, s.max_overhead, strict=s.strict)
+        verdicts = judge_machines(machines, s.fail, s.max_overhead, strict=s.strict, noise=s.noise)
         for part, verdict in zip(parts, verdicts, strict=True):
             reference, mid = references[part.machine_id], part.machine_id
             verdict.saved = saved.get(mid)

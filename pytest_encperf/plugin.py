@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from . import backends, hookspec, verdict
+from . import backends, hookspec
 from .backends import BASELINE
 from .inplace import InplaceTiming
 from .kdf import KdfTiming
@@ -73,7 +73,6 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = resolve(cli, ini, typed=typed)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    verdict.use_prior(settings.noise)  # this run's gates (None: the built-in prior)
     session = EncperfSession(config, settings)
     config.stash[session_key] = session
     config.pluginmanager.register(session, "encperf-session")

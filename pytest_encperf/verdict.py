@@ -8,8 +8,9 @@ uncertainty has two parts, in the one-way random-effects model ``y = mu + run + 
 
 - within run (round to round), variance ``w``: pooled over the rounds of every run used;
 - between runs, variance ``b``: without a history, from a prior (per backend and workload): the
-  user's, measured on their runner (``--encperf-noise``, ``read_noise_prior``), else the built-in
-  one fitted to the development machine's runs (``PRIOR``). With at least ``MIN_HISTORY``
+  user's, measured on their runner (``--encperf-noise``, ``read_noise_prior``; the gate passes it
+  to every function here that takes ``noise``), else the built-in one fitted to the development
+  machine's runs (``PRIOR``, ``builtin_prior``). With at least ``MIN_HISTORY``
   comparable saved runs it comes from them, per workload (never pooled over workloads): how the
   workload's saved run means spread, combined by degrees of freedom with the user's prior when
   one was given; the built-in prior, of another machine, is then left out.
@@ -233,8 +234,10 @@ def load_prior(paths: Iterable[Path]) -> dict[tuple[str, str], tuple[float, floa
     return fit_prior(json.loads(Path(p).read_text(encoding="utf-8")) for p in paths)
 
 
-# Fitted by fit_prior to benchmarks/data/noise-2026-12-01.json (tests/functional/test_verdict_simulation.py
-# checks this table is that fit; refit after new noise data: python -m pytest_encperf.verdict FILES).
+# Fitted by fit_prior to benchmarks/data/noise-2026-12-01.json (tests/unit/test_verdict.py::
+# test_a_noise_file_is_fitted_as_the_built_in_prior_is and tests/functional/test_verdict_simulation.py::
+# test_the_prior_is_the_fit_of_the_measured_noise check this table is that fit; refit after new noise
+# data: python -m pytest_encperf.verdict FILES).
 PRIOR_SOURCE = "built-in prior"
 PRIOR_ORIGIN = (
     "built-in, measured on the development machine (benchmarks/data/noise-2026-12-01.json: 10 runs on "
@@ -278,19 +281,14 @@ class NoisePrior:
     measured_here: bool  # the user's, of their runner: it stays in the model beside a history
 
 
-_ACTIVE: NoisePrior | None = None  # the user's (--encperf-noise), set by the session and the CLI
-
-
-def use_prior(prior: NoisePrior | None) -> None:
-    """The prior of this process's gates: the user's, or None for the built-in one."""
-    global _ACTIVE
-    _ACTIVE = prior
-
-
-def active_prior() -> NoisePrior:
-    if _ACTIVE is not None:
-        return _ACTIVE
+def builtin_prior() -> NoisePrior:
+    """The built-in prior (``PRIOR``, of the development machine): a gate's when the user gave none."""
     return NoisePrior(PRIOR, PRIOR_SOURCE, PRIOR_ORIGIN, measured_here=False)
+
+
+def _in_use(noise: NoisePrior | None) -> NoisePrior:
+    """The prior a gate uses: the user's (``noise``, from --encperf-noise), else the built-in one."""
+    return builtin_prior() if noise is None else noise
 
 
 class NoiseFileError(ValueError):
@@ -336,9 +334,10 @@ def read_noise_prior(text: str, source: str) -> NoisePrior:
     )
 
 
-def prior_note() -> str:
-    """The line under the gate's header when a check used a prior: which one, and where from."""
-    active = active_prior()
+def prior_note(noise: NoisePrior | None = None) -> str:
+    """The line under the gate's header when a check used a prior: which one (the user's
+    ``noise``, None for the built-in one), and where from."""
+    active = _in_use(noise)
     note = f"between-run prior: {active.origin}"
     if not active.measured_here:
         note += (
@@ -349,17 +348,15 @@ def prior_note() -> str:
     return note
 
 
-def prior_for(
-    backend: str, workload: str, table: Mapping[tuple[str, str], tuple[float, float]] | None = None
-) -> Prior | None:
+def prior_for(backend: str, workload: str, noise: NoisePrior | None = None) -> Prior | None:
     """The between-run prior of a backend (its name, without the spec's options) x workload: its
     own; else, for an encrypted backend, the largest measured for that workload, else the largest
     of the backend, else the largest of any encrypted backend (an unmeasured backend or workload
     is assumed as noisy as the noisiest measured); plain: its own, else its largest. None when
-    the table has nothing for it. The table is the active prior's unless given."""
-    active = active_prior()
+    the table has nothing for it. The table is the user's prior's (``noise``), else the built-in."""
+    active = _in_use(noise)
     label = active.source
-    table = active.table if table is None else table
+    table = active.table
     name = backend.split(":", 1)[0]
     if (name, workload) in table:
         sd, df = table[(name, workload)]
@@ -377,17 +374,20 @@ def prior_for(
     return None
 
 
-def history_prior(backend: str | None, workload: str, exact: bool = False) -> Prior | None:
-    """What a workload's history is combined with: the user's prior of the cell when one was
-    given (``backend`` None: a metric without a prior; ``exact``: only the file's own cell, as for
-    a life-cycle step). The built-in prior (another machine's) is left out once a history exists."""
-    active = active_prior()
+def history_prior(
+    backend: str | None, workload: str, exact: bool = False, noise: NoisePrior | None = None
+) -> Prior | None:
+    """What a workload's history is combined with: the user's prior (``noise``) of the cell when
+    one was given (``backend`` None: a metric without a prior; ``exact``: only the file's own
+    cell, as for a life-cycle step). The built-in prior (another machine's) is left out once a
+    history exists."""
+    active = _in_use(noise)
     if backend is None or not active.measured_here:
         return None
     if exact:
         found = active.table.get((backend.split(":", 1)[0], workload))
         return Prior(found[0], found[1], f"prior of {backend} {workload}, {active.source}") if found else None
-    return prior_for(backend, workload)
+    return prior_for(backend, workload, active)
 
 
 def prior_source_code(table: Mapping[tuple[str, str], tuple[float, float]]) -> str:

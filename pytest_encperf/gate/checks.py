@@ -175,11 +175,13 @@ def assess(
     *,
     history: History | None = None,
     differences: Sequence[str] = (),
+    noise: verdict.NoisePrior | None = None,
 ) -> Check:
     """One check before the family correction: evidence, change, interval and raw p-value.
 
     The status is provisional (``decide_family`` sets the final one): invalid samples, settings
-    that differ, no rule or no gating evidence are final here.
+    that differ, no rule or no gating evidence are final here. ``noise``: the user's between-run
+    prior (--encperf-noise), None for the built-in one.
     """
     rounds = (len(current), len(reference))
     if differences:
@@ -202,10 +204,10 @@ def assess(
     elif history and history_runs >= MIN_HISTORY:  # the saved runs' spread, per workload
         lifecycle = metric.name == LIFECYCLE_METRIC  # a step: only its own cell of the user's file
         prior = verdict.history_prior(
-            own or (cell.backend if lifecycle else None), cell.workload.name, lifecycle
+            own or (cell.backend if lifecycle else None), cell.workload.name, lifecycle, noise
         )
     else:  # the user's prior (--encperf-noise), else the built-in one; none for other numbers
-        prior = verdict.prior_for(own, cell.workload.name) if own else None
+        prior = verdict.prior_for(own, cell.workload.name, noise) if own else None
     found = verdict.estimate(log_cur, saved, prior)
     if found is None:
         evidence, log_change, interval = (
@@ -238,7 +240,7 @@ def assess(
         shown_reference = math.exp(statistics.fmean(log_cur) - log_change)
 
     # found is None (evidence ROUNDS): no between-run model, or rounds it cannot use (single ones)
-    gated = found is not None and is_gated(kind, cell, metric, rule, history_runs)
+    gated = found is not None and is_gated(kind, cell, metric, rule, history_runs, noise)
     if rule is None:
         status, reason = INFO, "no rule"
     elif not gated:
@@ -343,6 +345,7 @@ def baseline_checks(
     current: RunData,
     rules: Sequence[Rule],
     history: Sequence[RunData] = (),
+    noise: verdict.NoisePrior | None = None,
 ) -> tuple[list[Check], list[str], list[str]]:
     """Every cell present in both runs, for throughput and each metric a rule names; plus the
     cells only in the reference and only in this run (``backend workload``)."""
@@ -354,7 +357,9 @@ def baseline_checks(
             histories[(backend, metric.name)] = history_for(backend, metric, current, history)
         return histories[(backend, metric.name)]
 
-    checks = cell_checks(ref_cells, cur_cells, rules, reference.settings, current.settings, history_of)
+    checks = cell_checks(
+        ref_cells, cur_cells, rules, reference.settings, current.settings, history_of, noise=noise
+    )
     only_ref = [" ".join(key) for key in ref_cells if key not in cur_cells]
     only_cur = [" ".join(key) for key in cur_cells if key not in ref_cells]
     return checks, only_ref, only_cur
@@ -367,8 +372,11 @@ def cell_checks(
     ref_settings: dict[str, str],
     cur_settings: dict[str, str],
     history_of: Callable[[str, Metric], History | None] = lambda backend, metric: None,
+    *,
+    noise: verdict.NoisePrior | None = None,
 ) -> list[Check]:
-    """The checks of every current cell that the reference also has."""
+    """The checks of every current cell that the reference also has (``noise``: the user's
+    between-run prior, None for the built-in one)."""
     run_differences = setting_differences(ref_settings, cur_settings)
     checks = []
     for key, cell in cur_cells.items():
@@ -380,7 +388,7 @@ def cell_checks(
             if busy:  # undecided if it was to be gated; an absolute number without history is not
                 history = history_of(cell.backend, metric)
                 runs = history.runs(cell.workload.name) if history is not None else 0
-                gated = is_gated("baseline", cell, metric, rule, runs)
+                gated = is_gated("baseline", cell, metric, rule, runs, noise)
                 status = MACHINE_BUSY if gated else NOT_GATED if rule else INFO
                 checks.append(_unevaluated("baseline", cell, metric, rule, status, busy))
                 continue
@@ -391,7 +399,7 @@ def cell_checks(
             checks.append(
                 assess(
                     "baseline", cell, metric, cell.samples(metric), old.samples(metric), rule,
-                    history=history_of(cell.backend, metric), differences=differences,
+                    history=history_of(cell.backend, metric), differences=differences, noise=noise,
                 )
             )  # fmt: skip
     return checks
@@ -416,21 +424,22 @@ def is_gated(
     metric: Metric,
     rule: Rule | None,
     history_runs: int,
+    noise: verdict.NoisePrior | None = None,
 ) -> bool:
     """Whether a check of ``cell`` on ``metric`` joins the family that can fail the run: a rule
     asks for it and the model has a between-run part for it: both sides in this run (``kind``
     "overhead"), at least MIN_HISTORY comparable saved runs of its workload (``history_runs``), or
-    a prior of its own (an encrypted backend's ratio to plain, plain's own throughput). An
-    absolute number without a history is reported, not gated. The one rule for the family
-    confirmation expects (``expected_family_size``) and the one the verdict decides (``assess``,
-    which leaves out only a check whose rounds it cannot use, and life-cycle steps with too few
-    cycles)."""
+    a prior of its own (an encrypted backend's ratio to plain, plain's own throughput; ``noise``:
+    the user's, None for the built-in one). An absolute number without a history is reported,
+    not gated. The one rule for the family confirmation expects (``expected_family_size``) and
+    the one the verdict decides (``assess``, which leaves out only a check whose rounds it
+    cannot use, and life-cycle steps with too few cycles)."""
     if rule is None:
         return False
     if kind == "overhead" or history_runs >= MIN_HISTORY:
         return True
     own = _own_prior(kind, cell, metric)
-    return own is not None and verdict.prior_for(own, cell.workload.name) is not None
+    return own is not None and verdict.prior_for(own, cell.workload.name, noise) is not None
 
 
 def cell_metrics(rules: Sequence[Rule], cell: Cell) -> dict[str, tuple[Metric, Rule | None]]:

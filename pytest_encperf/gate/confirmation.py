@@ -60,6 +60,7 @@ class Gate:
     alpha: float = FAIL_ALPHA
     history: tuple[RunData, ...] = ()  # the comparable saved runs, the reference among them
     check_pairs: int = CHECK_CONFIRM_PAIRS  # confirmation pairs one check may add
+    noise: verdict.NoisePrior | None = None  # the user's between-run prior (None: the built-in one)
     reference_cells: dict[tuple[str, str], Cell] = field(init=False, repr=False)
     _histories: dict[tuple[str, str], History] = field(init=False, repr=False, default_factory=dict)
 
@@ -88,8 +89,9 @@ class Gate:
                 return self._histories[(backend, metric.name)]
 
             checks = cell_checks(
-                self.reference_cells, now, self.rules, self.reference.settings, self.settings, history_of
-            )
+                self.reference_cells, now, self.rules, self.reference.settings, self.settings, history_of,
+                noise=self.noise,
+            )  # fmt: skip
             paired = (PAIRED, PAIRED_HISTORY, NO_EVIDENCE)
             found += [c for c in checks if c.backend == result.backend and c.evidence in paired]
         if self.overhead_rules:
@@ -164,11 +166,14 @@ def expected_family_size(
     reference: RunData | None,
     history_runs: int = 0,
     lifecycle_cycles: int = 1,
+    *,
+    noise: verdict.NoisePrior | None = None,
 ) -> int:
     """How many gated checks the run will have (the level confirmation decides at): every check
     the verdict's checks will have that is_gated gates, plain's own among them whether or not
     plain is one of ``backends`` (its cell pools the plain rounds beside every backend), life-cycle
-    checks included (``lifecycle_cycles``: the cycles this run times, --encperf-lifecycle-cycles)."""
+    checks included (``lifecycle_cycles``: the cycles this run times, --encperf-lifecycle-cycles).
+    ``noise``: the user's between-run prior, None for the built-in one."""
     ref_cells = cells_of(reference.results) if reference else {}
     size = 0
     for backend in dict.fromkeys([*backends, BASELINE]):
@@ -176,13 +181,13 @@ def expected_family_size(
             cell = Cell(backend, workload, ())
             if (backend, workload.name) in ref_cells:  # as baseline_checks checks
                 for metric, rule in cell_metrics(rules, cell).values():
-                    size += is_gated("baseline", cell, metric, rule, history_runs)
+                    size += is_gated("baseline", cell, metric, rule, history_runs, noise)
             if cell.plain:
                 continue
             for name in dict.fromkeys(r.metric for r in overhead_rules if r.metric != LIFECYCLE_METRIC):
                 metric = metric_for(name, workload)  # as overhead_checks checks
                 rule = select_rule(overhead_rules, backend, workload, name)
-                size += metric is not None and is_gated("overhead", cell, metric, rule, 0)
+                size += metric is not None and is_gated("overhead", cell, metric, rule, 0, noise)
     if reference is not None and lifecycle_cycles >= MIN_LIFECYCLE_CYCLES:  # as lifecycle_checks gates
         for backend in dict.fromkeys([BASELINE, *backends]):
             old = reference.lifecycle.get(backend, {})
@@ -190,5 +195,5 @@ def expected_family_size(
                 if len(old.get(step) or ()) >= MIN_LIFECYCLE_CYCLES:
                     cell = Cell(backend, lifecycle_workload(step), ())
                     rule = select_lifecycle_rule(rules, backend, step)
-                    size += is_gated("baseline", cell, METRICS[LIFECYCLE_METRIC], rule, history_runs)
+                    size += is_gated("baseline", cell, METRICS[LIFECYCLE_METRIC], rule, history_runs, noise)
     return max(1, size)

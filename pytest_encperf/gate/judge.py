@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..model import RunData
+from ..verdict import NoisePrior
 from .checks import (
     INVALID,
     MACHINE_BUSY,
@@ -41,6 +42,7 @@ class Verdict:
     saved: str | None = None
     machine: str = ""  # in a run over several machines: whose verdict this is (one per machine)
     family_size: int | None = None  # gated checks Holm corrected over (all machines'), if not these
+    noise: NoisePrior | None = None  # the user's between-run prior the checks used (None: built-in)
 
     @property
     def failures(self) -> list[Check]:
@@ -76,13 +78,15 @@ def judge(
     *,
     strict: bool = False,
     alpha: float = FAIL_ALPHA,
+    noise: NoisePrior | None = None,
 ) -> Verdict:
     """The one verdict builder (the pytest session and ``encperf compare`` both use it).
 
     ``history``: earlier comparable saved runs, the reference among them, newest first.
+    ``noise``: the user's between-run prior (--encperf-noise), None for the built-in one.
     """
     (verdict,) = judge_machines(
-        [(current, reference, history)], rules, overhead_rules, strict=strict, alpha=alpha
+        [(current, reference, history)], rules, overhead_rules, strict=strict, alpha=alpha, noise=noise
     )
     return verdict
 
@@ -97,6 +101,7 @@ def judge_machines(
     *,
     strict: bool = False,
     alpha: float = FAIL_ALPHA,
+    noise: NoisePrior | None = None,
 ) -> list[Verdict]:
     """One Verdict per machine of a run, each machine compared with its own reference; the
     gated checks of all machines form ONE family for Holm's correction, so a run over five
@@ -104,14 +109,14 @@ def judge_machines(
     verdicts: list[Verdict] = []
     families: list[list[Check]] = []
     for current, reference, history in machines:
-        verdict = Verdict(baseline=reference.label if reference else None, strict=strict)
+        verdict = Verdict(baseline=reference.label if reference else None, strict=strict, noise=noise)
         checks: list[Check] = []
         if reference is not None:
             checks, verdict.only_in_reference, verdict.only_in_current = baseline_checks(
-                reference, current, rules, history
+                reference, current, rules, history, noise
             )
             verdict.history = [run.label for run in history]
-            cycle_checks, cycle_notes = lifecycle_checks(reference, current, rules, history)
+            cycle_checks, cycle_notes = lifecycle_checks(reference, current, rules, history, noise)
             checks += cycle_checks
             verdict.notes += cycle_notes
             if not checks:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from .. import stats
+from .. import stats, verdict
 from ..model import LIFECYCLE_STEPS, RunData
 from ..workloads import Workload
 from .cells import Cell, setting_differences
@@ -68,12 +68,17 @@ def lifecycle_history(backend: str, step: str, current: RunData, runs: Sequence[
 
 
 def lifecycle_checks(
-    reference: RunData, current: RunData, rules: Sequence[Rule], history: Sequence[RunData] = ()
+    reference: RunData,
+    current: RunData,
+    rules: Sequence[Rule],
+    history: Sequence[RunData] = (),
+    noise: verdict.NoisePrior | None = None,
 ) -> tuple[list[Check], list[str]]:
     """One check per backend x life-cycle step that both runs timed and a life-cycle rule
     selects, lower is better, and the notes the gate shows: why a backend's life cycle is not
     gated (too few cycles), and that there was nothing to check. No life-cycle rule: no checks.
-    ``history``: the saved runs (the reference among them) whose spread gates a step."""
+    ``history``: the saved runs (the reference among them) whose spread gates a step; ``noise``:
+    the user's between-run prior (a step's own cell of it joins that spread)."""
     if not any(rule.metric == LIFECYCLE_METRIC for rule in rules):
         return [], []
     metric = METRICS[LIFECYCLE_METRIC]
@@ -101,7 +106,9 @@ def lifecycle_checks(
             cell = Cell(backend, lifecycle_workload(step), ())
             now, old = steps[step], old_steps[step]
             spread = lifecycle_history(backend, step, current, history)
-            check = assess("baseline", cell, metric, now, old, rule, history=spread, differences=differences)
+            check = assess(
+                "baseline", cell, metric, now, old, rule, history=spread, differences=differences, noise=noise
+            )
             named = lifecycle_selector(step)  # the stand-in workload's name has a direction
             check = replace(check, workload=named, reason=check.reason.replace(cell.workload.name, named))
             if check.evidence == ROUNDS:  # evaluated, but without MIN_HISTORY saved runs: not gated

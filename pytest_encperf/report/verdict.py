@@ -160,7 +160,7 @@ def verdict_messages(verdict: Verdict) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = [("red", f"error: {error}") for error in verdict.errors]
     out += [("yellow", note) for note in verdict.notes]
     if any(check.gated and not check.history_runs and "prior" in check.between for check in verdict.checks):
-        out.append(("", gate_model.prior_note()))
+        out.append(("", gate_model.prior_note(verdict.noise)))
     if verdict.machine_differences:
         out.append(
             ("yellow", f"this machine differs from the baseline's: {'; '.join(verdict.machine_differences)}")

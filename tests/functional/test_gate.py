@@ -282,6 +282,21 @@ def test_plain_is_gated_against_the_history_of_saved_runs(gate: pytest.Pytester)
     fewer.stdout.fnmatch_lines(["*FAIL: plain SEQ1M-Q8T1-read throughput*evidence: rounds + run prior*"])
 
 
+def test_the_gate_names_the_users_prior_under_its_header_for_that_run_only(gate: pytest.Pytester) -> None:
+    # --encperf-noise reaches the gate through the settings, not process state: the next run in
+    # this process (pytester runs in-process) without it is judged with the built-in prior
+    baseline(gate, SCRIPTED_VOLUME_SCALE="0.5")
+    cells = [(b, w) for b in ("fakecrypt", "plain") for w in ("SEQ1M-Q8T1-read", "SEQ1M-Q8T1-write")]
+    quiet = f"--encperf-noise={quiet_noise_file(gate.path, cells)}"
+    users = run(gate, "--encperf-fail=10%", quiet, SCRIPTED_VOLUME_SCALE="0.5")
+    users.stdout.fnmatch_lines(["*encperf: between-run prior: noise-quiet.json (10 runs, --encperf-noise)"])
+    builtin = run(gate, "--encperf-fail=10%", SCRIPTED_VOLUME_SCALE="0.5")
+    builtin.stdout.fnmatch_lines(
+        ["*encperf: between-run prior: built-in, measured on the development machine*"]
+    )
+    assert "noise-quiet.json" not in builtin.stdout.str()
+
+
 def test_noisy_drop_is_undecided_says_why_and_fails_under_strict(gate: pytest.Pytester) -> None:
     baseline(gate, SCRIPTED_VOLUME_SCALE="0.5", SCRIPTED_NOISE=HIGH_NOISE)
     options = ("--encperf-fail=5%", "--encperf-confirm-budget=0")

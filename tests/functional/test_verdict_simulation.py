@@ -121,8 +121,10 @@ def simulate(
     runs: int = RUNS,
     seed: int = 1,
     prior_table: dict[tuple[str, str], tuple[float, float]] | None = None,
+    noise: verdict.NoisePrior | None = None,
 ) -> Rates:
-    """``model`` is the truth; the gate's built-in prior is ``prior_table`` (default: the truth)."""
+    """``model`` is the truth; the gate's built-in prior is ``prior_table`` (default: the truth);
+    ``noise``: the user's prior the gate is given (--encperf-noise)."""
     rng = random.Random(seed)
     failed = undecided = gated = 0
     caught: dict[tuple[str, str], int] = {}
@@ -132,7 +134,7 @@ def simulate(
         for _ in range(runs):
             history = [simulated_run(rng, model, 10, f"saved{i}") for i in range(saved)]
             now = simulated_run(rng, model, 4, "now", slowdown)
-            result = judge(now, history[0], RULES, history=history if saved > 1 else ())
+            result = judge(now, history[0], RULES, history=history if saved > 1 else (), noise=noise)
             failed += result.failed
             for check in result.checks:
                 gated += check.gated
@@ -170,10 +172,8 @@ SCENARIOS = {  # name: (the truth, the gate's prior, the user's prior or the bui
 
 def scenario_rates(name: str, saved: int, slowdown: float = 1.0, runs: int = RUNS) -> Rates:
     truth, table, users = SCENARIOS[name]
-    with pytest.MonkeyPatch.context() as mp:
-        if users:
-            mp.setattr(verdict, "_ACTIVE", verdict.NoisePrior(table, "noise.json", "noise.json", True))
-        return simulate(truth, saved, slowdown, runs, prior_table=table)
+    noise = verdict.NoisePrior(table, "noise.json", "noise.json", True) if users else None
+    return simulate(truth, saved, slowdown, runs, prior_table=table, noise=noise)
 
 
 @pytest.mark.parametrize("saved", [1, 3, 5])

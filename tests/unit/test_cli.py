@@ -14,7 +14,10 @@ from pytest_encperf.gate import EXIT_REGRESSION
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.report import drawing
 from pytest_encperf.workloads import CDM
-from tests.helpers.priors import quiet_prior  # noqa: F401 (autouse: a quiet machine's between-run prior)
+from tests.helpers.priors import (  # noqa: F401 (quiet_prior autouse: a quiet machine's between-run prior)
+    quiet_noise_file,
+    quiet_prior,
+)
 
 NOW = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 
@@ -100,6 +103,26 @@ def test_compare_uses_the_same_judge_strict_and_history(
         "not checked: fscrypt SEQ1M-Q8T1-read: in m1/0003_main.json, not in this run"
         in capsys.readouterr().out
     )
+
+
+def test_compare_judges_with_the_noise_file_it_is_given_and_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``encperf compare --noise FILE``, no pytest session: that runner's prior decides the checks
+    and the line under the verdict's header names it; the next call without it is back to the
+    built-in prior (the prior is an argument of the judge, not the process's state)."""
+    runs = tmp_path / "runs"
+    save(runs, "main", 50, rounds=10)
+    save(runs, "pr", 50)
+    noise = quiet_noise_file(tmp_path, [(backend, CDM[0].name) for backend in ("fscrypt", "plain")])
+    assert encperf(runs, "compare", "main", "pr", "--fail", "10%", "--noise", str(noise)) == 0
+    out = capsys.readouterr().out
+    assert "encperf: 0 regressions, 2 within threshold" in out
+    assert "encperf: between-run prior: noise-quiet.json (10 runs, --encperf-noise)" in out
+    assert encperf(runs, "compare", "main", "pr", "--fail", "10%") == 0
+    out = capsys.readouterr().out
+    assert "encperf: between-run prior: built-in, measured on the development machine" in out
+    assert "noise-quiet.json" not in out
 
 
 def test_compare_takes_max_overhead(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,10 +3,21 @@ details block, size cap; and which profiles a set of results shows (report.shown
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from pytest_encperf.gate import FAIL, PASS, Check, Verdict
-from pytest_encperf.report import cpu_line, lifecycle_table, markdown_report, shown_profiles, verdict_header
+from pytest_encperf import verdict as verdict_model
+from pytest_encperf.gate import FAIL, PASS, Check, Verdict, judge, parse_rules
+from pytest_encperf.model import RunData
+from pytest_encperf.report import (
+    cpu_line,
+    lifecycle_table,
+    markdown_report,
+    shown_profiles,
+    verdict_header,
+    verdict_messages,
+)
 from pytest_encperf.workloads import ATTO, CDM, MATRIX, MiB, fit_to_size
 from tests.unit.test_charts import result
 
@@ -168,3 +179,23 @@ def test_inplace_table_shows_rate_projection_and_the_check() -> None:
     luks2, gocryptfs = lines[2:]
     assert "50" in luks2 and "about 5 h 33 min" in luks2 and "data intact, LUKS2 after" in luks2
     assert "about 2 h 47 min" in gocryptfs and "intact" not in gocryptfs
+
+
+def test_the_line_under_the_header_names_the_users_prior_when_the_gate_was_given_one() -> None:
+    estimates = {"fscrypt|SEQ1M-Q8T1-read": {"runs": 10, "df_between": 9, "sd_between_percent": 2.0}}
+    users = verdict_model.read_noise_prior(json.dumps({"estimates": estimates}), "noise-runner.json")
+    before, now = (
+        RunData(label, (result("fscrypt", CDM[0], [50, 52, 51], [100, 101, 99]),)) for label in ("ref", "now")
+    )
+    given = judge(now, before, parse_rules("10%"), noise=users)
+    assert [c.between for c in given.checks if c.gated] == [
+        "between-run sd 2.0% (prior of fscrypt SEQ1M-Q8T1-read, noise-runner.json)"
+    ]
+    shown = [text for _, text in verdict_messages(given)]
+    assert "between-run prior: noise-runner.json (10 runs, --encperf-noise)" in shown
+    # the same runs judged without it: the built-in prior, named as such (nothing stayed behind)
+    builtin = [text for _, text in verdict_messages(judge(now, before, parse_rules("10%")))]
+    assert any(
+        text.startswith("between-run prior: built-in, measured on the development") for text in builtin
+    )
+    assert not any("noise-runner.json" in text for text in builtin)

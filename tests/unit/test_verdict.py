@@ -78,15 +78,19 @@ def test_the_detectable_change_is_failed_in_ninety_percent_of_runs() -> None:
     assert verdict.smallest_threshold_percent(se, df, True) < detect
 
 
+def noise_prior(table: dict[tuple[str, str], tuple[float, float]]) -> verdict.NoisePrior:
+    return verdict.NoisePrior(table, "t.json", "t.json (2 runs, --encperf-noise)", measured_here=True)
+
+
 def test_the_prior_of_an_unmeasured_backend_or_workload_is_the_largest_nearest() -> None:
     table = {("gocryptfs", "A"): (0.2, 24.0), ("fscrypt", "A"): (0.1, 24.0), ("gocryptfs", "B"): (0.3, 24.0)}
-    table |= {("plain", "A"): (0.15, 24.0)}
-    assert verdict.prior_for("fscrypt:contents=aes", "A", table).sd == 0.1  # its own, options aside
-    assert verdict.prior_for("luks2", "A", table).sd == 0.2  # the workload's largest
-    assert verdict.prior_for("fscrypt", "B", table).sd == 0.3  # no fscrypt B: the workload's largest
-    assert verdict.prior_for("luks2", "C", table).sd == 0.3  # nothing of C: any encrypted backend's
-    assert verdict.prior_for("plain", "C", table).sd == 0.15  # plain: only plain's own
-    assert verdict.prior_for("plain", "A", {}) is None
+    noise = noise_prior(table | {("plain", "A"): (0.15, 24.0)})
+    assert verdict.prior_for("fscrypt:contents=aes", "A", noise).sd == 0.1  # its own, options aside
+    assert verdict.prior_for("luks2", "A", noise).sd == 0.2  # the workload's largest
+    assert verdict.prior_for("fscrypt", "B", noise).sd == 0.3  # no fscrypt B: the workload's largest
+    assert verdict.prior_for("luks2", "C", noise).sd == 0.3  # nothing of C: any encrypted backend's
+    assert verdict.prior_for("plain", "C", noise).sd == 0.15  # plain: only plain's own
+    assert verdict.prior_for("plain", "A", noise_prior({})) is None
 
 
 def test_fit_prior_takes_the_larger_of_the_cell_and_its_backend_pooled() -> None:
@@ -178,17 +182,19 @@ def test_the_noise_file_parser_survives_any_text(data: bytes) -> None:
         verdict.read_noise_prior(data.decode("utf-8", "replace"), "f.json")
 
 
-def test_the_active_prior_is_the_users_and_stays_beside_a_history(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(verdict, "_ACTIVE", None)
-    assert not verdict.active_prior().measured_here and "development machine" in verdict.prior_note()
+def test_the_prior_in_use_is_the_users_and_stays_beside_a_history() -> None:
+    assert not verdict.builtin_prior().measured_here and "development machine" in verdict.prior_note()
     # the built-in prior (another machine's) is left out once a history exists
     assert verdict.history_prior("gocryptfs", "SEQ1M-Q8T1-read") is None
-    verdict.use_prior(verdict.read_noise_prior(json.dumps(NOISE_DOC), "noise-runner.json"))
-    prior = verdict.prior_for("gocryptfs", "SEQ1M-Q8T1-read")
+    users = verdict.read_noise_prior(json.dumps(NOISE_DOC), "noise-runner.json")
+    prior = verdict.prior_for("gocryptfs", "SEQ1M-Q8T1-read", users)
     assert prior is not None and prior.sd == 0.03 and "noise-runner.json" in prior.source
-    assert verdict.prior_note() == "between-run prior: noise-runner.json (10 runs, --encperf-noise)"
-    assert verdict.history_prior("gocryptfs", "SEQ1M-Q8T1-read") == prior  # the user's stays
-    assert verdict.history_prior(None, "SEQ1M-Q8T1-read") is None  # latency: no prior of its own
+    assert verdict.prior_note(users) == "between-run prior: noise-runner.json (10 runs, --encperf-noise)"
+    assert verdict.history_prior("gocryptfs", "SEQ1M-Q8T1-read", noise=users) == prior  # the user's stays
+    assert verdict.history_prior(None, "SEQ1M-Q8T1-read", noise=users) is None  # latency: no prior of its own
+    # given to one call, it is nobody else's: the next call without it uses the built-in prior
+    assert "built-in" in verdict.prior_for("gocryptfs", "SEQ1M-Q8T1-read").source
+    assert "development machine" in verdict.prior_note()
 
 
 def test_the_noise_option_follows_the_precedence_and_names_itself_for_a_bad_file(tmp_path: Path) -> None:
