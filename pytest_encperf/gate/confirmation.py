@@ -185,9 +185,9 @@ def expected_family_size(
             if cell.plain:
                 continue
             for name in dict.fromkeys(r.metric for r in overhead_rules if r.metric != LIFECYCLE_METRIC):
-                metric = metric_for(name, workload)  # as overhead_checks checks
+                metric_of = metric_for(name, workload)  # as overhead_checks checks
                 rule = select_rule(overhead_rules, backend, workload, name)
-                size += metric is not None and is_gated("overhead", cell, metric, rule, 0, noise)
+                size += metric_of is not None and is_gated("overhead", cell, metric_of, rule, 0, noise)
     if reference is not None and lifecycle_cycles >= MIN_LIFECYCLE_CYCLES:  # as lifecycle_checks gates
         for backend in dict.fromkeys([BASELINE, *backends]):
             old = reference.lifecycle.get(backend, {})
