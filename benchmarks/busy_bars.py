@@ -34,6 +34,7 @@ from pytest_encperf.backends import BackendSpec, make_backend
 from pytest_encperf.engines import select_engine
 from pytest_encperf.load import BUSY_SHARE, LoadMeter
 from pytest_encperf.model import Measurement, Result
+from pytest_encperf.roundplan import RoundPlan
 from pytest_encperf.runner import Runner, close_volume, open_volume
 from pytest_encperf.settings import parse_busy_threshold, parse_size
 from pytest_encperf.targets import Target, container_size
@@ -111,7 +112,7 @@ def main() -> None:
             volume = open_volume(make_backend(BackendSpec.parse(args.backend)), target, run_dir / "volume")
             try:
                 runner = Runner(
-                    engine, volume, plain, args.size, args.runtime, args.rounds, results.append,
+                    engine, volume, plain, RoundPlan(args.size, args.runtime, args.rounds, 1), results.append,
                     meter=meter, lock=lambda: host.measurement_lock(None),
                     between_measurements=lambda: host.measurement_lock(None, shared=True),
                 )  # fmt: skip

@@ -33,6 +33,7 @@ from pytest_encperf.engines.fio import FioEngine
 from pytest_encperf.engines.native import NativeEngine
 from pytest_encperf.load import LoadMeter
 from pytest_encperf.model import Result
+from pytest_encperf.roundplan import RoundPlan
 from pytest_encperf.runner import Runner, close_volume, io_mode_policy, open_volume
 from pytest_encperf.settings import parse_size
 from pytest_encperf.targets import Target, container_size
@@ -91,7 +92,8 @@ def overhead(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
             table: dict[str, list[float]] = {w.name: [] for w in sequential}
             for repeat in range(args.repeats):
                 results: list[Result] = []
-                runner = Runner(engine, fscrypt, plain, args.size, args.runtime, 3, results.append)
+                plan = RoundPlan(args.size, args.runtime, 3, 1)
+                runner = Runner(engine, fscrypt, plain, plan, results.append)
                 for workload in sequential:
                     runner.run(workload)
                 for result in results:
@@ -137,8 +139,8 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
                         for engine in order:
                             results: list[Result] = []
                             Runner(
-                                engine, volume, plain, args.size, args.runtime, args.rounds, results.append,
-                                meter=meter,
+                                engine, volume, plain, RoundPlan(args.size, args.runtime, args.rounds, 1),
+                                results.append, meter=meter,
                             ).run(workload)  # fmt: skip
                             result = results[0]
                             modes.update(result.io_modes)

@@ -20,6 +20,7 @@ from . import host, resources
 from .backends import BASELINE, BackendError, BackendSpec, make_backend
 from .engines import Engine
 from .ladder import LayerRungs, Rung
+from .roundplan import RoundPlan
 from .runner import MountedVolume, RunError, Runner, Unavailable, close_volume, open_volume, slug
 from .targets import Target, container_size
 from .workloads import MiB, Workload
@@ -66,10 +67,7 @@ def mount_ram(base: Path, size: int, cleanup: resources.Cleanup) -> Path:
 @dataclass
 class LayerSettings:
     engine: Engine
-    size: int
-    runtime: float
-    rounds: int
-    warmup: int
+    plan: RoundPlan
     # held around each workload's rounds (a RAM measurement uses the CPU and memory: the machine)
     lock: Callable[[], AbstractContextManager[float]] = lambda: contextlib.nullcontext(0.0)
     between_measurements: Callable[[], AbstractContextManager[float]] = lambda: contextlib.nullcontext(0.0)
@@ -91,7 +89,7 @@ def measure_layers(
         for workload in workloads:
             found.setdefault((spec, workload.name), (Rung(None, f"not measured: {why}"), Rung(None)))
 
-    problem = ram_problem(settings.size)
+    problem = ram_problem(settings.plan.size)
     if problem:
         for spec, workloads in cases:
             fail(spec, workloads, problem)
@@ -99,8 +97,8 @@ def measure_layers(
     cleanup = resources.Cleanup()
     errors: list[str] = []
     try:
-        point = mount_ram(base, settings.size, cleanup)
-        target = Target("container", point, container_size(settings.size), ram=True)
+        point = mount_ram(base, settings.plan.size, cleanup)
+        target = Target("container", point, container_size(settings.plan.size), ram=True)
         plain = open_volume(make_backend(BackendSpec.parse(BASELINE)), target, point / f"00-{BASELINE}")
         try:
             for index, (spec, workloads) in enumerate(cases, start=1):
@@ -140,11 +138,8 @@ def _measure(
         engine=settings.engine,
         volume=volume,
         baseline=plain,
-        size=settings.size,
-        runtime=settings.runtime,
-        rounds=settings.rounds,
+        plan=settings.plan,
         record=lambda result: None,  # never among the run's results: see the module docstring
-        warmup=settings.warmup,
         lock=settings.lock,
         between_measurements=settings.between_measurements,
     )

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from .load import Load
 from .model import Measurement
+from .roundplan import WARMUP_SECONDS
 from .rounds import whole_blocks
-from .runner import WARMUP_SECONDS
 from .workloads import Workload
 
 LIVE_AFTER = 10.0  # seconds: a workload estimated to take at least this long gets a status line

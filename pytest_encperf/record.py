@@ -17,6 +17,7 @@ from .backends import BASELINE
 from .ceiling import Ceiling, counterpart, kernel_xts_driver, measure_ciphers
 from .engines import Engine
 from .model import MachineRun, Measurement, Result
+from .roundplan import RoundPlan
 from .workloads import Workload
 
 
@@ -53,18 +54,16 @@ class RunRecord:
             self._ceilings.update(measure_ciphers(missing))
         return {c: self._ceilings[c] for c in wanted if c in self._ceilings}
 
-    def measure_ladder(
-        self, engine: Engine, plan: tuple[int, float, int, int], base: Path, measure: bool = True
-    ) -> list[str]:
+    def measure_ladder(self, engine: Engine, plan: RoundPlan, base: Path, measure: bool = True) -> list[str]:
         """--encperf-ladder: the layer rung of every backend x workload measured (on a RAM-backed
-        container under ``base``) and the counterparts of their ciphers; ``plan`` is (size,
-        runtime, rounds, warm-up). Returns the layers' teardown failures (they fail the run)."""
+        container under ``base``, with the run's ``plan``) and the counterparts of their ciphers.
+        Returns the layers' teardown failures (they fail the run)."""
         cases: dict[str, list[Workload]] = {}
         for result in self.results:
             if result.workload.kind != "task":  # a real-work task has no ladder (ladder.rows)
                 cases.setdefault(result.backend, []).append(result.workload)
         settings = layer.LayerSettings(
-            engine, *plan,
+            engine, plan,
             lock=lambda: host.measurement_lock(None),  # memory and CPU: the whole machine
             between_measurements=lambda: host.measurement_lock(None, shared=True),
         )  # fmt: skip

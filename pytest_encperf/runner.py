@@ -22,6 +22,7 @@ from .engines import Engine
 from .engines.observe import Observe
 from .host import HostError, signals_deferred
 from .model import Measurement, Result
+from .roundplan import RoundPlan
 from .rounds import ConfirmBudget, Confirmer, PairedRounds, QuietAgain, RoundMeter, Side, measure_rounds
 from .targets import Target
 from .workloads import Workload
@@ -226,10 +227,6 @@ def io_mode_policy(engine: Engine, volume_file: Path, baseline_file: Path) -> tu
     return on_volume == "direct" and on_baseline == "direct", on_volume
 
 
-# A warm-up round settles file layout, caches and clocks; a second is plenty for that.
-WARMUP_SECONDS = 1.0
-
-
 @dataclass
 class Runner:
     """What a benchmark test measures with: ``encperf.run(workload)``."""
@@ -237,14 +234,11 @@ class Runner:
     engine: Engine
     volume: MountedVolume
     baseline: MountedVolume | None  # None on a partition: see measured_baseline
-    size: int
-    runtime: float
-    rounds: int
+    plan: RoundPlan  # the test file's size, each round's runtime, the counted and warm-up rounds
     record: Callable[[Result], None]
     verify: bool = False  # --encperf-verify: checksums across a remount after write workloads
     # Partition target: baseline rounds measured on the partition before this volume existed
     measured_baseline: dict[str, list[Measurement]] = field(default_factory=dict)
-    warmup: int = 1  # pairs of rounds measured first and discarded (file layout, caches, clocks)
     steady_cv: float | None = None  # keep adding rounds until both sides' CV is below this ...
     steady_budget: float = 60.0  # ... or this many seconds have been spent on the extra rounds
     # --encperf-precision: keep adding blocks until the overhead's 95% interval is within ±this
@@ -277,10 +271,6 @@ class Runner:
         if self.on_round is not None:
             self.on_round(workload, self.volume.spec, side, measurement)
 
-    @property
-    def warmup_runtime(self) -> float:
-        return min(self.runtime, WARMUP_SECONDS)
-
     def _round_meter(self, *volumes: MountedVolume | None) -> RoundMeter:
         """Measures each round's time and, with a meter, what others took meanwhile; the
         backends' daemons of ``volumes`` count as this run's."""
@@ -307,9 +297,9 @@ class Runner:
         side = self.volume  # which volume a storage error came from
         try:
             with self.between_measurements() as waited_to_prepare:
-                volume_file = self.engine.prepare(self.volume.data_dir, self.size)
+                volume_file = self.engine.prepare(self.volume.data_dir, self.plan.size)
                 side = baseline
-                baseline_file = self.engine.prepare(baseline.data_dir, self.size)
+                baseline_file = self.engine.prepare(baseline.data_dir, self.plan.size)
                 direct, o_direct = io_mode_policy(self.engine, volume_file, baseline_file)
             if workload.kind == "files":
                 direct = False  # small unaligned files: buffered by nature
@@ -318,7 +308,7 @@ class Runner:
                 backend=self.volume.spec,
                 workload=workload,
                 description={**self.volume.description, "o_direct": o_direct},
-                warmup_rounds=self.warmup,
+                warmup_rounds=self.plan.warmup,
             )
 
             def on(mounted: MountedVolume, path: Path, observe: Observe) -> Side:
@@ -376,10 +366,10 @@ class Runner:
         measure_rounds(
             result,
             pair,
-            runtime=self.runtime,
-            rounds=self.rounds,
-            warmup=self.warmup,
-            warmup_runtime=self.warmup_runtime,
+            runtime=self.plan.runtime,
+            rounds=self.plan.rounds,
+            warmup=self.plan.warmup,
+            warmup_runtime=self.plan.warmup_runtime,
             steady_cv=self.steady_cv,
             steady_budget=self.steady_budget,
             gate=self.gate,
@@ -412,7 +402,7 @@ class Runner:
                     "source_files": reference.source_files,
                 },
             },
-            warmup_rounds=self.warmup,
+            warmup_rounds=self.plan.warmup,
         )
         side = self.volume
 
@@ -449,7 +439,7 @@ class Runner:
         before the volume was created (and more are added after it is removed). No A B B A order
         and no confirmation rounds here: the baseline cannot be measured beside the volume."""
         with self.between_measurements() as waited_to_prepare:
-            volume_file = self.engine.prepare(self.volume.data_dir, self.size)
+            volume_file = self.engine.prepare(self.volume.data_dir, self.plan.size)
             o_direct = self.engine.io_mode(volume_file)
         direct = direct_io(o_direct, workload)
         observe = self.volume.observe()
@@ -457,7 +447,7 @@ class Runner:
             backend=self.volume.spec,
             workload=workload,
             description={**self.volume.description, "o_direct": o_direct, "baseline": "before/after"},
-            warmup_rounds=self.warmup,
+            warmup_rounds=self.plan.warmup,
         )
         result.baseline_rounds.extend(self.measured_baseline.get(workload.name, []))
         with self.lock() as waited:
@@ -470,15 +460,15 @@ class Runner:
                     volume_file,
                     direct=direct,
                     observe=observe,
-                    runtime=self.runtime,
-                    warmup_runtime=self.warmup_runtime,
-                    warmup=self.warmup,
-                    rounds=self.rounds,
+                    runtime=self.plan.runtime,
+                    warmup_runtime=self.plan.warmup_runtime,
+                    warmup=self.plan.warmup,
+                    rounds=self.plan.rounds,
                     meter=self._round_meter(self.volume),
                     told=functools.partial(self._tell, workload, self.volume.spec),
                 )
             )
-        result.stop_reason = f"{self.rounds} rounds (partition: no confirmation rounds)"
+        result.stop_reason = f"{self.plan.rounds} rounds (partition: no confirmation rounds)"
         self.record(result)
         return result
 
@@ -487,16 +477,14 @@ def measure_all(
     engine: Engine,
     mounted: MountedVolume,
     workloads: list[Workload],
-    size: int,
-    runtime: float,
-    rounds: int,
-    warmup: int = 0,
+    plan: RoundPlan,
     meter: load.LoadMeter | None = None,
 ) -> dict[str, list[Measurement]]:
     """Every workload's rounds on one volume (the partition target's baseline); with a ``meter``
-    each round records what others took of the machine meanwhile."""
+    each round records what others took of the machine meanwhile. Its warm-up rounds last a
+    whole round's runtime."""
     round_meter = RoundMeter(meter, mounted.daemon_pids)
-    path = engine.prepare(mounted.data_dir, size)
+    path = engine.prepare(mounted.data_dir, plan.size)
     o_direct = engine.io_mode(path)
     observe = mounted.observe()
     return {
@@ -506,10 +494,10 @@ def measure_all(
             path,
             direct=direct_io(o_direct, workload),
             observe=observe,
-            runtime=runtime,
-            warmup_runtime=runtime,
-            warmup=warmup,
-            rounds=rounds,
+            runtime=plan.runtime,
+            warmup_runtime=plan.runtime,
+            warmup=plan.warmup,
+            rounds=plan.rounds,
             meter=round_meter,
         )
         for workload in workloads

@@ -101,8 +101,8 @@ class EncperfSession:
         s, volumes = self.settings, self.volumes
         return Runner(
             measured_baseline=volumes.measured_baseline.get(volume.spec, {}), engine=self.engine,
-            volume=volume, baseline=baseline, size=s.size, runtime=s.runtime, rounds=s.rounds,
-            record=record, verify=s.verify, warmup=s.warmup, steady_cv=s.steady_cv,
+            volume=volume, baseline=baseline, plan=s.round_plan,
+            record=record, verify=s.verify, steady_cv=s.steady_cv,
             steady_budget=s.steady_budget, precision=s.precision,
             gate=self.outcome.gate(self.machine, self.topology.machines()),
             confirm_budget=self.outcome.confirm_budget, on_round=self.status.round_callback(),
@@ -201,8 +201,8 @@ class EncperfSession:
                 if s.ladder and self.record.results and not (session.shouldstop or session.shouldfail):
                     with self.volumes.between_measurements():  # in the run directory, before close_all
                         base = self.volumes.run_dir()
-                    plan = (s.size, s.runtime, s.rounds, s.warmup)
-                    self.teardown_errors += self.record.measure_ladder(self.engine, plan, base, measure)
+                    errors = self.record.measure_ladder(self.engine, s.round_plan, base, measure)
+                    self.teardown_errors += errors
             except Exception as exc:  # the ladder's own failures are its rungs' reasons: not this
                 self.teardown_errors.append(f"--encperf-ladder: {type(exc).__name__}: {exc}")
             finally:

@@ -35,6 +35,7 @@ from .gate import LIFECYCLE_METRIC, MIN_HISTORY, MIN_LIFECYCLE_CYCLES, Rule, par
 from .load import BUSY_SHARE
 from .parsing import parse_bool, parse_choice, parse_path, whole_number
 from .report.drawing import matplotlib_problem
+from .roundplan import RoundPlan
 from .sweep import DEFAULT_MARGIN, SWEEPS, sweep_specs
 from .targets import KINDS
 from .workloads import KDF_PROFILE, PROFILE_NAMES, GiB, KiB, MiB, Workload, profile_workloads
@@ -528,6 +529,11 @@ class Settings:
     def backend_specs(self) -> list[str]:
         """The selected backends, as their spec texts (``luks2:cipher=aes-xts-plain64``)."""
         return [str(spec) for spec in self.backends]
+
+    @property
+    def round_plan(self) -> RoundPlan:
+        """The round settings (test file size, round runtime, counted and warm-up rounds) as one value."""
+        return RoundPlan(self.size, self.runtime, self.rounds, self.warmup)
 
     @property
     def workloads(self) -> list[Workload]:

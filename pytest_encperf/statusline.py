@@ -40,11 +40,14 @@ class StatusLine:
         if not tests or self.is_worker:
             return []
         s = self.settings
+        rounds, beside_plain = s.round_plan, not s.one_volume_at_a_time
         plan = Plan(
-            tests, s.rounds, s.runtime, s.warmup, s.one_volume_at_a_time, len(s.workloads),
-            s.steady_budget if s.steady_cv or (s.precision and not s.one_volume_at_a_time) else None,
-            s.confirm_budget if (s.fail or s.max_overhead) and not s.one_volume_at_a_time else 0.0,
-            s.quiet_wait, ", ".join(process_text(pid) for pid in host.measurement_lock_holders()),
+            tests, rounds=rounds.rounds, runtime=rounds.runtime, warmup=rounds.warmup,
+            one_volume_at_a_time=s.one_volume_at_a_time, workloads_per_volume=len(s.workloads),
+            steady_budget=s.steady_budget if s.steady_cv or (s.precision and beside_plain) else None,
+            confirm_budget=s.confirm_budget if (s.fail or s.max_overhead) and beside_plain else 0.0,
+            quiet_wait=s.quiet_wait,
+            lock_holders=", ".join(process_text(pid) for pid in host.measurement_lock_holders()),
         )  # fmt: skip
         return plan.lines()
 
@@ -92,9 +95,9 @@ class StatusLine:
             with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
                 writer.write_raw(text, flush=True)
 
-        s = self.settings
+        s, plan = self.settings, self.settings.round_plan
         return ProgressLine(
             write, lambda: writer.width_of_current_line, lambda: writer.fullwidth,
-            rounds=s.rounds if s.one_volume_at_a_time else whole_blocks(s.rounds), runtime=s.runtime,
-            warmup=s.warmup, sides=1 if s.one_volume_at_a_time else 2,
+            rounds=plan.rounds if s.one_volume_at_a_time else whole_blocks(plan.rounds), runtime=plan.runtime,
+            warmup=plan.warmup, sides=1 if s.one_volume_at_a_time else 2,
         )  # fmt: skip

@@ -151,9 +151,7 @@ class Volumes:
         try:
             s = self.settings
             with host.measurement_lock(self.lock_disks(mounted), waiting=self.lock_waiting()):
-                return measure_all(
-                    self.engine, mounted, s.workloads, s.size, s.runtime, s.rounds, s.warmup, self.meter
-                )
+                return measure_all(self.engine, mounted, s.workloads, s.round_plan, self.meter)
         finally:
             self.close(mounted)
 

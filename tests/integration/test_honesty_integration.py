@@ -20,6 +20,7 @@ from pytest_encperf.engines.observe import Observe, Observer
 from pytest_encperf.model import Result
 from pytest_encperf.report import detail_table
 from pytest_encperf.resources import Cleanup
+from pytest_encperf.roundplan import RoundPlan
 from pytest_encperf.runner import MountedVolume, Runner, close_volume, open_volume
 from pytest_encperf.secretdirs import SecretDir
 from pytest_encperf.storage import benchmark_entry
@@ -260,7 +261,7 @@ def test_a_random_read_on_gocryptfs_beating_plain_through_the_lower_cache_is_fla
             changes = []
             for _ in range(3):  # until it beats plain (each attempt checks the flag both ways)
                 results: list[Result] = []
-                Runner(NativeEngine(), fuse, plain, size, 1.0, 3, results.append).run(RND_READ)
+                Runner(NativeEngine(), fuse, plain, RoundPlan(size, 1.0, 3, 1), results.append).run(RND_READ)
                 (result,) = results
                 mine, theirs = result.device_per_logical(), result.device_per_logical(baseline=True)
                 assert mine.requests is not None and theirs.requests is not None

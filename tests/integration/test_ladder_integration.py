@@ -16,6 +16,7 @@ from pytest_encperf.benchmarkentries import measured
 from pytest_encperf.engines import select_engine
 from pytest_encperf.ladder import Rung
 from pytest_encperf.layer import RAM_MOUNT, RAM_SOURCE, LayerSettings, measure_layers, mount_ram, ram_bytes
+from pytest_encperf.roundplan import RoundPlan
 from pytest_encperf.workloads import MiB, Workload
 from tests.helpers.support import problems_here, scratch_dir, tiny_session
 
@@ -79,7 +80,7 @@ def test_the_ladder_names_a_limiting_rung_for_each_workload_and_leaves_nothing(
 
 def test_a_backend_that_cannot_run_says_why_on_its_layer_rung_and_the_ram_is_released() -> None:
     workloads = [Workload("SEQ1M Q1T1", "write", MiB)]
-    settings = LayerSettings(select_engine("auto"), 2 * MiB, 0.05, 1, 0)
+    settings = LayerSettings(select_engine("auto"), RoundPlan(2 * MiB, 0.05, 1, 0))
     with scratch_dir("encperf-layer-") as base:
         before = ram_mounts()
         found, errors = measure_layers([("plain", workloads), ("luks2", workloads)], base, settings)

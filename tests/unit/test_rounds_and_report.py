@@ -15,6 +15,7 @@ from pytest_encperf.backends.plain import PlainBackend
 from pytest_encperf.ceiling import kernel_xts_driver
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.report import detail_table, summary_table
+from pytest_encperf.roundplan import RoundPlan
 from pytest_encperf.runner import MountedVolume, Runner
 from pytest_encperf.settings import parse_steady_cv, parse_warmup
 from pytest_encperf.targets import Target
@@ -73,9 +74,9 @@ def mounted(tmp_path: Path, name: str) -> MountedVolume:
 
 def runner(tmp_path: Path, engine: FakeEngine, **kwargs) -> Runner:
     results: list[Result] = []
+    plan = RoundPlan(MiB, 0.01, kwargs.pop("rounds", 2), kwargs.pop("warmup", 1))
     return Runner(
-        engine, mounted(tmp_path, "vol"), mounted(tmp_path, "base"), MiB, 0.01,
-        kwargs.pop("rounds", 2), results.append, **kwargs,
+        engine, mounted(tmp_path, "vol"), mounted(tmp_path, "base"), plan, results.append, **kwargs,
     )  # fmt: skip
 
 

@@ -118,10 +118,11 @@ def test_nothing_to_confirm_leaves_the_rounds_alone() -> None:
 def test_a_task_on_the_partition_target_is_refused_with_the_way_out() -> None:
     from typing import Any
 
+    from pytest_encperf.roundplan import RoundPlan
     from pytest_encperf.runner import RunError, Runner
     from pytest_encperf.workloads import PROFILES, MiB, with_tree
 
     nothing: Any = None  # the refusal comes before the engine or a volume is touched
-    runner = Runner(nothing, nothing, None, MiB, 1.0, 1, record=lambda result: None)
+    runner = Runner(nothing, nothing, None, RoundPlan(MiB, 1.0, 1, 1), record=lambda result: None)
     with pytest.raises(RunError, match=r"archive: .*partition target.*container or directory target"):
         runner.run(with_tree(PROFILES["realwork"].workloads[0], MiB, 1))

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf.backends import BackendSpec, parse_backend_list
+from pytest_encperf.roundplan import WARMUP_SECONDS, RoundPlan
 from pytest_encperf.settings import OPTIONS, parse_duration, parse_rounds, parse_size, resolve
 from pytest_encperf.workloads import GiB, MiB
 
@@ -91,6 +92,16 @@ def test_precedence_cli_then_env_then_ini_then_default(tmp_path: Path) -> None:
     assert settings.size == 8 * MiB and settings.sources["size"] == "ENCPERF_SIZE"
     assert settings.runtime == 3.0 and settings.sources["runtime"] == "encperf_runtime"
     assert settings.engine == "auto" and settings.sources["engine"] == "default"
+
+
+def test_the_round_settings_travel_as_one_round_plan() -> None:
+    settings = resolve({"rounds": "2", "warmup": "0"}, {"size": "16MiB", "runtime": "3s"}, {})
+    plan = settings.round_plan
+    assert plan == RoundPlan(size=16 * MiB, runtime=3.0, rounds=2, warmup=0)
+    assert plan.warmup_runtime == WARMUP_SECONDS  # a warm-up round lasts at most a second
+    assert RoundPlan(MiB, 0.5, 1, 1).warmup_runtime == 0.5
+    with pytest.raises(AttributeError):
+        plan.rounds = 3  # type: ignore[misc]  # frozen: one value for the whole run
 
 
 def test_resolve_names_option_and_source() -> None:
