@@ -324,7 +324,7 @@ def run_backends(args: argparse.Namespace) -> int:
     rows = []
     for name in [args.name] if args.name else known_names():
         try:
-            problems = make_backend(BackendSpec(name)).problems(target)
+            problems = make_backend(BackendSpec(name)).unavailable_reasons(target)
         except ValueError as exc:  # opens an existing volume: usable once its parameters are given
             rows.append([name, "with parameters", str(exc)])
             continue

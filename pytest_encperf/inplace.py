@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import trust
-from .backends import BackendBase, BackendSpec, make_backend, placement_problems
+from .backends import BackendBase, BackendSpec, make_backend
 from .host import signals_deferred
 from .runner import close_volume, open_volume
 from .targets import Target
@@ -85,13 +85,14 @@ def file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def measure(spec_text: str, target: Target, workdir: Path, amount: int) -> InplaceTiming:
-    """The in-place figure of the backend of ``spec_text`` (see the module's docstring), with
+def measure(spec: BackendSpec, target: Target, workdir: Path, amount: int) -> InplaceTiming:
+    """The in-place figure of the backend of ``spec`` (see the module's docstring), with
     ``amount`` bytes of data. InplaceUnavailable when it cannot run here."""
-    backend = make_backend(BackendSpec.parse(spec_text))
+    spec_text = str(spec)
+    backend = make_backend(spec)
     if backend.in_place_method() and target.kind != "container":
         raise InplaceUnavailable(f"{spec_text}: in-place encryption runs on the container target only")
-    problems = backend.problems(target) + placement_problems(backend, target)
+    problems = backend.unavailable_reasons(target)
     if problems:
         raise InplaceUnavailable("; ".join(problems))
     workdir.parent.mkdir(parents=True, exist_ok=True)  # a session's run directory: there already

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import trust
-from .backends import BackendBase, BackendSpec, make_backend, placement_problems
+from .backends import BackendBase, BackendSpec, make_backend
 from .host import signals_deferred
 from .targets import Target
 from .workloads import KDF_PROFILE
@@ -73,11 +73,11 @@ def setting_spec(spec: BackendSpec, setting: str, settings: tuple[str, ...]) -> 
     return BackendSpec(spec.name, tuple(params.items()))
 
 
-def measure(spec_text: str, target: Target, workdir: Path) -> KdfTiming:
+def measure(spec: BackendSpec, target: Target, workdir: Path) -> KdfTiming:
     """Time create and the mount of an existing volume with each key derivation setting of the
-    backend of ``spec_text``. KdfUnavailable when it cannot run here; a spec that sets the cost
+    backend of ``spec``. KdfUnavailable when it cannot run here; a spec that sets the cost
     itself (``kdf=``, ``pim=``, ``scryptn=``) is timed as given, as its one setting."""
-    spec = BackendSpec.parse(spec_text)
+    spec_text = str(spec)
     backend = make_backend(spec)
     settings = backend.kdf_settings
     if not settings:
@@ -92,7 +92,7 @@ def measure(spec_text: str, target: Target, workdir: Path) -> KdfTiming:
     trust.make_private_dir(workdir)  # 0700 whatever the umask: dead-run cleanup checks it
     for setting in settings:
         variant = make_backend(setting_spec(spec, setting, settings if not given else ()))
-        problems = variant.problems(target) + placement_problems(variant, target)
+        problems = variant.unavailable_reasons(target)
         if problems:
             raise KdfUnavailable("; ".join(problems))
         timing.settings[setting] = time_open(variant, target, workdir / setting)

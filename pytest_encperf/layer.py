@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 
 from . import host, resources
-from .backends import BASELINE, BackendError, BackendSpec, make_backend
+from .backends import BASELINE, BASELINE_SPEC, BackendError, BackendSpec, make_backend
 from .engines import Engine
 from .ladder import LayerRungs, Rung
 from .roundplan import RoundPlan
@@ -99,7 +99,7 @@ def measure_layers(
     try:
         point = mount_ram(base, settings.plan.size, cleanup)
         target = Target("container", point, container_size(settings.plan.size), ram=True)
-        plain = open_volume(make_backend(BackendSpec.parse(BASELINE)), target, point / f"00-{BASELINE}")
+        plain = open_volume(make_backend(BASELINE_SPEC), target, point / f"00-{BASELINE}")
         try:
             for index, (spec, workloads) in enumerate(cases, start=1):
                 try:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from . import backends, hookspec
-from .backends import BASELINE
+from .backends import BASELINE_SPEC, BackendSpec
 from .inplace import InplaceTiming
 from .kdf import KdfTiming
 from .runner import TASK_NEEDS_PLAIN, MountedVolume, Runner
@@ -101,7 +101,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # one xdist group per backend, for --dist loadgroup (pytest-xdist 3.8 under pytest 9.2 does
         # not yet keep such session-scoped parameters together: a worker may make its own volume)
         group = pytest.mark.xdist_group
-        specs = [pytest.param(s, id=s, marks=group(f"encperf-{s}")) for s in session.settings.backend_specs]
+        specs = [pytest.param(s, id=str(s), marks=group(f"encperf-{s}")) for s in session.settings.backends]
         metafunc.parametrize("encperf_volume", specs, indirect=True, scope="session")
     if "encperf_workload" in metafunc.fixturenames:
         workloads = session.settings.workloads
@@ -113,8 +113,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize("encperf_workload", [pytest.param(None, id="no-workload", marks=why)])
     if "encperf_kdf" in metafunc.fixturenames:
         if KDF_PROFILE in session.settings.profile:
-            with_baseline = [BASELINE, *session.settings.backend_specs]
-            metafunc.parametrize("encperf_kdf", list(dict.fromkeys(with_baseline)), indirect=True)
+            metafunc.parametrize("encperf_kdf", _with_baseline(session.settings.backends), indirect=True)
         else:
             why = pytest.mark.skip(reason=f"the {KDF_PROFILE} profile is not selected (--encperf-profile)")
             metafunc.parametrize(
@@ -122,12 +121,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             )
     if "encperf_inplace" in metafunc.fixturenames:
         if session.settings.inplace:
-            with_baseline = [BASELINE, *session.settings.backend_specs]
-            metafunc.parametrize("encperf_inplace", list(dict.fromkeys(with_baseline)), indirect=True)
+            metafunc.parametrize("encperf_inplace", _with_baseline(session.settings.backends), indirect=True)
         else:
             why = pytest.mark.skip(reason="in-place encryption is not asked for (--encperf-inplace)")
             unasked = pytest.param(None, id="inplace", marks=why)
             metafunc.parametrize("encperf_inplace", [unasked], indirect=True)
+
+
+def _with_baseline(specs: list[BackendSpec]) -> list[object]:
+    """Plain and the selected backends, each once, as parameters named by their spec text."""
+    unique = dict.fromkeys([BASELINE_SPEC, *specs])
+    return [pytest.param(spec, id=str(spec)) for spec in unique]
 
 
 def _workload_marks(session: EncperfSession, workload: Workload) -> list[pytest.MarkDecorator]:
@@ -160,7 +164,7 @@ def encperf_baseline(request: pytest.FixtureRequest) -> Iterator[MountedVolume |
         yield None
         return
     with _skip_or_fail():
-        mounted = session.volumes.open(BASELINE)
+        mounted = session.volumes.open(BASELINE_SPEC)
     try:
         yield mounted
     finally:

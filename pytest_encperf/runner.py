@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import children, host, load, realwork, trust
-from .backends import BackendBase, BackendError, Volume, placement_problems
+from .backends import BackendBase, BackendError, Volume
 from .engines import Engine
 from .engines.observe import Observe
 from .host import HostError, signals_deferred
@@ -120,7 +120,7 @@ FIRST_WRITE_BYTES = 4096
 
 def open_volume(backend: BackendBase, target: Target, workdir: Path) -> MountedVolume:
     """Check, create and mount; on any failure everything made so far is torn down."""
-    problems = backend.problems(target) + placement_problems(backend, target)
+    problems = backend.unavailable_reasons(target)
     if problems:
         raise Unavailable("; ".join(problems))
     workdir.parent.mkdir(parents=True, exist_ok=True)  # a session's run directory: there already

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from . import backends, deadruns, host, journal, machine, resources
+from .backends import BackendSpec
 from .engines import Engine, select_engine
 from .gate import EXIT_REGRESSION
 from .inplace import InplaceTiming
@@ -80,14 +81,14 @@ class EncperfSession:
     def close(self, mounted: MountedVolume) -> None:
         self.record.add_baseline_rounds(mounted.spec, self.volumes.close(mounted))
 
-    def measure_kdf(self, spec_text: str) -> KdfTiming:
-        timing = self.volumes.measure_kdf(spec_text)
-        self.record.kdf[spec_text] = timing.to_dict()
+    def measure_kdf(self, spec: BackendSpec) -> KdfTiming:
+        timing = self.volumes.measure_kdf(spec)
+        self.record.kdf[str(spec)] = timing.to_dict()
         return timing
 
-    def measure_inplace(self, spec_text: str) -> InplaceTiming:
-        timing = self.volumes.measure_inplace(spec_text)
-        self.record.inplace[spec_text] = timing.to_dict()
+    def measure_inplace(self, spec: BackendSpec) -> InplaceTiming:
+        timing = self.volumes.measure_inplace(spec)
+        self.record.inplace[str(spec)] = timing.to_dict()
         return timing
 
     def runner(

@@ -527,7 +527,9 @@ class Settings:
 
     @property
     def backend_specs(self) -> list[str]:
-        """The selected backends, as their spec texts (``luks2:cipher=aes-xts-plain64``)."""
+        """The selected backends' spec texts (``luks2:cipher=aes-xts-plain64``): the identity of their
+        results (``Result.backend``), for the reports and the merge. The volumes are made from
+        ``backends``, the specs themselves."""
         return [str(spec) for spec in self.backends]
 
     @property

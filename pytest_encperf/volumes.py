@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import host, inplace, journal, kdf, realwork, resources, secretdirs
-from .backends import BASELINE, BackendSpec, make_backend, placement_problems
+from .backends import BASELINE, BASELINE_SPEC, BackendSpec, make_backend
 from .engines import Engine
 from .inplace import InplaceTiming
 from .kdf import KdfTiming
@@ -147,7 +147,7 @@ class Volumes:
 
     def measure_baseline(self) -> dict[str, list[Measurement]]:
         """Partition target: plain ext4 on the partition, every workload's rounds, then removed."""
-        mounted = self.open(BASELINE)
+        mounted = self.open(BASELINE_SPEC)
         try:
             s = self.settings
             with host.measurement_lock(self.lock_disks(mounted), waiting=self.lock_waiting()):
@@ -172,19 +172,19 @@ class Volumes:
                 self._claim = claim
         return self._device_refused
 
-    def open(self, spec_text: str) -> MountedVolume:
+    def open(self, spec: BackendSpec) -> MountedVolume:
         """Create and mount a volume; VolumeSkip with the reason when the backend can't run here."""
+        spec_text = str(spec)  # the key of its skip, error, life cycle and results
         if self.refused:
             raise VolumeFailure(self.refused)
         if spec_text in self.skipped:
             raise VolumeSkip(f"{spec_text}: {self.skipped[spec_text]}")
         if spec_text in self.errors:
             raise VolumeFailure(self.errors[spec_text])
-        backend = make_backend(BackendSpec.parse(spec_text))
+        backend = make_backend(spec)
         if self.settings.one_volume_at_a_time:
             # checked before anything is measured or written for this backend
-            problems = backend.problems(self.target) + placement_problems(backend, self.target)
-            refused = "; ".join(problems) or self.hold_device()
+            refused = "; ".join(backend.unavailable_reasons(self.target)) or self.hold_device()
             if refused:
                 self.skipped[spec_text] = refused
                 raise VolumeSkip(f"{spec_text}: {refused}")
@@ -239,7 +239,7 @@ class Volumes:
                     self.lifecycle[mounted.spec] = {step: [s] for step, s in mounted.lifecycle.items()}
             try:
                 if first and not self.interrupted:  # interrupted: nothing more is measured
-                    self.time_more_cycles(mounted.spec)
+                    self.time_more_cycles(mounted.backend.spec)
             finally:
                 with host.signals_deferred():
                     self._take_device_back()
@@ -247,12 +247,13 @@ class Volumes:
             return self.measure_baseline()  # the partition again, now that the volume is gone
         return {}
 
-    def time_more_cycles(self, spec_text: str) -> None:
+    def time_more_cycles(self, spec: BackendSpec) -> None:
         """--encperf-lifecycle-cycles N: after the benchmark volume, N-1 more life cycles of a
         fresh volume of the same backend on the same target (so each cycle times the same
         thing), each step's seconds added to the backend's samples. Interrupted, close_all
         releases the volume open at that moment."""
-        backend = make_backend(BackendSpec.parse(spec_text))
+        spec_text = str(spec)
+        backend = make_backend(spec)
         for _ in range(self.settings.lifecycle_cycles - 1):
             workdir = self.run_dir() / f"{next(self._counter):02d}-cycle-{slug(spec_text)}"
             cycle = open_volume(backend, self.target, workdir)
@@ -263,10 +264,11 @@ class Volumes:
             for step, seconds in cycle.lifecycle.items():
                 self.lifecycle[spec_text].setdefault(step, []).append(seconds)
 
-    def _extra_volumes_allowed(self, spec_text: str, what: str) -> None:
+    def _extra_volumes_allowed(self, spec: BackendSpec, what: str) -> None:
         """VolumeFailure/VolumeSkip unless ``what`` may make volumes of its own for ``spec_text``:
         never on the partition target, whose device the benchmark volumes hold (DeviceClaim) and
         which the user named for them alone."""
+        spec_text = str(spec)
         if self.refused:
             raise VolumeFailure(self.refused)
         if self.target.kind == "partition":
@@ -274,28 +276,28 @@ class Volumes:
         if spec_text in self.skipped:
             raise VolumeSkip(f"{spec_text}: {self.skipped[spec_text]}")
 
-    def measure_kdf(self, spec_text: str) -> KdfTiming:
+    def measure_kdf(self, spec: BackendSpec) -> KdfTiming:
         """The kdf profile's row of one backend (pytest_encperf.kdf); VolumeSkip with the reason
         when the backend cannot run here."""
-        self._extra_volumes_allowed(spec_text, "the kdf profile")
-        workdir = self.run_dir() / f"{next(self._counter):02d}-kdf-{slug(spec_text)}"
+        self._extra_volumes_allowed(spec, "the kdf profile")
+        workdir = self.run_dir() / f"{next(self._counter):02d}-kdf-{slug(str(spec))}"
         try:
             # not beside another worker's measurement: a key derivation is CPU and memory bound
             with self.between_measurements():
-                return kdf.measure(spec_text, self.target, workdir)
+                return kdf.measure(spec, self.target, workdir)
         except kdf.KdfUnavailable as exc:  # its own skip: the backend's benchmark may still run
-            raise VolumeSkip(f"{spec_text}: {exc}") from None
+            raise VolumeSkip(f"{spec}: {exc}") from None
 
-    def measure_inplace(self, spec_text: str) -> InplaceTiming:
+    def measure_inplace(self, spec: BackendSpec) -> InplaceTiming:
         """The in-place encryption figure of one backend (pytest_encperf.inplace) with a file of
         ``--encperf-size``; VolumeSkip with the reason when the backend cannot run here."""
-        self._extra_volumes_allowed(spec_text, "in-place encryption")
-        workdir = self.run_dir() / f"{next(self._counter):02d}-inplace-{slug(spec_text)}"
+        self._extra_volumes_allowed(spec, "in-place encryption")
+        workdir = self.run_dir() / f"{next(self._counter):02d}-inplace-{slug(str(spec))}"
         try:
             with self.between_measurements():
-                return inplace.measure(spec_text, self.target, workdir, self.settings.size)
+                return inplace.measure(spec, self.target, workdir, self.settings.size)
         except inplace.InplaceUnavailable as exc:  # its own skip, as the kdf profile's
-            raise VolumeSkip(f"{spec_text}: {exc}") from None
+            raise VolumeSkip(f"{spec}: {exc}") from None
 
     def close_all(self) -> None:
         """Safety net at session end: release whatever a fixture did not (newest first)."""

@@ -103,6 +103,10 @@ class BackendSpec:
         return self.name + ":" + ",".join(f"{k}={v}" for k, v in self.params)
 
 
+# The plain baseline's spec, as the fixtures and the partition's plain rounds open it.
+BASELINE_SPEC = BackendSpec(BASELINE)
+
+
 @dataclass
 class Volume:
     """A volume and every resource it holds, so teardown can always find them."""
@@ -235,8 +239,16 @@ class BackendBase:
         return self.spec.name
 
     # ------------------------------------------------------------ availability
+    def unavailable_reasons(self, target: Target) -> list[str]:
+        """Why this backend cannot run on ``target`` here, empty when it can: the one decision,
+        asked by the volumes (a skip), create(), the kdf and in-place measurements and
+        ``encperf backends``. Its own ``problems`` and the placement rules every backend is held
+        to (``placement_problems``)."""
+        return self.problems(target) + placement_problems(self, target)
+
     def problems(self, target: Target) -> list[str]:
-        """Why this backend cannot run on ``target`` here; empty when it can."""
+        """What this backend needs of ``target`` and the machine and does not have (the target's
+        rules and ``requirements``); see ``unavailable_reasons`` for the whole decision."""
         return self.target_problems(target) + self.requirements(target)
 
     def target_problems(self, target: Target) -> list[str]:
@@ -305,7 +317,7 @@ class BackendBase:
     # ------------------------------------------------------------ life cycle
     def create(self, target: Target, workdir: Path) -> Volume:
         """Check, make the Volume, run ``build`` (undone by destroy() when it fails)."""
-        self.refuse_unless_available(self.problems(target) + placement_problems(self, target))
+        self.refuse_unless_available(self.unavailable_reasons(target))
         volume = Volume(self, target, workdir)
         started = time.perf_counter()
         with self.undo_on_failure(volume, self.create_step, self.destroy):

@@ -106,7 +106,7 @@ def problems_here(spec: str, base: Path) -> list[str]:
         backend = make_backend(BackendSpec.parse(spec))
     except ValueError as exc:
         return [f"needs parameters: {exc}"]
-    return backend.problems(Target("container", base, container_size(2 * MiB)))
+    return backend.unavailable_reasons(Target("container", base, container_size(2 * MiB)))
 
 
 def secret_dirs(pid: int) -> list[Path]:

@@ -3,12 +3,13 @@ the parameter table, and the target helpers every backend shares."""
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host, mounting
+from pytest_encperf import cli, host, inplace, kdf, mounting
 from pytest_encperf.backends import (
     BackendBase,
     BackendError,
@@ -17,9 +18,13 @@ from pytest_encperf.backends import (
     Param,
     Volume,
     make_backend,
+    register,
+    unregister,
 )
 from pytest_encperf.parsing import parse_bool, parse_choice, parse_int
-from pytest_encperf.targets import Target
+from pytest_encperf.runner import Unavailable, open_volume
+from pytest_encperf.targets import Target, container_size
+from pytest_encperf.workloads import MiB
 
 
 class Steps(BackendBase):
@@ -97,6 +102,49 @@ def test_create_refuses_what_the_placement_rules_refuse(tmp_path: Path) -> None:
     with pytest.raises(BackendUnavailable, match="elsewhere: refused on the partition target: its data"):
         backend.create(partition, tmp_path / "vol")
     assert backend.log == []
+
+
+def test_whether_a_backend_can_run_here_is_decided_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One decision (unavailable_reasons: the backend's problems and the placement rules), asked
+    by the volumes, create(), the kdf and in-place measurements and ``encperf backends``."""
+
+    class Elsewhere(Steps):
+        kdf_settings = ("default",)
+
+        def partition_refusal(self, target: Target) -> str | None:
+            return "its data lives elsewhere"
+
+    monkeypatch.setattr(Steps, "missing", ["elsewhere: needs frobnicate"])
+    partition = Target("partition", tmp_path, 1 << 20, device=Path("/dev/encperf-none"))
+    spec = BackendSpec("elsewhere")
+    reasons = Elsewhere(spec).unavailable_reasons(partition)
+    assert reasons[-2:] == [
+        "elsewhere: needs frobnicate",
+        "elsewhere: refused on the partition target: its data lives elsewhere",
+    ]
+    said = "; ".join(reasons)
+    register("elsewhere", Elsewhere)
+    try:
+        with pytest.raises(Unavailable) as skipped:
+            open_volume(make_backend(spec), partition, tmp_path / "volume")
+        assert str(skipped.value) == said
+        with pytest.raises(BackendUnavailable) as refused:
+            make_backend(spec).create(partition, tmp_path / "created")
+        assert str(refused.value) == f"elsewhere: cannot run here: {said}"
+        with pytest.raises(kdf.KdfUnavailable) as no_kdf:
+            kdf.measure(spec, partition, tmp_path / "kdf")
+        assert str(no_kdf.value) == said
+        with pytest.raises(inplace.InplaceUnavailable) as no_inplace:
+            inplace.measure(spec, partition, tmp_path / "inplace", 1 << 20)
+        assert str(no_inplace.value) == said
+        directory = Target("directory", tmp_path, container_size(256 * MiB))
+        assert cli.run_backends(argparse.Namespace(name="elsewhere", target="directory", dir=tmp_path)) == 0
+        row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("elsewhere"))
+        assert row.split(None, 2)[1:] == ["no", "; ".join(make_backend(spec).unavailable_reasons(directory))]
+    finally:
+        unregister("elsewhere")
 
 
 def test_mount_refuses_when_the_machine_lost_what_the_backend_needs(

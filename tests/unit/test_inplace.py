@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_encperf.backends import BackendSpec
 from pytest_encperf.inplace import (
     FILL_FILE,
     InplaceTiming,
@@ -37,5 +38,5 @@ def test_rate_is_decimal_megabytes_per_second() -> None:
 def test_in_place_luks2_on_a_partition_is_a_skip_not_a_failure(tmp_path: Path) -> None:
     target = Target("partition", tmp_path, 1 << 20, device=Path("/dev/encperf-no-such-device"))
     with pytest.raises(InplaceUnavailable, match="container target only"):
-        measure("luks2", target, tmp_path / "inplace", 1 << 20)
+        measure(BackendSpec("luks2"), target, tmp_path / "inplace", 1 << 20)
     assert not (tmp_path / "inplace").exists()

@@ -23,7 +23,7 @@ def test_both_settings_are_spec_parameters_and_a_single_one_leaves_the_spec() ->
 
 @pytest.mark.parametrize("name", ["plain", "fscrypt", "dm-plain"])
 def test_a_backend_without_key_derivation_says_so(name: str, tmp_path: Path) -> None:
-    timing = kdf.measure(name, Target("container", tmp_path, 1 << 20), tmp_path / "kdf")
+    timing = kdf.measure(BackendSpec(name), Target("container", tmp_path, 1 << 20), tmp_path / "kdf")
     assert timing.note == "no key derivation" and timing.settings == {}
     assert not (tmp_path / "kdf").exists()  # nothing made
 
