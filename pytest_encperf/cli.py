@@ -21,7 +21,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from . import backends, deadruns, gatescope, journal, machine, storage, sweep
+from . import __version__, backends, deadruns, gatescope, journal, machine, storage, sweep
 from .backends import BASELINE, BackendSpec, backend_class, known_names, make_backend, recommend
 from .gate import EXIT_REGRESSION, Verdict, judge
 from .model import RunData
@@ -439,6 +439,7 @@ COMMANDS: dict[str, Command] = {
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="encperf", description="pytest-encperf's saved runs")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
         "--storage",
         type=argument_type(parse_path),

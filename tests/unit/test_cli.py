@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
 
+import pytest_encperf
 from pytest_encperf import cli, storage, sweep
 from pytest_encperf.backends import recommend
 from pytest_encperf.gate import EXIT_REGRESSION
@@ -242,6 +244,17 @@ def test_errors_are_messages_with_exit_status(tmp_path: Path, capsys: pytest.Cap
         encperf(tmp_path, "compare", "main", "main", "--fail", "seq-reed:5%")
     assert info.value.code == 2
     assert "unknown part 'seq-reed'" in capsys.readouterr().err
+
+
+def test_version_prints_the_package_version_from_its_one_source(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"encperf {pytest_encperf.__version__}\n"
+    # the package's metadata reads the same attribute: the version is written in one place
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pyproject["project"]["dynamic"] == ["version"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "pytest_encperf.__version__"}
 
 
 def test_backends_doctor_lists_every_backend_with_reason(capsys: pytest.CaptureFixture[str]) -> None:
