@@ -15,7 +15,8 @@ from . import backends, hookspec
 from .backends import BASELINE_SPEC, BackendSpec
 from .inplace import InplaceTiming
 from .kdf import KdfTiming
-from .runner import TASK_NEEDS_PLAIN, MountedVolume, Runner
+from .mounted import MountedVolume
+from .runner import TASK_NEEDS_PLAIN, Runner
 from .session import EncperfSession
 from .settings import OPTIONS, resolve
 from .volumes import VolumeFailure, VolumeSkip

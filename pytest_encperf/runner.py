@@ -1,36 +1,26 @@
-"""Volume lifecycle and the measuring loop behind the ``encperf`` fixture (no pytest)."""
+"""The measuring behind the ``encperf`` fixture (no pytest): ``Runner`` prepares each workload's
+test files on a mounted volume and plain's (mounted.py makes them), holds the measurement lock
+and hands the paired rounds to rounds.py; on the partition target, the rounds of one side alone."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import functools
-import hashlib
-import os
-import random
-import re
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from . import children, host, load, realwork, trust
-from .backends import BackendBase, BackendError, Volume
+from . import load, realwork
 from .engines import Engine
 from .engines.observe import Observe
-from .host import HostError, signals_deferred
+from .host import HostError
 from .model import Measurement, Result
+from .mounted import MountedVolume, verify_after_remount
 from .roundplan import RoundPlan
 from .rounds import ConfirmBudget, Confirmer, PairedRounds, QuietAgain, RoundMeter, Side, measure_rounds
-from .targets import Target
 from .workloads import Workload
-
-
-class Unavailable(Exception):
-    """The backend cannot run here; the message is the skip reason."""
-
 
 TASK_NEEDS_PLAIN = (
     "real-work tasks need the plain volume beside the volume, which the partition target does not "
@@ -42,179 +32,12 @@ class RunError(RuntimeError):
     """A workload could not run (disk full, I/O error); the message says where and what to do."""
 
 
-class IntegrityError(RuntimeError):
-    """Data written through a backend did not read back intact after unmount + mount."""
-
-
 # What a failing write means for the user, by errno (a full disk under a loop device shows as EIO).
 _STORAGE_ERRORS = {
     errno.ENOSPC: "disk full",
     errno.EDQUOT: "disk quota exceeded",
     errno.EIO: "I/O error (is the disk under --encperf-dir full?)",
 }
-
-VERIFY_FILE = "encperf-verify.bin"
-VERIFY_BYTES = 4 * 1024 * 1024
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.-]+", "_", text)[:60]
-
-
-@dataclass
-class MountedVolume:
-    """A created and mounted volume, as fixtures hand it to tests."""
-
-    backend: BackendBase
-    volume: Volume
-    data_dir: Path
-    description: dict[str, Any] = field(default_factory=dict)
-    lifecycle: dict[str, float] = field(default_factory=dict)  # LIFECYCLE_STEPS -> seconds
-
-    @property
-    def spec(self) -> str:
-        return str(self.backend.spec)
-
-    @property
-    def devices(self) -> tuple[str, ...]:
-        """Block devices whose counters tell what reached the storage: the volume's own device
-        (``Volume.device``, e.g. its loop device) or the one holding its data directory, then the
-        devices below it."""
-        device = self.volume.device
-        name = device.name if device else host.block_device_of(self.data_dir)
-        return (name, *host.devices_below(name)) if name else ()
-
-    @property
-    def daemon_pids(self) -> tuple[int, ...]:
-        """The backend's own processes (FUSE daemons): those its cleanups registered, and those
-        another program started for it (``Volume.foreign_daemons``)."""
-        resources = [*self.volume.created.resources, *self.volume.mounted.resources]
-        ours = [int(r.ident) for r in resources if r.kind == "process" and r.ident.isdigit()]
-        # a daemon registered before it started is known by its mark (and so is what it forked)
-        ours += [
-            m.process.pid for r in resources if r.kind == "daemon" for m in children.marked_processes(r.ident)
-        ]
-        return tuple(ours + [pid for pid in self.volume.foreign_daemons if pid not in ours])
-
-    @property
-    def caveats(self) -> tuple[str, ...]:
-        """What holds for every round on this volume (model.CAVEATS): a loop device among its
-        devices whose direct I/O is off (the container's attach asked for it; the kernel or the
-        file below can refuse, as a FUSE export does)."""
-        loops = [name for name in self.devices if (Path("/sys/block") / name / "loop").is_dir()]
-        off = [name for name in loops if not host.loop_direct_io(Path("/dev") / name)]
-        return ("loop-dio-off",) if off else ()
-
-    def observe(self) -> Observe:
-        return Observe(
-            devices=self.devices,
-            daemon_pids=self.daemon_pids,
-            store_below=self.backend.store_below,
-            caveats=self.caveats,
-        )
-
-
-FIRST_WRITE_FILE = ".encperf-first-write"
-FIRST_WRITE_BYTES = 4096
-
-
-def open_volume(backend: BackendBase, target: Target, workdir: Path) -> MountedVolume:
-    """Check, create and mount; on any failure everything made so far is torn down."""
-    problems = backend.unavailable_reasons(target)
-    if problems:
-        raise Unavailable("; ".join(problems))
-    workdir.parent.mkdir(parents=True, exist_ok=True)  # a session's run directory: there already
-    trust.make_private_dir(workdir)  # 0700 whatever the umask: dead-run cleanup checks it
-    volume: Volume | None = None
-    try:
-        started = time.perf_counter()
-        volume = backend.create(target, workdir)
-        created = time.perf_counter()
-        data_dir = backend.mount(volume)
-        mounted = time.perf_counter()
-        # the base times its steps without the availability checks; a backend that overrides
-        # create() or mount() is timed whole
-        lifecycle = {
-            "create": volume.timings.get("create", created - started),
-            "mount": volume.timings.get("mount", mounted - created),
-            "first write": first_write_seconds(data_dir),
-        }
-        return MountedVolume(backend, volume, data_dir, backend.describe(volume), lifecycle)
-    except (BackendError, HostError, OSError) as exc:
-        if volume is not None:
-            backend.destroy(volume)
-        message = str(exc)
-        if not message.startswith(f"{backend.spec}:"):  # backends' own errors name it already
-            message = f"{backend.spec}: {message}"
-        raise BackendError(message) from exc
-    except BaseException:  # Ctrl-C / SIGTERM: a second one must not cut the teardown in half
-        if volume is not None:
-            with signals_deferred():
-                backend.destroy(volume)
-        raise
-
-
-def first_write_seconds(data_dir: Path) -> float:
-    """How long the first durable write on a freshly mounted volume takes: one FIRST_WRITE_BYTES
-    file created, written and fsynced (what a FUSE daemon or a key derivation left for the first
-    I/O shows here), then removed."""
-    path = data_dir / FIRST_WRITE_FILE
-    data = os.urandom(FIRST_WRITE_BYTES)
-    started = time.perf_counter()
-    with path.open("wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    seconds = time.perf_counter() - started
-    path.unlink()
-    return seconds
-
-
-def close_volume(mounted: MountedVolume) -> None:
-    """Unmount, then destroy: each step's time joins the volume's life cycle."""
-    started = time.perf_counter()
-    mounted.backend.unmount(mounted.volume)
-    unmounted = time.perf_counter()
-    mounted.backend.destroy(mounted.volume)
-    mounted.lifecycle.update(unmount=unmounted - started, destroy=time.perf_counter() - unmounted)
-
-
-def remount_volume(mounted: MountedVolume) -> None:
-    """Unmount and mount again (both through the backend), so reads come from the disk."""
-    mounted.backend.unmount(mounted.volume)
-    mounted.data_dir = mounted.backend.mount(mounted.volume)
-
-
-def _sha256(path: Path) -> str:
-    try:
-        with path.open("rb") as handle:
-            return hashlib.file_digest(handle, "sha256").hexdigest()
-    except FileNotFoundError:
-        return "missing"
-
-
-def verify_after_remount(mounted: MountedVolume, names: list[str]) -> None:
-    """Checksum ``names`` (files in the data directory) and a known pattern file, remount the
-    volume, checksum again: any difference raises IntegrityError naming the file."""
-    size = VERIFY_BYTES
-    pattern = random.Random(f"encperf-verify {mounted.spec}").randbytes(size)
-    with (mounted.data_dir / VERIFY_FILE).open("wb") as handle:
-        handle.write(pattern)
-        handle.flush()
-        os.fsync(handle.fileno())
-    expected = {VERIFY_FILE: hashlib.sha256(pattern).hexdigest()}
-    expected.update({name: _sha256(mounted.data_dir / name) for name in names})
-    remount_volume(mounted)
-    got = {name: _sha256(mounted.data_dir / name) for name in expected}
-    bad = [
-        f"{name}: sha256 {expected[name][:16]}... written, {got[name][:16]}... read back"
-        for name in expected
-        if got[name] != expected[name]
-    ]
-    if bad:
-        raise IntegrityError(
-            f"{mounted.spec}: data did not read back intact after unmount + mount: {'; '.join(bad)}"
-        )
 
 
 def io_mode_policy(engine: Engine, volume_file: Path, baseline_file: Path) -> tuple[bool, str]:
@@ -439,35 +262,19 @@ class Runner:
         before the volume was created (and more are added after it is removed). No A B B A order
         and no confirmation rounds here: the baseline cannot be measured beside the volume."""
         with self.between_measurements() as waited_to_prepare:
-            volume_file = self.engine.prepare(self.volume.data_dir, self.plan.size)
-            o_direct = self.engine.io_mode(volume_file)
-        direct = direct_io(o_direct, workload)
-        observe = self.volume.observe()
+            alone = SideAlone.prepare(self.engine, self.volume, self.plan.size, self.meter)
         result = Result(
             backend=self.volume.spec,
             workload=workload,
-            description={**self.volume.description, "o_direct": o_direct, "baseline": "before/after"},
+            description={**self.volume.description, "o_direct": alone.o_direct, "baseline": "before/after"},
             warmup_rounds=self.plan.warmup,
         )
         result.baseline_rounds.extend(self.measured_baseline.get(workload.name, []))
         with self.lock() as waited:
             result.lock_wait = waited_to_prepare + waited
             self._wait_for_quiet(result, self.volume)
-            result.rounds.extend(
-                rounds_on_one_side(
-                    self.engine,
-                    workload,
-                    volume_file,
-                    direct=direct,
-                    observe=observe,
-                    runtime=self.plan.runtime,
-                    warmup_runtime=self.plan.warmup_runtime,
-                    warmup=self.plan.warmup,
-                    rounds=self.plan.rounds,
-                    meter=self._round_meter(self.volume),
-                    told=functools.partial(self._tell, workload, self.volume.spec),
-                )
-            )
+            told = functools.partial(self._tell, workload, self.volume.spec)
+            result.rounds.extend(alone.rounds(workload, self.plan, self.plan.warmup_runtime, told))
         result.stop_reason = f"{self.plan.rounds} rounds (partition: no confirmation rounds)"
         self.record(result)
         return result
@@ -483,23 +290,9 @@ def measure_all(
     """Every workload's rounds on one volume (the partition target's baseline); with a ``meter``
     each round records what others took of the machine meanwhile. Its warm-up rounds last a
     whole round's runtime."""
-    round_meter = RoundMeter(meter, mounted.daemon_pids)
-    path = engine.prepare(mounted.data_dir, plan.size)
-    o_direct = engine.io_mode(path)
-    observe = mounted.observe()
+    alone = SideAlone.prepare(engine, mounted, plan.size, meter)
     return {
-        workload.name: rounds_on_one_side(
-            engine,
-            workload,
-            path,
-            direct=direct_io(o_direct, workload),
-            observe=observe,
-            runtime=plan.runtime,
-            warmup_runtime=plan.runtime,
-            warmup=plan.warmup,
-            rounds=plan.rounds,
-            meter=round_meter,
-        )
+        workload.name: alone.rounds(workload, plan, plan.runtime)
         for workload in workloads
         if workload.kind != "task"  # needs a volume beside plain: not on a partition
     }
@@ -511,32 +304,48 @@ def direct_io(o_direct: str, workload: Workload) -> bool:
     return o_direct == "direct" and workload.kind != "files"
 
 
-def rounds_on_one_side(
-    engine: Engine,
-    workload: Workload,
-    path: Path,
-    *,
-    direct: bool,
-    observe: Observe,
-    runtime: float,
-    warmup_runtime: float,
-    warmup: int,
-    rounds: int,
-    meter: RoundMeter,
-    told: Callable[[Measurement], None] = lambda measurement: None,
-) -> list[Measurement]:
-    """``warmup`` rounds (discarded) then ``rounds`` metered rounds of ``workload`` on one side
-    alone: a partition holds one volume at a time, so its baseline and each volume are measured
-    on their own (before/after, no A B B A). ``told`` hears of every round, warm-up too."""
+@dataclass(frozen=True)
+class SideAlone:
+    """One volume measured alone: a partition holds one volume at a time, so its plain baseline
+    and each volume are measured on their own (before/after, no A B B A). The test file is
+    prepared once; each workload's rounds run on it (``rounds``)."""
 
-    def once(seconds: float) -> Measurement:
-        return engine.run(workload, path, runtime=seconds, direct=direct, observe=observe)
+    engine: Engine
+    path: Path  # the test file
+    o_direct: str  # what O_DIRECT gives on it (Engine.io_mode)
+    observe: Observe
+    meter: RoundMeter
 
-    for _ in range(warmup):
-        told(once(warmup_runtime))
-    measured: list[Measurement] = []
-    for _ in range(rounds):
-        measurement = meter.measure(functools.partial(once, runtime))
-        told(measurement)
-        measured.append(measurement)
-    return measured
+    @classmethod
+    def prepare(
+        cls, engine: Engine, mounted: MountedVolume, size: int, meter: load.LoadMeter | None
+    ) -> SideAlone:
+        """The test file of ``size`` bytes on ``mounted``; with a ``meter`` each round records
+        what others took of the machine (the volume's daemons are this run's)."""
+        path = engine.prepare(mounted.data_dir, size)
+        return cls(
+            engine, path, engine.io_mode(path), mounted.observe(), RoundMeter(meter, mounted.daemon_pids)
+        )
+
+    def rounds(
+        self,
+        workload: Workload,
+        plan: RoundPlan,
+        warmup_runtime: float,
+        told: Callable[[Measurement], None] = lambda measurement: None,
+    ) -> list[Measurement]:
+        """``plan.warmup`` rounds of ``warmup_runtime`` (discarded), then ``plan.rounds`` metered
+        rounds of ``workload``. ``told`` hears of every round, warm-up too."""
+        direct = direct_io(self.o_direct, workload)
+
+        def once(seconds: float) -> Measurement:
+            return self.engine.run(workload, self.path, runtime=seconds, direct=direct, observe=self.observe)
+
+        for _ in range(plan.warmup):
+            told(once(warmup_runtime))
+        measured: list[Measurement] = []
+        for _ in range(plan.rounds):
+            measurement = self.meter.measure(functools.partial(once, plan.runtime))
+            told(measurement)
+            measured.append(measurement)
+        return measured

@@ -28,10 +28,11 @@ from .inplace import InplaceTiming
 from .kdf import KdfTiming
 from .load import LoadMeter
 from .model import MachineRun, Result
+from .mounted import MountedVolume
 from .outcome import Outcome, did_not_finish
 from .record import RunRecord
 from .report import terminal
-from .runner import MountedVolume, Runner
+from .runner import Runner
 from .settings import Settings
 from .statusline import StatusLine
 from .sweep import FamilyRanking

@@ -26,7 +26,8 @@ from .inplace import InplaceTiming
 from .kdf import KdfTiming
 from .load import LoadMeter
 from .model import Measurement
-from .runner import MountedVolume, Unavailable, close_volume, measure_all, open_volume, slug
+from .mounted import MountedVolume, Unavailable, close_volume, open_volume, slug
+from .runner import measure_all
 from .settings import Settings
 from .targets import DeviceClaim, Target, container_size
 from .workloads import MiB

@@ -21,8 +21,8 @@ from pytest_encperf.backends import (
     register,
     unregister,
 )
+from pytest_encperf.mounted import Unavailable, open_volume
 from pytest_encperf.parsing import parse_bool, parse_choice, parse_int
-from pytest_encperf.runner import Unavailable, open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
 

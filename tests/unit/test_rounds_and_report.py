@@ -14,9 +14,10 @@ from pytest_encperf.backends import BackendSpec, Volume
 from pytest_encperf.backends.plain import PlainBackend
 from pytest_encperf.ceiling import kernel_xts_driver
 from pytest_encperf.model import Measurement, Result
+from pytest_encperf.mounted import MountedVolume
 from pytest_encperf.report import detail_table, summary_table
-from pytest_encperf.roundplan import RoundPlan
-from pytest_encperf.runner import MountedVolume, Runner
+from pytest_encperf.roundplan import WARMUP_SECONDS, RoundPlan
+from pytest_encperf.runner import Runner, measure_all
 from pytest_encperf.settings import parse_steady_cv, parse_warmup
 from pytest_encperf.targets import Target
 from pytest_encperf.workloads import (
@@ -29,6 +30,7 @@ from pytest_encperf.workloads import (
     MiB,
     Workload,
     profile_workloads,
+    with_tree,
 )
 
 SEQ_READ = CDM[0]
@@ -89,6 +91,35 @@ def test_warmup_rounds_are_run_on_both_sides_and_discarded(tmp_path: Path) -> No
     assert [m.mb_per_s for m in result.baseline_rounds] == [100.0, 100.0]
     assert [m.mb_per_s for m in result.rounds] == [200.0, 200.0]
     assert result.warmup_rounds == 1 and result.stop_reason == "2 rounds"
+
+
+class RuntimeEngine(FakeEngine):
+    """FakeEngine that also keeps each round's runtime."""
+
+    def __init__(self, values: list[float]) -> None:
+        super().__init__(values)
+        self.runtimes: list[float] = []
+
+    def run(self, workload, path, *, runtime, direct, observe=None) -> Measurement:
+        self.runtimes.append(runtime)
+        return super().run(workload, path, runtime=runtime, direct=direct, observe=observe)
+
+
+def test_on_a_partition_plain_and_the_volume_are_measured_alone_by_one_routine(tmp_path: Path) -> None:
+    engine = RuntimeEngine([1.0, 100.0, 100.0, 1.0, 80.0, 80.0])
+    plan = RoundPlan(MiB, 5.0, 2, 1)
+    task = with_tree(PROFILES["realwork"].workloads[0], MiB, 1)
+    plain = measure_all(engine, mounted(tmp_path, "base"), [SEQ_READ, task], plan)
+    assert list(plain) == [SEQ_READ.name]  # a task needs plain beside the volume: not here
+    results: list[Result] = []
+    alone = Runner(engine, mounted(tmp_path, "vol"), None, plan, results.append, measured_baseline=plain)
+    result = alone.run(SEQ_READ)
+    assert [m.mb_per_s for m in result.baseline_rounds] == [100.0, 100.0]
+    assert [m.mb_per_s for m in result.rounds] == [80.0, 80.0] and results == [result]
+    assert result.stop_reason == "2 rounds (partition: no confirmation rounds)"
+    assert result.description["baseline"] == "before/after"
+    # plain's warm-up is a whole round; the volume's at most WARMUP_SECONDS, as beside plain
+    assert engine.runtimes == [5.0, 5.0, 5.0, WARMUP_SECONDS, 5.0, 5.0]
 
 
 def test_steady_state_adds_rounds_until_the_cv_is_low(tmp_path: Path) -> None:
