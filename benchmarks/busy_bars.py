@@ -35,9 +35,9 @@ from pytest_encperf.engines import select_engine
 from pytest_encperf.load import BUSY_SHARE, LoadMeter
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.mounted import close_volume, open_volume
+from pytest_encperf.optionparsers import parse_busy_threshold, parse_size
 from pytest_encperf.roundplan import RoundPlan
 from pytest_encperf.runner import Runner
-from pytest_encperf.settings import parse_busy_threshold, parse_size
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import CDM
 

@@ -3,7 +3,7 @@ here (backends), and release of what killed runs left behind (cleanup).
 
 Each subcommand is a ``Command`` (its arguments and its function) in ``COMMANDS``; adding one
 is one function pair and one line. Options share their parsers with the pytest plugin
-(settings.py), so ``--fail`` accepts exactly what ``--encperf-fail`` accepts.
+(options.py), so ``--fail`` accepts exactly what ``--encperf-fail`` accepts.
 
 Exit status: 0 ok, 1 error (missing or unreadable run), 2 usage error (argparse),
 ``gate.EXIT_REGRESSION`` (7) when ``encperf compare --fail`` finds a regression.
@@ -25,8 +25,10 @@ from . import __version__, backends, deadruns, gatescope, journal, machine, stor
 from .backends import BASELINE, BackendSpec, backend_class, known_names, make_backend, recommend
 from .gate import EXIT_REGRESSION, Verdict, judge
 from .model import RunData
+from .optionparsers import default_directory, parse_directory, parse_html_path
+from .options import OPTIONS
 from .outcome import load_baseline
-from .parsing import parse_bool, parse_text
+from .parsing import parse_bool, parse_choice, parse_path, parse_text
 from .parsing import parse_path as parse_path_param
 from .report import (
     cpu_line,
@@ -36,14 +38,6 @@ from .report import (
     sweep_report,
     verdict_header,
     verdict_report,
-)
-from .settings import (
-    OPTIONS,
-    default_directory,
-    parse_choice,
-    parse_directory,
-    parse_html_path,
-    parse_path,
 )
 from .targets import Target, container_size
 from .workloads import MiB

@@ -1,4 +1,4 @@
-"""Value parsers shared by the option table (settings.py) and the backends' parameter tables.
+"""Value parsers shared by the option table (options.py) and the backends' parameter tables.
 
 Each takes the text a user typed and returns the value, or raises ValueError whose message
 has one form: ``bad <what> '<text>': expected <the accepted forms>``. A caller that knows the

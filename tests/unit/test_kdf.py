@@ -10,7 +10,7 @@ import pytest
 from pytest_encperf import kdf
 from pytest_encperf.backends import BackendSpec
 from pytest_encperf.kdf import KdfSetting, KdfTiming, setting_spec
-from pytest_encperf.settings import parse_profiles
+from pytest_encperf.optionparsers import parse_profiles
 from pytest_encperf.targets import Target
 from pytest_encperf.workloads import profile_workloads
 

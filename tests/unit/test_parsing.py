@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_encperf import settings
+from pytest_encperf import options
 from pytest_encperf.parsing import parse_bool, parse_choice, parse_int, parse_int_choice
 
 
@@ -57,7 +57,7 @@ def test_parse_int_returns_a_number_in_range_or_names_the_range(text: str) -> No
 
 
 def test_one_switch_parser_for_options_and_backend_parameters() -> None:
-    assert settings.parse_bool is parse_bool
+    assert options.parse_bool is parse_bool
     assert [parse_bool(text) for text in ("1", "YES", "on", "true", "0", "no", "Off", "false")] == [
         True
     ] * 4 + [False] * 4

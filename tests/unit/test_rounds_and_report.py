@@ -15,10 +15,10 @@ from pytest_encperf.backends.plain import PlainBackend
 from pytest_encperf.ceiling import kernel_xts_driver
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.mounted import MountedVolume
+from pytest_encperf.optionparsers import parse_steady_cv, parse_warmup
 from pytest_encperf.report import detail_table, summary_table
 from pytest_encperf.roundplan import WARMUP_SECONDS, RoundPlan
 from pytest_encperf.runner import Runner, measure_all
-from pytest_encperf.settings import parse_steady_cv, parse_warmup
 from pytest_encperf.targets import Target
 from pytest_encperf.workloads import (
     ATTO,

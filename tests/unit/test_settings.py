@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf.backends import BackendSpec, parse_backend_list
+from pytest_encperf.optionparsers import parse_duration, parse_rounds, parse_size
 from pytest_encperf.roundplan import WARMUP_SECONDS, RoundPlan
-from pytest_encperf.settings import OPTIONS, parse_duration, parse_rounds, parse_size, resolve
+from pytest_encperf.settings import OPTIONS, resolve
 from pytest_encperf.workloads import GiB, MiB
 
 
@@ -156,13 +157,13 @@ def test_gate_options_reject_with_accepted_forms(option: str, value: str, messag
     ("text", "size"), [("1TB", 10**12), ("500GB", 500 * 10**9), ("2TiB", 2 * 2**40), ("1.5tb", 15 * 10**11)]
 )
 def test_project_size_takes_decimal_and_binary_units(text: str, size: int) -> None:
-    from pytest_encperf.settings import parse_project_size
+    from pytest_encperf.optionparsers import parse_project_size
 
     assert parse_project_size(text) == size
 
 
 def test_project_size_refuses_nonsense_with_the_accepted_forms() -> None:
-    from pytest_encperf.settings import parse_project_size
+    from pytest_encperf.optionparsers import parse_project_size
 
     with pytest.raises(ValueError, match=r"expected e\.g\. 1TB, 500GB, 2TiB"):
         parse_project_size("lots")
