@@ -25,7 +25,7 @@ from .rounds import ConfirmBudget
 from .settings import Settings
 from .sweep import FamilyRanking
 
-Machine = tuple[dict[str, Any], str]  # this machine's info and id (session.machine)
+MachineInfoAndId = tuple[dict[str, Any], str]  # this machine's info and id (session.machine_info_and_id)
 
 
 @dataclass
@@ -113,19 +113,21 @@ class Outcome:
         asked += [(option, path, "file") for option, path in reports if path is not None]
         return outputs.output_problems(asked)
 
-    def reference(self, machine: Callable[[], Machine]) -> Reference:
+    def reference(self, machine_info_and_id: Callable[[], MachineInfoAndId]) -> Reference:
         """The saved run to compare with and its history, loaded once: before this run saves, so
         ``latest`` is never this run itself (``machine``: this machine's info and id, read late)."""
         if self._reference is None:
-            self._reference = self._load_reference(*machine())
+            self._reference = self._load_reference(*machine_info_and_id())
         return self._reference
 
-    def reference_for(self, part: MachineRun, machine: Callable[[], Machine]) -> Reference:
+    def reference_for(
+        self, machine_run: MachineRun, machine_info_and_id: Callable[[], MachineInfoAndId]
+    ) -> Reference:
         """The reference of one machine of the run (another machine of a fleet: its own)."""
-        info, machine_id = machine()
-        if part.machine_id == machine_id and part.machine_info.get("node") == info.get("node"):
-            return self.reference(machine)
-        return self._load_reference(part.machine_info, part.machine_id)
+        info, machine_id = machine_info_and_id()
+        if machine_run.machine_id == machine_id and machine_run.machine_info.get("node") == info.get("node"):
+            return self.reference(machine_info_and_id)
+        return self._load_reference(machine_run.machine_info, machine_run.machine_id)
 
     def _load_reference(self, info: dict[str, Any], machine_id: str) -> Reference:
         s = self.settings
@@ -150,7 +152,7 @@ class Outcome:
             loaded.notes.insert(0, f"warning: {warning}")
         return loaded
 
-    def gate(self, machine: Callable[[], Machine], machines: int) -> Gate | None:
+    def gate(self, machine_info_and_id: Callable[[], MachineInfoAndId], machines: int) -> Gate | None:
         """What the runner asks whether a workload's checks are decided (None: no confirmation
         rounds, because nothing is gated, the budget is 0, or on a partition target); the checks
         of all ``machines`` of the run form one family."""
@@ -158,7 +160,7 @@ class Outcome:
         if not (s.fail or s.max_overhead) or s.confirm_budget <= 0 or s.one_volume_at_a_time:
             return None
         if self._gate is None:
-            reference = self.reference(machine)
+            reference = self.reference(machine_info_and_id)
             rules = s.fail if reference.run else []
             size = expected_family_size(
                 s.backend_specs,
@@ -180,15 +182,15 @@ class Outcome:
 
     def finish(
         self,
-        parts: Callable[[], list[MachineRun]],
-        machine: Callable[[], Machine],
+        merged_machine_runs: Callable[[], list[MachineRun]],
+        machine_info_and_id: Callable[[], MachineInfoAndId],
         rankings: Callable[[MachineRun], list[FamilyRanking]],
         incomplete: str,
     ) -> bool:
-        """Save, compare, write reports, decide (``parts``: the run's machines, merged); whether
-        the gate failed. Never raises: what went wrong is the verdict's error."""
+        """Save, compare, write reports, decide (``merged_machine_runs``: one MachineRun per machine
+        of the run); whether the gate failed. Never raises: what went wrong is the verdict's error."""
         try:
-            self.verdicts = self._judge(parts(), machine, rankings, incomplete)
+            self.verdicts = self._judge(merged_machine_runs(), machine_info_and_id, rankings, incomplete)
         except Exception as exc:  # never a traceback at the end of a run: say what went wrong
             self.verdicts = {"": Verdict(errors=[f"{type(exc).__name__}: {exc}"])}
         self.verdict = next(iter(self.verdicts.values())) if len(self.verdicts) == 1 else None
@@ -196,8 +198,8 @@ class Outcome:
 
     def _judge(
         self,
-        parts: list[MachineRun],
-        machine: Callable[[], Machine],
+        machine_runs: list[MachineRun],
+        machine_info_and_id: Callable[[], MachineInfoAndId],
         rankings: Callable[[MachineRun], list[FamilyRanking]],
         incomplete: str,
     ) -> dict[str, Verdict]:
@@ -205,16 +207,19 @@ class Outcome:
         per machine, their gated checks one family (gate.judge_machines)."""
         s = self.settings
         now = dt.datetime.now(dt.UTC)
-        fleet = len(parts) > 1
-        references = {part.machine_id: self.reference_for(part, machine) for part in parts}
+        fleet = len(machine_runs) > 1
+        references = {
+            machine_run.machine_id: self.reference_for(machine_run, machine_info_and_id)
+            for machine_run in machine_runs
+        }
         commit = storage.commit_info() if (s.save or s.autosave or s.json) else {}
         saved: dict[str, str | None] = {}
-        notes: dict[str, list[str]] = {part.machine_id: [] for part in parts}
-        errors: dict[str, list[str]] = {part.machine_id: [] for part in parts}
-        for part in parts:  # saved before anything is judged
-            mid = part.machine_id
-            doc = self.document(part, commit, now, incomplete, rankings(part))
-            if part.results and (s.save or s.autosave):
+        notes: dict[str, list[str]] = {machine_run.machine_id: [] for machine_run in machine_runs}
+        errors: dict[str, list[str]] = {machine_run.machine_id: [] for machine_run in machine_runs}
+        for machine_run in machine_runs:  # saved before anything is judged
+            mid = machine_run.machine_id
+            doc = self.document(machine_run, commit, now, incomplete, rankings(machine_run))
+            if machine_run.results and (s.save or s.autosave):
                 name = s.save or storage.autosave_name(commit, now)
                 try:
                     saved[mid] = str(storage.save(s.storage, mid, name, doc))
@@ -233,37 +238,48 @@ class Outcome:
                 storage.write_json(path, doc)
         machines = [
             (
-                RunData("this run", tuple(part.results), part.settings, part.machine_info, part.lifecycle),
-                references[part.machine_id].run,
-                references[part.machine_id].history,
+                RunData(
+                    "this run",
+                    tuple(machine_run.results),
+                    machine_run.settings,
+                    machine_run.machine_info,
+                    machine_run.lifecycle,
+                ),
+                references[machine_run.machine_id].run,
+                references[machine_run.machine_id].history,
             )
-            for part in parts
+            for machine_run in machine_runs
         ]
         verdicts = judge_machines(machines, s.fail, s.max_overhead, strict=s.strict, noise=s.noise)
-        for part, verdict in zip(parts, verdicts, strict=True):
-            reference, mid = references[part.machine_id], part.machine_id
+        for machine_run, verdict in zip(machine_runs, verdicts, strict=True):
+            reference, mid = references[machine_run.machine_id], machine_run.machine_id
             verdict.saved = saved.get(mid)
             verdict.notes = [*reference.notes, *notes[mid], *verdict.notes]
             verdict.errors = [*reference.errors, *errors[mid], *verdict.errors]
             verdict.unchecked = [*reference.unchecked, *verdict.unchecked]
             verdict.machine_differences = reference.machine_differences
-            verdict.machine = part.label if fleet else ""
+            verdict.machine = machine_run.label if fleet else ""
             if s.fail or s.max_overhead or s.compare:  # a gate: it says what it never checks
-                verdict.not_gated = gatescope.ungated_timings({"kdf": part.kdf, "inplace": part.inplace})
+                verdict.not_gated = gatescope.ungated_timings(
+                    {"kdf": machine_run.kdf, "inplace": machine_run.inplace}
+                )
         if s.html:
             try:
-                self.write_html(s.html, parts, references, verdicts)
+                self.write_html(s.html, machine_runs, references, verdicts)
             except Exception as exc:  # the verdict stands; the report that failed is an error
                 verdicts[0].errors.append(
                     f"could not write the HTML report {s.html}: {type(exc).__name__}: {exc}"
                 )
         if s.markdown:
-            self.write_markdown(s.markdown, parts, verdicts, rankings)
-        return {part.machine_id: verdict for part, verdict in zip(parts, verdicts, strict=True)}
+            self.write_markdown(s.markdown, machine_runs, verdicts, rankings)
+        return {
+            machine_run.machine_id: verdict
+            for machine_run, verdict in zip(machine_runs, verdicts, strict=True)
+        }
 
     def document(
         self,
-        part: MachineRun,
+        machine_run: MachineRun,
         commit: dict[str, Any],
         now: dt.datetime,
         incomplete: str,
@@ -271,16 +287,22 @@ class Outcome:
     ) -> dict[str, Any]:
         """One machine's saved run (pytest-benchmark's JSON shape, encperf's own parts beside)."""
         doc = storage.document(
-            part.results, part.machine_info, part.machine_id, commit, part.settings, now, incomplete
+            machine_run.results,
+            machine_run.machine_info,
+            machine_run.machine_id,
+            commit,
+            machine_run.settings,
+            now,
+            incomplete,
         )
-        doc["encperf"]["lifecycle"] = part.lifecycle
-        if part.kdf:
-            doc["encperf"]["kdf"] = part.kdf
-        if part.inplace:
-            doc["encperf"]["inplace"] = part.inplace
+        doc["encperf"]["lifecycle"] = machine_run.lifecycle
+        if machine_run.kdf:
+            doc["encperf"]["kdf"] = machine_run.kdf
+        if machine_run.inplace:
+            doc["encperf"]["inplace"] = machine_run.inplace
             doc["encperf"]["project_size"] = self.settings.project_size
-        if part.ladder:  # its own key: the RAM-backed layer rung is never a result to compare with
-            doc["encperf"]["ladder"] = part.ladder
+        if machine_run.ladder:  # its own key: the RAM-backed layer rung is never a result to compare with
+            doc["encperf"]["ladder"] = machine_run.ladder
         if rankings:
             doc["encperf"]["sweeps"] = [ranking.to_dict() for ranking in rankings]
         return doc
@@ -288,35 +310,37 @@ class Outcome:
     def write_markdown(
         self,
         path: Path,
-        parts: list[MachineRun],
+        machine_runs: list[MachineRun],
         verdicts: list[Verdict],
         rankings: Callable[[MachineRun], list[FamilyRanking]],
     ) -> None:
         """The Markdown report (a section per machine of a fleet), also to GitHub's step summary."""
         s = self.settings
-        if len(parts) > 1:
+        if len(machine_runs) > 1:
             text = "\n".join(
                 markdown_report(
-                    part.results,
+                    machine_run.results,
                     verdict,
-                    f"encperf: machine {part.label}",
+                    f"encperf: machine {machine_run.label}",
                     s.backend_specs,
                     s.profile,
-                    sweeps=rankings(part),
-                    ladder=part.ladder,
+                    sweeps=rankings(machine_run),
+                    ladder=machine_run.ladder,
                 )
-                for part, verdict in zip(parts, verdicts, strict=True)
+                for machine_run, verdict in zip(machine_runs, verdicts, strict=True)
             )
-            table = machines_table([(part.label, part.results) for part in parts], tablefmt="github")
+            table = machines_table(
+                [(machine_run.label, machine_run.results) for machine_run in machine_runs], tablefmt="github"
+            )
             text += f"\n## encperf: across machines\n\n{table}\n\n{MACHINES_NOTE}\n"
         else:
             text = markdown_report(
-                parts[0].results,
+                machine_runs[0].results,
                 verdicts[0],
                 backends=s.backend_specs,
                 profiles=s.profile,
-                sweeps=rankings(parts[0]),
-                ladder=parts[0].ladder,
+                sweeps=rankings(machine_runs[0]),
+                ladder=machine_runs[0].ladder,
             )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
@@ -327,20 +351,22 @@ class Outcome:
 
     @staticmethod
     def write_html(
-        path: Path, parts: list[MachineRun], references: dict[str, Reference], verdicts: list[Verdict]
+        path: Path, machine_runs: list[MachineRun], references: dict[str, Reference], verdicts: list[Verdict]
     ) -> None:
         """The HTML report of this run: a section per machine (a fleet has several), each with
         its saved history before it and its own verdict."""
         sections, judged, skipped, notes = [], {}, {}, []
-        for part, verdict in zip(parts, verdicts, strict=True):
-            info = {**part.machine_info, "machine_id": part.machine_id}
-            now = RunData("this run", tuple(part.results), part.settings, info)
-            sections.append([*reversed(references[part.machine_id].history), now])
+        for machine_run, verdict in zip(machine_runs, verdicts, strict=True):
+            info = {**machine_run.machine_info, "machine_id": machine_run.machine_id}
+            now = RunData("this run", tuple(machine_run.results), machine_run.settings, info)
+            sections.append([*reversed(references[machine_run.machine_id].history), now])
             if verdict.baseline or verdict.checks or verdict.errors or verdict.unchecked:
-                judged[part.machine_id] = verdict
-            skipped.update({spec: why for spec, why in part.skipped.items() if spec not in skipped})
-            prefix = f"{part.label}: " if len(parts) > 1 else ""
-            notes += [f"{prefix}cipher ceiling: {c.describe()}" for c in from_wire(part.ceilings).values()]
+                judged[machine_run.machine_id] = verdict
+            skipped.update({spec: why for spec, why in machine_run.skipped.items() if spec not in skipped})
+            prefix = f"{machine_run.label}: " if len(machine_runs) > 1 else ""
+            notes += [
+                f"{prefix}cipher ceiling: {c.describe()}" for c in from_wire(machine_run.ceilings).values()
+            ]
         page = html_report.Page(
             [run for runs in sections for run in runs], None, "encperf report: this run", skipped, notes,
             sections=sections, verdicts=judged,

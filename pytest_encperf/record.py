@@ -87,17 +87,19 @@ class RunRecord:
         rows = ladder.rows(self.results, self.layers, ciphers, self.counterparts)
         return [row.to_dict() for row in rows]
 
-    def sweep_rankings(self, part: MachineRun, specs: list[str], margin: float) -> list[sweep.FamilyRanking]:
+    def sweep_rankings(
+        self, machine_run: MachineRun, specs: list[str], margin: float
+    ) -> list[sweep.FamilyRanking]:
         """A ranking for every backend family run in several configurations (a sweep), each with
         the best configuration's set-up commands for the recommendation."""
-        if part.machine_id not in self._rankings:  # the summary, the JSON and the Markdown: once
-            found = sweep.rank(part.results, [spec for spec in specs if spec != BASELINE], margin)
-            self._rankings[part.machine_id] = backends.recommend(found)
-        return self._rankings[part.machine_id]
+        if machine_run.machine_id not in self._rankings:  # the summary, the JSON and the Markdown: once
+            found = sweep.rank(machine_run.results, [spec for spec in specs if spec != BASELINE], margin)
+            self._rankings[machine_run.machine_id] = backends.recommend(found)
+        return self._rankings[machine_run.machine_id]
 
-    def machine_run(
+    def as_machine_run(
         self,
-        machine: tuple[dict[str, Any], str],
+        machine_info_and_id: tuple[dict[str, Any], str],
         settings: dict[str, str],
         engine: str,
         skipped: dict[str, str],
@@ -109,7 +111,7 @@ class RunRecord:
         measure: bool,
     ) -> MachineRun:
         """What this process measured on this machine, and what its report needs from here."""
-        info, machine_id = machine
+        info, machine_id = machine_info_and_id
         return MachineRun(
             machine_id=machine_id,
             machine_info=info,

@@ -96,7 +96,7 @@ class EncperfSession:
         self, volume: MountedVolume, baseline: MountedVolume | None, item: pytest.Item | None = None
     ) -> Runner:
         def record(result: Result) -> None:
-            properties = self.record.add(result, self.machine()[1])
+            properties = self.record.add(result, self.machine_info_and_id()[1])
             if item is not None:  # junitxml writes these; xdist carries them to the controller
                 item.user_properties.extend(properties)
 
@@ -106,7 +106,7 @@ class EncperfSession:
             volume=volume, baseline=baseline, plan=s.round_plan,
             record=record, verify=s.verify, steady_cv=s.steady_cv,
             steady_budget=s.steady_budget, precision=s.precision,
-            gate=self.outcome.gate(self.machine, self.topology.machines()),
+            gate=self.outcome.gate(self.machine_info_and_id, self.topology.machine_count()),
             confirm_budget=self.outcome.confirm_budget, on_round=self.status.round_callback(),
             reference=volumes.reference_data, meter=self.meter, quiet_wait=s.quiet_wait,
             on_quiet_wait=self.status.quiet_waiting(),
@@ -114,7 +114,7 @@ class EncperfSession:
             between_measurements=lambda: volumes.beside_measuring(volume, baseline),
         )  # fmt: skip
 
-    def machine(self) -> tuple[dict[str, Any], str]:
+    def machine_info_and_id(self) -> tuple[dict[str, Any], str]:
         """This machine's info (after the update hook) and id, read once per session."""
         if self._machine is None:
             info = machine.machine_info(self.settings.dir)
@@ -219,20 +219,22 @@ class EncperfSession:
                     self.record.measure_cipher_ceilings()
             if self.is_worker:
                 output = self.config.workeroutput  # type: ignore[attr-defined]  # xdist's, on a worker
-                output["encperf_machine"] = self.machine_run().to_dict()
+                output["encperf_machine"] = self.own_machine_run().to_dict()
             else:
                 self.finish(session)
 
     def finish(self, session: pytest.Session) -> None:
         """Save, compare, write reports, decide; set the exit status only if the run is otherwise OK
         (like pytest's --max-warnings), so failing tests keep their own status."""
-        failed_workers = self.missing_workers() or any(part.problems for part in self.workers.runs)
+        failed_workers = self.missing_workers() or any(run.problems for run in self.workers.runs)
         if failed_workers and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a worker could not tear down or report
         if not self.settings.outputs_asked:
             return
         incomplete = self.incomplete_reason(session)
-        failed = self.outcome.finish(self.machine_runs, self.machine, self.sweep_rankings, incomplete)
+        failed = self.outcome.finish(
+            self.merged_machine_runs, self.machine_info_and_id, self.sweep_rankings, incomplete
+        )
         if failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = EXIT_REGRESSION
 
@@ -249,26 +251,28 @@ class EncperfSession:
     def missing_workers(self) -> list[str]:
         return self.workers.missing(self.settings.outputs_asked)
 
-    def machine_run(self) -> MachineRun:
+    def own_machine_run(self) -> MachineRun:
         """What this process measured on this machine, and what its report needs from here."""
         s, volumes = self.settings, self.volumes
-        return self.record.machine_run(
-            self.machine(), s.saved_text(), f"{self.engine.name} {self.engine.version()}",
+        return self.record.as_machine_run(
+            self.machine_info_and_id(), s.saved_text(), f"{self.engine.name} {self.engine.version()}",
             volumes.skipped, volumes.lifecycle, problems=self.teardown_errors,
             notes=[f"released leftover of a dead run: {line}" for line in self.cleaned]
             + [f"cleanup of dead runs: {line}" for line in self.cleanup_problems],
             ladder=s.ladder, measure=not self.interrupted,
         )  # fmt: skip
 
-    def machine_runs(self) -> list[MachineRun]:
-        """One part per machine: what the xdist workers sent (workers.merge), or this process's own."""
+    def merged_machine_runs(self) -> list[MachineRun]:
+        """One MachineRun per machine: what the xdist workers sent (workers.merge), or this process's own."""
         runs = self.workers.runs
-        controller = self.machine() if runs else None
+        controller = self.machine_info_and_id() if runs else None
         names = [w.name for w in self.settings.workloads]
-        return merge(runs or [self.machine_run()], controller, self.settings.backend_specs, names)
+        return merge(runs or [self.own_machine_run()], controller, self.settings.backend_specs, names)
 
-    def sweep_rankings(self, part: MachineRun) -> list[FamilyRanking]:
-        return self.record.sweep_rankings(part, self.settings.backend_specs, self.settings.sweep_margin)
+    def sweep_rankings(self, machine_run: MachineRun) -> list[FamilyRanking]:
+        return self.record.sweep_rankings(
+            machine_run, self.settings.backend_specs, self.settings.sweep_margin
+        )
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         tr, volumes = terminalreporter, self.volumes
@@ -278,8 +282,9 @@ class EncperfSession:
         try:
             terminal.write(tr, (("line", "red", f"encperf: {lost}") for lost in self.missing_workers()))
             terminal.write(tr, terminal.summary(
-                self.machine_runs(), self.settings, self.sweep_rankings, from_workers=bool(self.workers.runs),
-                interrupted=bool(self.interrupted), dist=self.config.getoption("dist", "no"),
+                self.merged_machine_runs(), self.settings, self.sweep_rankings,
+                from_workers=bool(self.workers.runs), interrupted=bool(self.interrupted),
+                dist=self.config.getoption("dist", "no"),
             ))  # fmt: skip
             terminal.write(tr, terminal.verdicts(self.outcome.verdicts.values()))
         except Exception as exc:  # a summary must never replace pytest's own result line

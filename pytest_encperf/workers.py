@@ -3,7 +3,7 @@
 ``Topology`` reads a worker's ``workerinput`` (the controller's --dist and the number of
 workers); ``WorkerRuns`` collects, on the controller, each worker's ``MachineRun`` and the
 workers whose results never came; ``merge`` makes one ``MachineRun`` per machine of them, a pure
-function (tests/unit/test_workers.py drives it with made-up worker parts, no processes).
+function (tests/unit/test_workers.py drives it with made-up workers' machine runs, no processes).
 ``XdistResults`` is the controller's plugin for xdist's own hooks.
 """
 
@@ -41,7 +41,7 @@ class Topology:
         ``--dist each``, where each worker is taken for a machine of its own (a fleet)."""
         return 1 if not self.is_worker or self.dist == "each" else self.workers
 
-    def machines(self) -> int:
+    def machine_count(self) -> int:
         """Machines in this run as a worker can tell before the end: a fleet (``--dist each``)
         has one per worker."""
         return self.workers if self.is_worker and self.dist == "each" else 1
@@ -99,7 +99,7 @@ def merge(
     backend_order: Sequence[str],
     workload_order: Sequence[str],
 ) -> list[MachineRun]:
-    """One MachineRun per machine of ``runs`` (the workers' parts, or this process's own), merged
+    """One MachineRun per machine of ``runs`` (the workers' machine runs, or this process's own), merged
     by machine id (one machine may have several workers). ``controller``: the controller's
     (info, id) under xdist, whose host counts (identical servers of a fleet, the controller's
     among them, are one machine each). Results in the order of the selected backends and
@@ -110,26 +110,26 @@ def merge(
         hosts[machine_id] = {str(info.get("node"))}
     for run in runs:
         hosts.setdefault(run.machine_id, set()).add(str(run.machine_info.get("node")))
-    parts: dict[str, MachineRun] = {}
+    by_machine: dict[str, MachineRun] = {}
     for run in runs:
         key = run.machine_id
         if len(hosts.get(key, ())) > 1:  # identical servers of a fleet: one machine each
             key = machine.fleet_member_id(key, run.machine_info)
-        if key in parts:
-            parts[key].merge(run)
+        if key in by_machine:
+            by_machine[key].merge(run)
         else:
-            parts[key] = MachineRun.from_dict(run.to_dict())
-            parts[key].machine_id = key
-    for key, merged in parts.items():
+            by_machine[key] = MachineRun.from_dict(run.to_dict())
+            by_machine[key].machine_id = key
+    for key, merged in by_machine.items():
         for result in merged.results:
             result.machine_id = key
     specs = {spec: index for index, spec in enumerate(backend_order)}
     names = {name: index for index, name in enumerate(workload_order)}
-    for part in parts.values():
-        part.results.sort(
+    for machine_run in by_machine.values():
+        machine_run.results.sort(
             key=lambda r: (specs.get(r.backend, len(specs)), names.get(r.workload.name, len(names)))
         )
-    return list(parts.values())
+    return list(by_machine.values())
 
 
 class XdistResults:

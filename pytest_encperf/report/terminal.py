@@ -104,7 +104,7 @@ def run_notes(
 
 
 def summary(
-    parts: list[MachineRun],
+    machine_runs: list[MachineRun],
     settings: Settings,
     rankings: Callable[[MachineRun], list[FamilyRanking]],
     *,
@@ -114,19 +114,19 @@ def summary(
 ) -> Iterator[Line]:
     """Every machine's tables (``from_workers``: also what the workers' own terminals, not shown,
     would have said) and, for a fleet, the machines side by side."""
-    fleet = len(parts) > 1
-    for part in parts:
+    fleet = len(machine_runs) > 1
+    for machine_run in machine_runs:
         if fleet:
-            yield "=", "", f"encperf: machine {part.label}"
+            yield "=", "", f"encperf: machine {machine_run.label}"
         if from_workers:
-            for problem in part.problems:
-                yield "line", "red", f"encperf: teardown failed on {part.label}: {problem}"
-            for note in part.notes:
-                yield "line", "yellow", f"encperf: {part.label}: {note}"
-        yield from machine_summary(part, settings, rankings, interrupted)
+            for problem in machine_run.problems:
+                yield "line", "red", f"encperf: teardown failed on {machine_run.label}: {problem}"
+            for note in machine_run.notes:
+                yield "line", "yellow", f"encperf: {machine_run.label}: {note}"
+        yield from machine_summary(machine_run, settings, rankings, interrupted)
     if fleet:
         yield "-", "", "encperf: across machines"
-        table = machines_table([(part.label, part.results) for part in parts])
+        table = machines_table([(machine_run.label, machine_run.results) for machine_run in machine_runs])
         if table:
             yield "line", "", table
             yield "line", "", MACHINES_NOTE
@@ -142,17 +142,26 @@ def summary(
 
 
 def machine_summary(
-    part: MachineRun, s: Settings, rankings: Callable[[MachineRun], list[FamilyRanking]], interrupted: bool
+    machine_run: MachineRun,
+    s: Settings,
+    rankings: Callable[[MachineRun], list[FamilyRanking]],
+    interrupted: bool,
 ) -> Iterator[Line]:
     shown = s.backend_specs
-    if not part.results and not part.skipped and not part.kdf and not part.inplace:
+    if (
+        not machine_run.results
+        and not machine_run.skipped
+        and not machine_run.kdf
+        and not machine_run.inplace
+    ):
         return
     yield "-", "", "encperf: encryption overhead vs plain"
     yield (
         "line",
         "",
         (
-            f"target: {s.target} in {part.settings.get('dir', s.dir)} | engine: {part.engine} | "
+            f"target: {s.target} in {machine_run.settings.get('dir', s.dir)} | "
+            f"engine: {machine_run.engine} | "
             f"file: {s.size // (1024 * 1024)} MiB | "
             f"{s.rounds if s.one_volume_at_a_time else whole_blocks(s.rounds)} rounds x {s.runtime:g} s, "
             + (
@@ -162,8 +171,8 @@ def machine_summary(
             )
         ),
     )
-    yield "line", "", cpu_line(part.machine_info)
-    skipped = {k: v for k, v in part.skipped.items() if k != BASELINE}
+    yield "line", "", cpu_line(machine_run.machine_info)
+    skipped = {k: v for k, v in machine_run.skipped.items() if k != BASELINE}
     until = [f"CV < {s.steady_cv:.0%}"] if s.steady_cv else []
     until += [f"the overhead's 95% interval is within ±{s.precision:g} points"] if s.precision else []
     steady = f"; then whole A B B A blocks until {' and '.join(until)} (at most {s.steady_budget:g} s)"
@@ -176,30 +185,35 @@ def machine_summary(
         profile = PROFILES[name]
         workloads = profile.workloads_for(s.size)
         table = summary_table(
-            part.results, skipped, shown, workloads, value=profile.value, mean_column=profile.mean_column
+            machine_run.results,
+            skipped,
+            shown,
+            workloads,
+            value=profile.value,
+            mean_column=profile.mean_column,
         )
         if table:
             yield "line", "", LEGENDS["profile"].format(title=profile.title, name=name, value=profile.value)
             yield "line", "", table
-        steps = task_steps_table(part.results, workloads)
+        steps = task_steps_table(machine_run.results, workloads)
         if steps:
             yield "line", "", LEGENDS["task steps"]
             yield "line", "", steps
         shown_names.update(w.name for w in workloads)
-    others = [r.workload for r in part.results if r.workload.name not in shown_names]
+    others = [r.workload for r in machine_run.results if r.workload.name not in shown_names]
     if others:
-        table = summary_table(part.results, skipped, shown, others)
+        table = summary_table(machine_run.results, skipped, shown, others)
         if table:
             yield "line", "", LEGENDS["other workloads"]
             yield "line", "", table
-    if BASELINE in part.skipped:
-        yield "line", "yellow", f"baseline unavailable: {BASELINE}: {part.skipped[BASELINE]}"
-    yield from titled(LEGENDS["kdf"], kdf_table(part.kdf, shown))
-    yield from titled(LEGENDS["inplace"], inplace_table(part.inplace, s.project_size, shown))
-    if not part.results:
+    if BASELINE in machine_run.skipped:
+        yield "line", "yellow", f"baseline unavailable: {BASELINE}: {machine_run.skipped[BASELINE]}"
+    yield from titled(LEGENDS["kdf"], kdf_table(machine_run.kdf, shown))
+    yield from titled(LEGENDS["inplace"], inplace_table(machine_run.inplace, s.project_size, shown))
+    if not machine_run.results:
         return
-    ceilings = from_wire(part.ceilings)
-    details = detail_table(part.results, {cipher: c.mb_per_s for cipher, c in ceilings.items()})
+    ceilings = from_wire(machine_run.ceilings)
+    details = detail_table(machine_run.results, {cipher: c.mb_per_s for cipher, c in ceilings.items()})
     if details:
         yield "line", "", ""
         yield "line", "", details
@@ -214,15 +228,15 @@ def machine_summary(
                 "",
                 "cipher ceiling: no backend here names a cipher this run can measure (eff. empty)",
             )
-        yield "line", "", f"kernel xts(aes) driver: {part.xts_driver}"
-    yield from titled(LEGENDS["lifecycle"], lifecycle_table(part.lifecycle, shown))
-    lines = ladder_lines(part.ladder)
+        yield "line", "", f"kernel xts(aes) driver: {machine_run.xts_driver}"
+    yield from titled(LEGENDS["lifecycle"], lifecycle_table(machine_run.lifecycle, shown))
+    lines = ladder_lines(machine_run.ladder)
     if lines:
         yield "line", "", ""
         yield "line", "bold", lines[0]
         for line in lines[1:]:
             yield "line", "", line
-    for ranking in rankings(part):
+    for ranking in rankings(machine_run):
         yield "line", "", ""
         title, *rest = sweep_report(ranking)
         yield "line", "bold", title

@@ -16,12 +16,12 @@ def result(workload, backend: str = "fscrypt") -> Result:
 
 
 def test_a_machine_run_survives_the_wire_as_json() -> None:
-    part = MachineRun(
+    machine_run = MachineRun(
         "x86_64-a", {"node": "a"}, {"dir": "/var/tmp"}, "fio 3.33", [result(SEQ_READ)],
         {"luks2": "no device-mapper"}, {"kernel:xts(aes):512": (123.0, "aesni")}, "xts-aes-aesni",
     )  # fmt: skip
-    back = MachineRun.from_dict(json.loads(json.dumps(part.to_dict())))
-    assert back == part
+    back = MachineRun.from_dict(json.loads(json.dumps(machine_run.to_dict())))
+    assert back == machine_run
     assert back.results[0].rounds[0].ended == 2.0 and back.results[0].lock_wait == 0.5
     assert back.label == "x86_64-a (a)"
 

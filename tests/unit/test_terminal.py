@@ -27,11 +27,13 @@ def machine(node: str, **fields: object) -> MachineRun:
     return MachineRun("x86_64-a", {"node": node}, {"dir": "/x"}, "fio 3", results, **fields)  # type: ignore[arg-type]
 
 
-def rendered(parts: list[MachineRun], **options: object) -> list[tuple[str, dict[str, bool], str | None]]:
+def rendered(
+    machine_runs: list[MachineRun], **options: object
+) -> list[tuple[str, dict[str, bool], str | None]]:
     settings = Settings(backends=[BackendSpec.parse("luks2")])
     given: dict = {"from_workers": False, "interrupted": False, "dist": "no", **options}
     tr = Recording()
-    terminal.write(tr, terminal.summary(parts, settings, lambda part: [], **given))
+    terminal.write(tr, terminal.summary(machine_runs, settings, lambda machine_run: [], **given))
     return tr.lines
 
 

@@ -19,7 +19,7 @@ def result(workload, backend: str = "fscrypt") -> Result:
     return Result(backend, workload, [m], [m])
 
 
-def part(machine_id: str, node: str, *results: Result, **fields: object) -> MachineRun:
+def machine_run(machine_id: str, node: str, *results: Result, **fields: object) -> MachineRun:
     return MachineRun(machine_id, {"node": node}, results=list(results), **fields)  # type: ignore[arg-type]
 
 
@@ -30,8 +30,8 @@ def node(worker: str, output: dict | None = None) -> SimpleNamespace:
 
 
 def test_the_workers_of_one_machine_are_one_part_in_the_order_of_the_selection() -> None:
-    gw0 = part("x86_64-a", "a", result(SEQ_WRITE, "luks2"), result(SEQ_READ, "fscrypt"))
-    gw1 = part("x86_64-a", "a", result(SEQ_READ, "luks2"), skipped={"gocryptfs": "not installed"})
+    gw0 = machine_run("x86_64-a", "a", result(SEQ_WRITE, "luks2"), result(SEQ_READ, "fscrypt"))
+    gw1 = machine_run("x86_64-a", "a", result(SEQ_READ, "luks2"), skipped={"gocryptfs": "not installed"})
     merged = merge(
         [gw0, gw1], ({"node": "a"}, "x86_64-a"), ["luks2", "fscrypt"], [SEQ_READ.name, SEQ_WRITE.name]
     )
@@ -49,8 +49,8 @@ def test_the_workers_of_one_machine_are_one_part_in_the_order_of_the_selection()
 def test_identical_servers_of_a_fleet_are_one_machine_each() -> None:
     """Two hosts with one machine id (the same hardware): each its own machine, by host name."""
     first, second = (
-        part("x86_64-a", "server1", result(SEQ_READ)),
-        part("x86_64-a", "server2", result(SEQ_READ)),
+        machine_run("x86_64-a", "server1", result(SEQ_READ)),
+        machine_run("x86_64-a", "server2", result(SEQ_READ)),
     )
     merged = merge([first, second], ({"node": "controller"}, "x86_64-b"), ["fscrypt"], [SEQ_READ.name])
     ids = [m.machine_id for m in merged]
@@ -63,13 +63,13 @@ def test_identical_servers_of_a_fleet_are_one_machine_each() -> None:
 
 
 def test_a_remote_worker_on_the_controllers_hardware_is_another_machine() -> None:
-    remote = part("x86_64-a", "remote", result(SEQ_READ))
+    remote = machine_run("x86_64-a", "remote", result(SEQ_READ))
     merged = merge([remote], ({"node": "here"}, "x86_64-a"), ["fscrypt"], [SEQ_READ.name])
     assert [m.machine_id for m in merged] == [fleet_member_id("x86_64-a", {"node": "remote"})]
 
 
-def test_without_xdist_the_own_run_is_the_only_part() -> None:
-    own = part("x86_64-a", "a", result(SEQ_READ))
+def test_without_xdist_the_own_run_is_the_only_machine_run() -> None:
+    own = machine_run("x86_64-a", "a", result(SEQ_READ))
     merged = merge([own], None, ["fscrypt"], [SEQ_READ.name])
     assert [m.machine_id for m in merged] == ["x86_64-a"]
     assert merged[0] is not own
@@ -80,9 +80,9 @@ def test_without_xdist_the_own_run_is_the_only_part() -> None:
 
 def test_worker_runs_are_kept_in_the_order_of_the_workers_whichever_finished_first() -> None:
     runs = WorkerRuns()
-    runs.add(part("m2", "b").to_dict(), "gw2")
-    runs.add(part("m0", "a").to_dict(), "gw0")
-    runs.add(part("m1", "c").to_dict(), "gw1")
+    runs.add(machine_run("m2", "b").to_dict(), "gw2")
+    runs.add(machine_run("m0", "a").to_dict(), "gw0")
+    runs.add(machine_run("m1", "c").to_dict(), "gw1")
     assert [run.machine_id for run in runs.runs] == ["m0", "m1", "m2"]
 
 
@@ -90,7 +90,7 @@ def test_a_lost_worker_counts_only_when_the_run_measures_or_writes_something() -
     runs = WorkerRuns(lost=["the results of worker gw1 are missing"])
     assert runs.missing(outputs_asked=False) == []
     assert runs.missing(outputs_asked=True) == runs.lost
-    runs.add(part("m0", "a", result(SEQ_READ)).to_dict(), "gw0")
+    runs.add(machine_run("m0", "a", result(SEQ_READ)).to_dict(), "gw0")
     assert runs.missing(outputs_asked=False) == runs.lost
 
 
@@ -98,7 +98,7 @@ def test_the_controller_plugin_with_mock_nodes() -> None:
     runs, planned = WorkerRuns(), {"test_a.py::x"}
     plugin = XdistResults(runs, planned, "each")
     gw0, gw1, gw2 = (
-        node("gw0", {"encperf_machine": part("m0", "a", result(SEQ_READ)).to_dict()}),
+        node("gw0", {"encperf_machine": machine_run("m0", "a", result(SEQ_READ)).to_dict()}),
         node("gw1"),
         node("gw2", {}),
     )
@@ -120,15 +120,15 @@ def test_the_controller_plugin_with_mock_nodes() -> None:
 
 def test_topology_of_a_worker_and_of_the_controller() -> None:
     controller = Topology.of(None)
-    assert (controller.is_worker, controller.workers_here(), controller.machines()) == (False, 1, 1)
+    assert (controller.is_worker, controller.workers_here(), controller.machine_count()) == (False, 1, 1)
     on_one_machine = Topology.of({"encperf_dist": "load", "workercount": 3, "workerid": "gw1"})
-    assert (on_one_machine.workers_here(), on_one_machine.machines(), on_one_machine.worker_id) == (
+    assert (on_one_machine.workers_here(), on_one_machine.machine_count(), on_one_machine.worker_id) == (
         3,
         1,
         "gw1",
     )
     fleet = Topology.of({"encperf_dist": "each", "workercount": 3})
-    assert (fleet.workers_here(), fleet.machines()) == (1, 3)
+    assert (fleet.workers_here(), fleet.machine_count()) == (1, 3)
     assert fleet.unreliable(partition=True, parallel_devices=True) == []
     found = on_one_machine.unreliable(partition=True, parallel_devices=True)
     assert [text.split(" with ")[0] for text in found] == [
