@@ -142,18 +142,18 @@ def saved_verdict(
         allow_other_hardware=args.allow_other_hardware, gated=bool(args.fail),
         flag="--allow-other-hardware", leave_out=current_run.path, unreadable_history=False,
     )  # fmt: skip
-    reference = baseline.run
-    assert reference is not None
+    baseline_run = baseline.run
+    assert baseline_run is not None
     verdict = judge(
         current,
-        reference,
+        baseline_run,
         args.fail,
         args.max_overhead,
         baseline.history,
         strict=args.strict,
         noise=args.noise,
     )
-    if machine.same_hardware(reference.machine_info, current.machine_info):
+    if machine.same_hardware(baseline_run.machine_info, current.machine_info):
         verdict.machine_differences = baseline.machine_differences
     else:
         verdict.notes.append(

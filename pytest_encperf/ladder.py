@@ -4,7 +4,7 @@
   AF_ALG, or the backend's user-space implementation) and of its counterpart in the other place
   (``ceiling.counterpart``);
 - layer: the same backend and workload on a RAM-backed container: a loop device over a container
-  file on a tmpfs this run mounts itself, with plain on the same tmpfs as its own reference. It
+  file on a tmpfs this run mounts itself, with plain on the same tmpfs as its plain side. It
   measures memory, never a disk: it is never anyone's baseline, never saved among the results
   the gate compares (it goes under its own key, ``encperf.ladder``);
 - device: the normal run on the disk (and its plain rounds).
@@ -78,7 +78,7 @@ class LadderRow:
     backend: str
     workload: str
     cipher: Rung  # the implementation the backend uses
-    counterpart: Rung  # the same cipher in the other place (kernel / user space), for reference
+    counterpart: Rung  # the same cipher in the other place (kernel / user space), beside the ceiling
     layer: Rung  # the backend on the RAM-backed container
     layer_plain: Rung  # plain on the same RAM-backed container
     device: Rung  # the normal run

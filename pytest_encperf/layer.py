@@ -2,7 +2,7 @@
 
 A loop device over a container file on a private tmpfs this run mounts itself (a 0700 directory
 in the run directory, each resource registered for cleanup the moment it exists), with plain on
-the same tmpfs as the rung's own reference. What it measures is memory, not a disk: the session
+the same tmpfs as the rung's plain side. What it measures is memory, not a disk: the session
 keeps it apart from the results (ladder.py), so it is never a baseline nor gated.
 """
 

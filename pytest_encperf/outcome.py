@@ -29,11 +29,11 @@ MachineInfoAndId = tuple[dict[str, Any], str]  # this machine's info and id (ses
 
 
 @dataclass
-class Reference:
+class BaselineRun:
     """The saved run this session compares with, its history, and what went wrong finding it."""
 
     run: RunData | None = None
-    history: list[RunData] = field(default_factory=list)  # the reference first, newest first
+    history: list[RunData] = field(default_factory=list)  # the baseline run first, newest first
     machine_differences: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     unchecked: list[str] = field(default_factory=list)  # --encperf-fail could not be checked
@@ -52,18 +52,18 @@ def load_baseline(
     flag: str = gatescope.ALLOW_OTHER_HARDWARE,
     leave_out: Path | None = None,
     unreadable_history: bool = True,
-) -> Reference:
+) -> BaselineRun:
     """The saved ``run`` (named ``ref``) as the baseline of a run on the machine ``info``, with up
     to ``history`` saved runs before it (never ``leave_out``: the run being judged), the
     differences of the machines, and what other hardware leaves unchecked (gatescope). An
     unreadable run of the history is left out with a note, or with ``unreadable_history=False``
     raises its StorageError (``encperf compare`` stops on it)."""
-    reference = storage.load_run(run)
-    loaded = Reference(run=reference)
+    baseline_run = storage.load_run(run)
+    loaded = BaselineRun(run=baseline_run)
     loaded.notes, loaded.unchecked = gatescope.other_hardware(
-        reference.label, reference.machine_info, info, allow_other_hardware, gated=gated, flag=flag
+        baseline_run.label, baseline_run.machine_info, info, allow_other_hardware, gated=gated, flag=flag
     )
-    loaded.machine_differences = machine.differences(reference.machine_info, info)
+    loaded.machine_differences = machine.differences(baseline_run.machine_info, info)
     for saved in storage.history(directory, run, ref, history)[1:]:
         if saved.path == leave_out:
             continue
@@ -73,7 +73,7 @@ def load_baseline(
             if not unreadable_history:
                 raise
             loaded.notes.append(f"history: left out {exc}")
-    loaded.history.insert(0, reference)
+    loaded.history.insert(0, baseline_run)
     return loaded
 
 
@@ -100,7 +100,7 @@ class Outcome:
         self.verdict: Verdict | None = None  # the verdict of a run on one machine
         self.verdicts: dict[str, Verdict] = {}  # every machine's (one family: gate.judge_machines)
         self.confirm_budget: ConfirmBudget | None = None
-        self._reference: Reference | None = None
+        self._baseline_run: BaselineRun | None = None
         self._gate: Gate | None = None
 
     def unwritable(self) -> list[str]:
@@ -113,27 +113,27 @@ class Outcome:
         asked += [(option, path, "file") for option, path in reports if path is not None]
         return outputs.output_problems(asked)
 
-    def reference(self, machine_info_and_id: Callable[[], MachineInfoAndId]) -> Reference:
+    def baseline_run(self, machine_info_and_id: Callable[[], MachineInfoAndId]) -> BaselineRun:
         """The saved run to compare with and its history, loaded once: before this run saves, so
         ``latest`` is never this run itself (``machine``: this machine's info and id, read late)."""
-        if self._reference is None:
-            self._reference = self._load_reference(*machine_info_and_id())
-        return self._reference
+        if self._baseline_run is None:
+            self._baseline_run = self._load_baseline_run(*machine_info_and_id())
+        return self._baseline_run
 
-    def reference_for(
+    def baseline_run_for(
         self, machine_run: MachineRun, machine_info_and_id: Callable[[], MachineInfoAndId]
-    ) -> Reference:
-        """The reference of one machine of the run (another machine of a fleet: its own)."""
+    ) -> BaselineRun:
+        """The baseline run of one machine of the run (another machine of a fleet: its own)."""
         info, machine_id = machine_info_and_id()
         if machine_run.machine_id == machine_id and machine_run.machine_info.get("node") == info.get("node"):
-            return self.reference(machine_info_and_id)
-        return self._load_reference(machine_run.machine_info, machine_run.machine_id)
+            return self.baseline_run(machine_info_and_id)
+        return self._load_baseline_run(machine_run.machine_info, machine_run.machine_id)
 
-    def _load_reference(self, info: dict[str, Any], machine_id: str) -> Reference:
+    def _load_baseline_run(self, info: dict[str, Any], machine_id: str) -> BaselineRun:
         s = self.settings
         wanted = s.compare or ("latest" if s.fail else None)  # --encperf-fail alone: vs latest
         if not wanted:
-            return Reference()
+            return BaselineRun()
         try:
             run, warning = storage.resolve(s.storage, wanted, machine_id, info)
             loaded = load_baseline(
@@ -145,9 +145,9 @@ class Outcome:
                 f"no baseline to compare with: {exc}; nothing was gated "
                 "(save one with --encperf-save=NAME or --encperf-autosave)"
             )
-            return Reference(unchecked=[message]) if s.fail else Reference(notes=[message])
+            return BaselineRun(unchecked=[message]) if s.fail else BaselineRun(notes=[message])
         except storage.StorageError as exc:
-            return Reference(errors=[f"cannot use the baseline: {exc}"])
+            return BaselineRun(errors=[f"cannot use the baseline: {exc}"])
         if warning:
             loaded.notes.insert(0, f"warning: {warning}")
         return loaded
@@ -160,22 +160,22 @@ class Outcome:
         if not (s.fail or s.max_overhead) or s.confirm_budget <= 0 or s.one_volume_at_a_time:
             return None
         if self._gate is None:
-            reference = self.reference(machine_info_and_id)
-            rules = s.fail if reference.run else []
+            baseline_run = self.baseline_run(machine_info_and_id)
+            rules = s.fail if baseline_run.run else []
             size = expected_family_size(
                 s.backend_specs,
                 s.workloads,
                 rules,
                 s.max_overhead,
-                reference.run,
-                len(reference.history),
+                baseline_run.run,
+                len(baseline_run.history),
                 s.lifecycle_cycles,
                 noise=s.noise,
             )
             size *= machines  # the checks of every machine form one family (judge_machines)
             self._gate = Gate(
-                reference.run, tuple(rules), tuple(s.max_overhead), s.saved_text(), size,
-                history=tuple(reference.history), noise=s.noise,
+                baseline_run.run, tuple(rules), tuple(s.max_overhead), s.saved_text(), size,
+                history=tuple(baseline_run.history), noise=s.noise,
             )  # fmt: skip
             self.confirm_budget = ConfirmBudget(s.confirm_budget)
         return self._gate
@@ -203,13 +203,13 @@ class Outcome:
         rankings: Callable[[MachineRun], list[FamilyRanking]],
         incomplete: str,
     ) -> dict[str, Verdict]:
-        """Each machine against its own reference, loaded before anything is saved; one verdict
+        """Each machine against its own baseline run, loaded before anything is saved; one verdict
         per machine, their gated checks one family (gate.judge_machines)."""
         s = self.settings
         now = dt.datetime.now(dt.UTC)
         fleet = len(machine_runs) > 1
-        references = {
-            machine_run.machine_id: self.reference_for(machine_run, machine_info_and_id)
+        baseline_runs = {
+            machine_run.machine_id: self.baseline_run_for(machine_run, machine_info_and_id)
             for machine_run in machine_runs
         }
         commit = storage.commit_info() if (s.save or s.autosave or s.json) else {}
@@ -245,19 +245,19 @@ class Outcome:
                     machine_run.machine_info,
                     machine_run.lifecycle,
                 ),
-                references[machine_run.machine_id].run,
-                references[machine_run.machine_id].history,
+                baseline_runs[machine_run.machine_id].run,
+                baseline_runs[machine_run.machine_id].history,
             )
             for machine_run in machine_runs
         ]
         verdicts = judge_machines(machines, s.fail, s.max_overhead, strict=s.strict, noise=s.noise)
         for machine_run, verdict in zip(machine_runs, verdicts, strict=True):
-            reference, mid = references[machine_run.machine_id], machine_run.machine_id
+            baseline_run, mid = baseline_runs[machine_run.machine_id], machine_run.machine_id
             verdict.saved = saved.get(mid)
-            verdict.notes = [*reference.notes, *notes[mid], *verdict.notes]
-            verdict.errors = [*reference.errors, *errors[mid], *verdict.errors]
-            verdict.unchecked = [*reference.unchecked, *verdict.unchecked]
-            verdict.machine_differences = reference.machine_differences
+            verdict.notes = [*baseline_run.notes, *notes[mid], *verdict.notes]
+            verdict.errors = [*baseline_run.errors, *errors[mid], *verdict.errors]
+            verdict.unchecked = [*baseline_run.unchecked, *verdict.unchecked]
+            verdict.machine_differences = baseline_run.machine_differences
             verdict.machine = machine_run.label if fleet else ""
             if s.fail or s.max_overhead or s.compare:  # a gate: it says what it never checks
                 verdict.not_gated = gatescope.ungated_timings(
@@ -265,7 +265,7 @@ class Outcome:
                 )
         if s.html:
             try:
-                self.write_html(s.html, machine_runs, references, verdicts)
+                self.write_html(s.html, machine_runs, baseline_runs, verdicts)
             except Exception as exc:  # the verdict stands; the report that failed is an error
                 verdicts[0].errors.append(
                     f"could not write the HTML report {s.html}: {type(exc).__name__}: {exc}"
@@ -351,7 +351,10 @@ class Outcome:
 
     @staticmethod
     def write_html(
-        path: Path, machine_runs: list[MachineRun], references: dict[str, Reference], verdicts: list[Verdict]
+        path: Path,
+        machine_runs: list[MachineRun],
+        baseline_runs: dict[str, BaselineRun],
+        verdicts: list[Verdict],
     ) -> None:
         """The HTML report of this run: a section per machine (a fleet has several), each with
         its saved history before it and its own verdict."""
@@ -359,7 +362,7 @@ class Outcome:
         for machine_run, verdict in zip(machine_runs, verdicts, strict=True):
             info = {**machine_run.machine_info, "machine_id": machine_run.machine_id}
             now = RunData("this run", tuple(machine_run.results), machine_run.settings, info)
-            sections.append([*reversed(references[machine_run.machine_id].history), now])
+            sections.append([*reversed(baseline_runs[machine_run.machine_id].history), now])
             if verdict.baseline or verdict.checks or verdict.errors or verdict.unchecked:
                 judged[machine_run.machine_id] = verdict
             skipped.update({spec: why for spec, why in machine_run.skipped.items() if spec not in skipped})

@@ -14,7 +14,7 @@ step, so a step reads from the storage (without root only a caveat says it could
 - ``copy``: ``cp -a`` of the reference tree into the volume, then from the volume out to the
   run's private directory.
 
-The reference data is made once per session by :func:`prepare_reference`, outside every timed
+The reference data is made once per session by :func:`prepare_reference_tree`, outside every timed
 part, in a directory the session owns.
 """
 
@@ -48,8 +48,8 @@ def source_size(tree_size: int) -> int:
 
 
 @dataclass(frozen=True)
-class Reference:
-    """The session's reference data: where it is and what it holds."""
+class ReferenceTree:
+    """The session's reference tree and the source archive beside it: where they are, what they hold."""
 
     directory: Path  # private to the session (0700); copies out of a volume go here too
     size: int
@@ -78,7 +78,7 @@ def missing_tools() -> list[str]:
     return [tool for tool in TOOLS if shutil.which(tool) is None]
 
 
-def prepare_reference(directory: Path, size: int, seed: int) -> Reference:
+def prepare_reference_tree(directory: Path, size: int, seed: int) -> ReferenceTree:
     """Write the reference tree (``size`` bytes, ``seed``) and the source archive in
     ``directory`` (which the caller made private and registered for cleanup)."""
     missing = missing_tools()
@@ -92,7 +92,7 @@ def prepare_reference(directory: Path, size: int, seed: int) -> Reference:
     source = reftree.write_tree(staging / SOURCE_DIR, source_size(size), seed, "source")
     host.run(["tar", "-czf", directory / SOURCE_ARCHIVE, "-C", staging, SOURCE_DIR], timeout=STEP_TIMEOUT)
     shutil.rmtree(staging)
-    return Reference(
+    return ReferenceTree(
         directory=directory,
         size=size,
         seed=seed,
@@ -139,7 +139,7 @@ def _rename_every_file(root: Path) -> None:
 def run_task(
     workload: Workload,
     data_dir: Path,
-    reference: Reference,
+    reference_tree: ReferenceTree,
     observe: Observe | None = None,
     drop_cache: bool = True,
 ) -> Measurement:
@@ -148,17 +148,17 @@ def run_task(
         raise ValueError(f"{workload.name}: unknown task {workload.task!r} (known: {', '.join(TASKS)})")
     work = data_dir / WORK_DIR
     work.mkdir(mode=0o700)
-    out = reference.directory / f"copy-out-{os.getpid()}-{time.monotonic_ns()}"
+    out = reference_tree.directory / f"copy-out-{os.getpid()}-{time.monotonic_ns()}"
     steps = Steps(drop_cache=drop_cache)
     task = workload.task
     try:
         # untimed set-up: what the task starts from is on the volume (and on its device)
         if task == "archive":
-            host.run(["cp", "-a", reference.tree, work / TREE_DIR], timeout=STEP_TIMEOUT)
+            host.run(["cp", "-a", reference_tree.tree, work / TREE_DIR], timeout=STEP_TIMEOUT)
         elif task == "untar":
-            host.run(["cp", reference.source_archive, work / SOURCE_ARCHIVE], timeout=STEP_TIMEOUT)
+            host.run(["cp", reference_tree.source_archive, work / SOURCE_ARCHIVE], timeout=STEP_TIMEOUT)
         elif task == "metadata":
-            host.run(["tar", "-xzf", reference.source_archive, "-C", work], timeout=STEP_TIMEOUT)
+            host.run(["tar", "-xzf", reference_tree.source_archive, "-C", work], timeout=STEP_TIMEOUT)
         host.run(["sync", "-f", work], timeout=STEP_TIMEOUT)
         observer = Observer(observe or Observe())
         observer.start()
@@ -169,20 +169,20 @@ def run_task(
             shutil.rmtree(work / TREE_DIR)  # untimed: room for the extracted copy
             extracted.mkdir()
             steps.time("extract tar.gz", ["tar", "-xzf", archive, "-C", extracted], sync)
-            moved, files = reference.tree_bytes, reference.tree_files
+            moved, files = reference_tree.tree_bytes, reference_tree.tree_files
         elif task == "untar":
             steps.time("extract", ["tar", "-xzf", work / SOURCE_ARCHIVE, "-C", work], sync)
-            moved, files = reference.source_bytes, reference.source_files
+            moved, files = reference_tree.source_bytes, reference_tree.source_files
         elif task == "metadata":
             steps.time("ls -lR", ["ls", "-lR", work / SOURCE_DIR])
             steps.call("rename", lambda: _rename_every_file(work / SOURCE_DIR), work)
             steps.time("rm -rf", ["rm", "-rf", work / SOURCE_DIR], sync)
-            moved, files = reference.source_bytes, reference.source_files
+            moved, files = reference_tree.source_bytes, reference_tree.source_files
         else:  # copy
-            steps.time("cp -a in", ["cp", "-a", reference.tree, work / TREE_DIR], sync)
+            steps.time("cp -a in", ["cp", "-a", reference_tree.tree, work / TREE_DIR], sync)
             out.mkdir(mode=0o700)
             steps.time("cp -a out", ["cp", "-a", work / TREE_DIR, out / TREE_DIR], ["sync", "-f", out])
-            moved, files = reference.tree_bytes, reference.tree_files
+            moved, files = reference_tree.tree_bytes, reference_tree.tree_files
         observed = observer.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)

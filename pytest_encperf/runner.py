@@ -78,10 +78,10 @@ class Runner:
     between_measurements: Callable[[], AbstractContextManager[float]] = lambda: contextlib.nullcontext(0.0)
     # told after each round (warm-up too): (workload, volume spec, spec of the side measured, round)
     on_round: Callable[[Workload, str, str, Measurement], None] | None = None
-    # the real-work tasks' reference data, made on first use (once per session, outside rounds)
-    reference: Callable[[], realwork.Reference] | None = None
-    # what runs one round of a task (workload, the side's data directory, reference, observe)
-    task: Callable[[Workload, Path, realwork.Reference, Observe], Measurement] = realwork.run_task
+    # the real-work tasks' reference tree, made on first use (once per session, outside rounds)
+    reference_tree: Callable[[], realwork.ReferenceTree] | None = None
+    # what runs one round of a task (workload, the side's data directory, reference tree, observe)
+    task: Callable[[Workload, Path, realwork.ReferenceTree, Observe], Measurement] = realwork.run_task
     # what others take of the machine, round by round (load.LoadMeter; None: not recorded)
     meter: load.LoadMeter | None = None
     # --encperf-quiet-wait: before each workload's rounds, wait up to this long for others' CPU
@@ -207,22 +207,22 @@ class Runner:
         baseline = self.baseline
         if baseline is None:
             raise RunError(f"{workload.name}: {TASK_NEEDS_PLAIN}")
-        if self.reference is None:
+        if self.reference_tree is None:
             raise RunError(f"{workload.name}: no reference tree was given to the runner")
         with self.between_measurements() as waited_to_prepare:
-            reference = self.reference()  # generated on first use, not timed
+            reference_tree = self.reference_tree()  # generated on first use, not timed
         result = Result(
             backend=self.volume.spec,
             workload=workload,
             description={
                 **self.volume.description,
                 "reference_tree": {
-                    "size": reference.size,
-                    "seed": reference.seed,
-                    "bytes": reference.tree_bytes,
-                    "files": reference.tree_files,
-                    "source_bytes": reference.source_bytes,
-                    "source_files": reference.source_files,
+                    "size": reference_tree.size,
+                    "seed": reference_tree.seed,
+                    "bytes": reference_tree.tree_bytes,
+                    "files": reference_tree.tree_files,
+                    "source_bytes": reference_tree.source_bytes,
+                    "source_files": reference_tree.source_files,
                 },
             },
             warmup_rounds=self.plan.warmup,
@@ -235,7 +235,7 @@ class Runner:
             def measure(runtime: float) -> Measurement:
                 nonlocal side
                 side = mounted
-                measured = self.task(workload, mounted.data_dir, reference, observe)
+                measured = self.task(workload, mounted.data_dir, reference_tree, observe)
                 self._tell(workload, mounted.spec, measured)
                 return measured
 

@@ -108,7 +108,7 @@ class EncperfSession:
             steady_budget=s.steady_budget, precision=s.precision,
             gate=self.outcome.gate(self.machine_info_and_id, self.topology.machine_count()),
             confirm_budget=self.outcome.confirm_budget, on_round=self.status.round_callback(),
-            reference=volumes.reference_data, meter=self.meter, quiet_wait=s.quiet_wait,
+            reference_tree=volumes.reference_tree, meter=self.meter, quiet_wait=s.quiet_wait,
             on_quiet_wait=self.status.quiet_waiting(),
             lock=lambda: volumes.measuring(volume, baseline),
             between_measurements=lambda: volumes.beside_measuring(volume, baseline),

@@ -428,28 +428,28 @@ def _warnings(*found: str | None) -> str | None:
     return "; ".join(text for text in found if text) or None
 
 
-def history(storage: Path, reference: SavedRun, ref: str, count: int) -> list[SavedRun]:
-    """Up to ``count`` saved runs for the run-to-run spread: the reference and the runs saved
-    before it on the reference's machine (its hardware and host name), newest first, never an
+def history(storage: Path, baseline: SavedRun, ref: str, count: int) -> list[SavedRun]:
+    """Up to ``count`` saved runs for the run-to-run spread: the baseline run and the runs
+    saved before it on its machine (its hardware and host name), newest first, never an
     incomplete one; only runs of the same name when ``ref`` named one (``main``), so a history
     of a branch is not mixed with other branches' runs."""
     if count <= 0:
         return []
-    info = folder_machine_info(reference.path.parent)
-    ids, _ = machine_ids(storage, reference.machine_id, info)
+    info = folder_machine_info(baseline.path.parent)
+    ids, _ = machine_ids(storage, baseline.machine_id, info)
     named = _named(ref.split("/", 1)[-1])
 
     candidates = [
         run
         for run in list_runs(storage)
         if run.machine_id in ids
-        and run.path != reference.path
-        and run.datetime_key <= reference.datetime_key
-        and (not named or run.name == reference.name)
-        and not run.incomplete  # an interrupted run is a reference only when asked for, never history
+        and run.path != baseline.path
+        and run.datetime_key <= baseline.datetime_key
+        and (not named or run.name == baseline.name)
+        and not run.incomplete  # an interrupted run is a baseline only when asked for, never history
     ]
     candidates.sort(key=lambda run: (run.datetime_key, run.number), reverse=True)  # ties: by number
-    return [reference, *candidates][:count]
+    return [baseline, *candidates][:count]
 
 
 def load_run(run: SavedRun) -> RunData:

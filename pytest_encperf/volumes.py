@@ -96,8 +96,8 @@ class Volumes:
         self._claim: DeviceClaim | None = None
         self._device_refused = ""
         self._device_lost = ""
-        self._reference_data: realwork.Reference | None = None  # the real-work tasks' tree
-        self._reference_error = ""  # why it could not be made (said again to every later task)
+        self._reference_tree: realwork.ReferenceTree | None = None  # the real-work tasks' tree
+        self._reference_tree_error = ""  # why it could not be made (said again to every later task)
 
     def run_dir(self) -> Path:
         """This run's private directory, made on first use."""
@@ -108,22 +108,22 @@ class Volumes:
             self._run_dir = secretdirs.private_directory(self._run_cleanup, self.journal.directory)
         return self._run_dir
 
-    def reference_data(self) -> realwork.Reference:
+    def reference_tree(self) -> realwork.ReferenceTree:
         """The real-work tasks' reference tree and source archive, made on first use in this run's
         private directory (0700, removed with it at the end)."""
-        if self._reference_error:
-            raise host.HostError(self._reference_error)
-        if self._reference_data is None:
+        if self._reference_tree_error:
+            raise host.HostError(self._reference_tree_error)
+        if self._reference_tree is None:
             try:
                 directory = self.run_dir() / "realwork"
                 directory.mkdir(mode=0o700)
-                self._reference_data = realwork.prepare_reference(
+                self._reference_tree = realwork.prepare_reference_tree(
                     directory, self.settings.tree_size, self.settings.tree_seed
                 )
             except (host.HostError, OSError) as exc:
-                self._reference_error = f"the real-work reference tree could not be made: {exc}"
-                raise host.HostError(self._reference_error) from exc
-        return self._reference_data
+                self._reference_tree_error = f"the real-work reference tree could not be made: {exc}"
+                raise host.HostError(self._reference_tree_error) from exc
+        return self._reference_tree
 
     def check_room(self, workers: int) -> None:
         """Raise NoRoom (before anything is created) for a target without room for the baseline

@@ -232,7 +232,7 @@ class GocryptfsBackend(FuseBackend):
     def describe_store(self, volume: Volume) -> dict[str, Any]:
         info: dict[str, Any] = {
             "cipher": "AES-256-SIV" if self.aessiv else "AES-256-GCM",
-            # the efficiency reference: gocryptfs's own speed for the implementation it selects
+            # the cipher ceiling: gocryptfs's own speed for the implementation it selects
             "cipher_ceiling": (
                 "gocryptfs:AES-SIV-512" if self.aessiv else f"gocryptfs:AES-GCM-256{self.gcm_suffix}"
             ),

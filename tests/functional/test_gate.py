@@ -641,20 +641,20 @@ SCRIPTED_TASK_BENCHMARK = """
 import os
 from pathlib import Path
 from pytest_encperf.model import Measurement
-from pytest_encperf.realwork import Reference
+from pytest_encperf.realwork import ReferenceTree
 
-REFERENCE = Reference(Path("."), 1 << 20, 1, 1 << 20, 10, 1 << 18, 20)
+REFERENCE = ReferenceTree(Path("."), 1 << 20, 1, 1 << 20, 10, 1 << 18, 20)
 CALLS = [0]
 
 
-def scripted_task(workload, data_dir, reference, observe):
+def scripted_task(workload, data_dir, reference_tree, observe):
     noise = [float(x) for x in os.environ.get("SCRIPTED_NOISE", "0").split(",")]
     seconds = 10.0 * (1 + noise[CALLS[0] % len(noise)])
     CALLS[0] += 1
     if not data_dir.parent.name.endswith("-plain"):
         seconds *= float(os.environ.get("SCRIPTED_VOLUME_TIME", "1"))
     return Measurement(
-        engine="tools", engine_version="1", bytes=reference.tree_bytes, seconds=seconds, ios=10,
+        engine="tools", engine_version="1", bytes=reference_tree.tree_bytes, seconds=seconds, ios=10,
         lat_p50_us=0.0, lat_p99_us=0.0, lat_p999_us=0.0, cpu_seconds=0.1, io_mode="buffered",
         steps=(("create tar.gz", seconds / 2), ("extract tar.gz", seconds / 2)),
     )
@@ -662,7 +662,7 @@ def scripted_task(workload, data_dir, reference, observe):
 
 def test_workload(encperf, encperf_workload):
     encperf.task = scripted_task
-    encperf.reference = lambda: REFERENCE
+    encperf.reference_tree = lambda: REFERENCE
     encperf.run(encperf_workload)
 """
 

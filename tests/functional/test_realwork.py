@@ -21,10 +21,10 @@ STEPS = {
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> realwork.Reference:
+def reference_tree(tmp_path_factory: pytest.TempPathFactory) -> realwork.ReferenceTree:
     directory = tmp_path_factory.mktemp("reference")
     directory.chmod(0o700)
-    return realwork.prepare_reference(directory, MiB, seed=3)
+    return realwork.prepare_reference_tree(directory, MiB, seed=3)
 
 
 def task(name: str) -> Workload:
@@ -32,32 +32,32 @@ def task(name: str) -> Workload:
     return with_tree(workload, MiB, 3)
 
 
-def test_the_reference_holds_the_tree_and_the_source_archive(reference: realwork.Reference) -> None:
-    assert reference.tree.is_dir() and reference.source_archive.is_file()
-    assert 0 < reference.tree_bytes <= MiB and reference.tree_files > 10
-    assert reference.source_bytes == realwork.source_size(MiB) and reference.source_files > 10
-    listing = host.run(["tar", "-tzf", reference.source_archive]).split()
-    assert sum(not name.endswith("/") for name in listing) == reference.source_files
+def test_the_reference_holds_the_tree_and_the_source_archive(reference_tree: realwork.ReferenceTree) -> None:
+    assert reference_tree.tree.is_dir() and reference_tree.source_archive.is_file()
+    assert 0 < reference_tree.tree_bytes <= MiB and reference_tree.tree_files > 10
+    assert reference_tree.source_bytes == realwork.source_size(MiB) and reference_tree.source_files > 10
+    listing = host.run(["tar", "-tzf", reference_tree.source_archive]).split()
+    assert sum(not name.endswith("/") for name in listing) == reference_tree.source_files
 
 
 @pytest.mark.parametrize("name", list(STEPS))
 def test_each_task_times_its_steps_and_leaves_nothing(
-    name: str, reference: realwork.Reference, tmp_path: Path
+    name: str, reference_tree: realwork.ReferenceTree, tmp_path: Path
 ) -> None:
-    before = sorted(p.name for p in reference.directory.iterdir())
-    measured = realwork.run_task(task(name), tmp_path, reference)
+    before = sorted(p.name for p in reference_tree.directory.iterdir())
+    measured = realwork.run_task(task(name), tmp_path, reference_tree)
     assert [step for step, _ in measured.steps] == STEPS[name]
     assert all(seconds > 0 for _, seconds in measured.steps)
     assert measured.seconds == pytest.approx(sum(seconds for _, seconds in measured.steps))
     assert measured.bytes > 0 and measured.ios > 0 and measured.engine == "tools"
     assert list(tmp_path.iterdir()) == []  # the volume's work directory is gone
-    assert sorted(p.name for p in reference.directory.iterdir()) == before  # no copy left out
+    assert sorted(p.name for p in reference_tree.directory.iterdir()) == before  # no copy left out
 
 
 def test_a_failing_step_leaves_nothing_and_says_which_command(
-    reference: realwork.Reference, tmp_path: Path
+    reference_tree: realwork.ReferenceTree, tmp_path: Path
 ) -> None:
-    broken = dataclasses.replace(reference, directory=tmp_path / "missing")
+    broken = dataclasses.replace(reference_tree, directory=tmp_path / "missing")
     with pytest.raises(host.HostError, match=r"cp -a .*missing/tree"):
         realwork.run_task(task("copy"), tmp_path, broken)
     assert list(tmp_path.iterdir()) == []
@@ -66,7 +66,7 @@ def test_a_failing_step_leaves_nothing_and_says_which_command(
 def test_missing_tools_are_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(shutil, "which", lambda tool: None if tool == "gzip" else f"/usr/bin/{tool}")
     with pytest.raises(host.HostError, match=r"real-work workloads need gzip"):
-        realwork.prepare_reference(tmp_path, MiB, 1)
+        realwork.prepare_reference_tree(tmp_path, MiB, 1)
 
 
 # What each task runs, in order: "drop" is a page-cache drop, then each command's first words;
@@ -81,7 +81,7 @@ COMMANDS = {
 
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_each_task_drops_the_cache_before_each_step_and_syncs_inside_it(
-    name: str, reference: realwork.Reference, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    name: str, reference_tree: realwork.ReferenceTree, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     done: list[str] = []
     real_run = host.run
@@ -93,16 +93,16 @@ def test_each_task_drops_the_cache_before_each_step_and_syncs_inside_it(
 
     monkeypatch.setattr(host, "run", recording_run)
     monkeypatch.setattr(host, "drop_page_cache", lambda path=None: done.append("drop") or True)
-    measured = realwork.run_task(task(name), tmp_path, reference)
+    measured = realwork.run_task(task(name), tmp_path, reference_tree)
     assert done == COMMANDS[name]
     assert "cache-not-dropped" not in measured.caveats
 
 
 def test_a_task_whose_cache_could_not_be_dropped_says_so(
-    reference: realwork.Reference, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    reference_tree: realwork.ReferenceTree, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(host, "drop_page_cache", lambda path=None: False)  # not root
-    assert "cache-not-dropped" in realwork.run_task(task("untar"), tmp_path, reference).caveats
+    assert "cache-not-dropped" in realwork.run_task(task("untar"), tmp_path, reference_tree).caveats
 
 
 def test_the_source_tree_is_a_quarter_of_the_reference_tree() -> None:

@@ -21,14 +21,14 @@ def test_realwork_on_plain_and_fscrypt_is_compared_saved_and_gated(
 ) -> None:
     base = disk_dir()
     made: list[int] = []
-    prepare = realwork.prepare_reference
+    prepare = realwork.prepare_reference_tree
 
     def counted(directory, size, seed):  # type: ignore[no-untyped-def]
         made.append(size)
         assert directory.stat().st_mode & 0o777 == 0o700 and directory.parent.stat().st_mode & 0o777 == 0o700
         return prepare(directory, size, seed)
 
-    monkeypatch.setattr(realwork, "prepare_reference", counted)  # runpytest runs in this process
+    monkeypatch.setattr(realwork, "prepare_reference_tree", counted)  # runpytest runs in this process
     pytester.makepyfile(test_bench=TINY_BENCHMARK)
     report = pytester.path / "run.json"
     common = (
