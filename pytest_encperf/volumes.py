@@ -266,7 +266,7 @@ class Volumes:
                 self.lifecycle[spec_text].setdefault(step, []).append(seconds)
 
     def _extra_volumes_allowed(self, spec: BackendSpec, what: str) -> None:
-        """VolumeFailure/VolumeSkip unless ``what`` may make volumes of its own for ``spec_text``:
+        """VolumeFailure/VolumeSkip unless ``what`` may make volumes of its own for ``spec``:
         never on the partition target, whose device the benchmark volumes hold (DeviceClaim) and
         which the user named for them alone."""
         spec_text = str(spec)
