@@ -184,8 +184,9 @@ class BackendBase:
       and ``store_below``.
 
     What the base does around those steps: create() and mount() refuse with
-    ``BackendUnavailable`` when the backend cannot run (create: ``problems`` and the placement
-    rules; mount: ``requirements``, since a created volume has changed its target); every
+    ``BackendUnavailable`` when the backend cannot run (create: ``unavailable_reasons``, which is
+    ``problems`` and the placement rules, the one answer the run's skips and ``encperf backends``
+    give too; mount: ``requirements``, since a created volume has changed its target); every
     resource a step registers on ``volume.created`` / ``volume.mounted`` is released when the
     step fails (``undo_on_failure``: destroy after a failed create, unmount after a failed
     mount), and a tool or system error becomes a BackendError naming the spec and the step;
