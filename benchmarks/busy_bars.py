@@ -34,7 +34,7 @@ from pytest_encperf.backends import BackendSpec, make_backend
 from pytest_encperf.engines import select_engine
 from pytest_encperf.load import BUSY_SHARE, LoadMeter
 from pytest_encperf.model import Measurement, Result
-from pytest_encperf.mounted import close_volume, open_volume
+from pytest_encperf.mountedvolume import close_volume, open_volume
 from pytest_encperf.optionparsers import parse_busy_threshold, parse_size
 from pytest_encperf.roundplan import RoundPlan
 from pytest_encperf.runner import Runner

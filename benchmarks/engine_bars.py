@@ -33,7 +33,7 @@ from pytest_encperf.engines.fio import FioEngine
 from pytest_encperf.engines.native import NativeEngine
 from pytest_encperf.load import LoadMeter
 from pytest_encperf.model import Result
-from pytest_encperf.mounted import close_volume, open_volume
+from pytest_encperf.mountedvolume import close_volume, open_volume
 from pytest_encperf.optionparsers import parse_size
 from pytest_encperf.roundplan import RoundPlan
 from pytest_encperf.runner import Runner, io_mode_policy

@@ -23,7 +23,7 @@ from typing import Any
 from . import trust
 from .backends import BackendBase, BackendSpec, make_backend
 from .host import signals_deferred
-from .mounted import close_volume, open_volume
+from .mountedvolume import close_volume, open_volume
 from .targets import Target
 from .workloads import MiB
 

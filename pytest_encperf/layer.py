@@ -20,7 +20,7 @@ from . import host, resources
 from .backends import BASELINE, BASELINE_SPEC, BackendError, BackendSpec, make_backend
 from .engines import Engine
 from .ladder import LayerRungs, Rung
-from .mounted import MountedVolume, Unavailable, close_volume, open_volume, slug
+from .mountedvolume import MountedVolume, Unavailable, close_volume, open_volume, slug
 from .roundplan import RoundPlan
 from .runner import RunError, Runner
 from .targets import Target, container_size

@@ -15,7 +15,7 @@ from . import backends, hookspec
 from .backends import BASELINE_SPEC, BackendSpec
 from .inplace import InplaceTiming
 from .kdf import KdfTiming
-from .mounted import MountedVolume
+from .mountedvolume import MountedVolume
 from .runner import TASK_NEEDS_PLAIN, Runner
 from .session import EncperfSession
 from .settings import OPTIONS, resolve

@@ -1,5 +1,5 @@
 """The measuring behind the ``encperf`` fixture (no pytest): ``Runner`` prepares each workload's
-test files on a mounted volume and plain's (mounted.py makes them), holds the measurement lock
+test files on a mounted volume and plain's (mountedvolume.py makes them), holds the measurement lock
 and hands the paired rounds to rounds.py; on the partition target, the rounds of one side alone."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .engines import Engine
 from .engines.observe import Observe
 from .host import HostError
 from .model import Measurement, Result
-from .mounted import MountedVolume, verify_after_remount
+from .mountedvolume import MountedVolume, verify_after_remount
 from .roundplan import RoundPlan
 from .rounds import ConfirmBudget, Confirmer, PairedRounds, QuietAgain, RoundMeter, Side, measure_rounds
 from .workloads import Workload

@@ -28,7 +28,7 @@ from .inplace import InplaceTiming
 from .kdf import KdfTiming
 from .load import LoadMeter
 from .model import MachineRun, Result
-from .mounted import MountedVolume
+from .mountedvolume import MountedVolume
 from .outcome import Outcome, did_not_finish
 from .record import RunRecord
 from .report import terminal

@@ -26,7 +26,7 @@ from .inplace import InplaceTiming
 from .kdf import KdfTiming
 from .load import LoadMeter
 from .model import Measurement
-from .mounted import MountedVolume, Unavailable, close_volume, open_volume, slug
+from .mountedvolume import MountedVolume, Unavailable, close_volume, open_volume, slug
 from .runner import measure_all
 from .settings import Settings
 from .targets import DeviceClaim, Target, container_size

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host, mounted, resources, trust
+from pytest_encperf import host, mountedvolume, resources, trust
 from pytest_encperf.backends import BackendSpec, Volume, fusedaemon, make_backend, vcformat, veracrypt
 from pytest_encperf.resources import Cleanup, Resource
 from pytest_encperf.targets import Target
@@ -280,7 +280,7 @@ def test_fuse_mode_attributes_veracrypts_forked_daemon(
         assert asked and asked[0][0] == str(container) and asked[0][1] >= before
         assert asked[0][2] == "veracrypt"  # only a process running the program counts
         assert volume.foreign_daemons == [daemon.pid]
-        mounted_volume = mounted.MountedVolume(backend, volume, tmp_path)
+        mounted_volume = mountedvolume.MountedVolume(backend, volume, tmp_path)
         assert mounted_volume.daemon_pids == (daemon.pid,)
         volume.mounted.release()
         assert volume.foreign_daemons == [] and mounted_volume.daemon_pids == ()

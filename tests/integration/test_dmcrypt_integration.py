@@ -23,7 +23,7 @@ from pytest_encperf import host
 from pytest_encperf.backends import BackendSpec, Volume, make_backend
 from pytest_encperf.backends.dmcrypt import CryptsetupBackend, device_mapper_problems, status
 from pytest_encperf.model import LIFECYCLE_STEPS
-from pytest_encperf.mounted import close_volume, open_volume
+from pytest_encperf.mountedvolume import close_volume, open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
 from tests.helpers import uml

@@ -22,7 +22,7 @@ import pytest
 from pytest_encperf import host, mounting
 from pytest_encperf.backends import BackendSpec, make_backend
 from pytest_encperf.backends.ecryptfs import FNEK_SALT, SALT, EcryptfsBackend, auth_token, kernel_problems
-from pytest_encperf.mounted import open_volume
+from pytest_encperf.mountedvolume import open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
 from tests.helpers import uml

@@ -18,7 +18,7 @@ from pytest_encperf.engines.fio import FioEngine, fio_available
 from pytest_encperf.engines.native import NativeEngine, probe_io_mode
 from pytest_encperf.engines.observe import Observe, Observer
 from pytest_encperf.model import Result
-from pytest_encperf.mounted import MountedVolume, close_volume, open_volume
+from pytest_encperf.mountedvolume import MountedVolume, close_volume, open_volume
 from pytest_encperf.report import detail_table
 from pytest_encperf.resources import Cleanup
 from pytest_encperf.roundplan import RoundPlan

@@ -22,7 +22,7 @@ from pytest_encperf.backends import (
     make_backend,
     placement_problems,
 )
-from pytest_encperf.mounted import open_volume
+from pytest_encperf.mountedvolume import open_volume
 from pytest_encperf.settings import resolve
 from pytest_encperf.targets import DeviceClaim, Target, partition_problems, probe_signature
 from pytest_encperf.workloads import MiB

@@ -22,7 +22,7 @@ from pytest_encperf import host, mounting
 from pytest_encperf.backends import BackendError, BackendSpec, make_backend
 from pytest_encperf.backends.dmcrypt import device_mapper_problems
 from pytest_encperf.blockstack import BlockStack
-from pytest_encperf.mounted import open_volume
+from pytest_encperf.mountedvolume import open_volume
 from pytest_encperf.targets import Target, partition_problems, probe_signature
 from pytest_encperf.workloads import MiB
 from tests.helpers.support import loop_device, loop_on, partitioned_loop, scratch_dir

@@ -21,7 +21,7 @@ import pytest
 from pytest_encperf import children, host, mounting
 from pytest_encperf.backends import BackendBase, BackendError, BackendSpec, Volume, make_backend
 from pytest_encperf.backends.fuse import FuseBackend
-from pytest_encperf.mounted import open_volume
+from pytest_encperf.mountedvolume import open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
 from tests.helpers.support import (

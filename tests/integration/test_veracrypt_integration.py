@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from pytest_encperf.backends import BackendSpec, make_backend
-from pytest_encperf.mounted import close_volume, open_volume
+from pytest_encperf.mountedvolume import close_volume, open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
 from tests.helpers.support import disk_dir, mounts_and_loops_left, problems_here

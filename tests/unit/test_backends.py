@@ -21,7 +21,7 @@ from pytest_encperf.backends import (
     register,
     unregister,
 )
-from pytest_encperf.mounted import Unavailable, open_volume
+from pytest_encperf.mountedvolume import Unavailable, open_volume
 from pytest_encperf.parsing import parse_bool, parse_choice, parse_int
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB

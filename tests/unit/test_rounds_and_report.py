@@ -14,7 +14,7 @@ from pytest_encperf.backends import BackendSpec, Volume
 from pytest_encperf.backends.plain import PlainBackend
 from pytest_encperf.ceiling import kernel_xts_driver
 from pytest_encperf.model import Measurement, Result
-from pytest_encperf.mounted import MountedVolume
+from pytest_encperf.mountedvolume import MountedVolume
 from pytest_encperf.optionparsers import parse_steady_cv, parse_warmup
 from pytest_encperf.report import detail_table, summary_table
 from pytest_encperf.roundplan import WARMUP_SECONDS, RoundPlan
