@@ -26,10 +26,12 @@ from typing import Any
 
 from pytest_benchmark.stats import Stats  # the same statistics pytest-benchmark saves
 
+from . import usertiming
 from .model import BASELINE as PLAIN
 from .model import LATENCY_MEANING, Measurement, Result, is_baseline
 
 UNIT = "per GiB"  # what one operation of an entry is: its stats are seconds to move a GiB
+CALL_UNIT = "per call"  # ... or one call of the user's function (encperf.time)
 OPTIONS = {"timer": "encperf", "unit": "seconds per GiB", "warmup": False}
 PLAIN_SIDE = "plain_side_of"  # extra_info key of a plain-side entry: the backend it was paired with
 
@@ -39,20 +41,28 @@ def plain_beside(backend: str) -> str:
     return f"{PLAIN}-beside-{backend}"
 
 
-def entry_names(workload: str, backend: str) -> dict[str, str]:
+def entry_names(workload: str, backend: str, unit: str = UNIT) -> dict[str, str]:
     """``name`` (with the unit), ``fullname`` (as documents had it before), ``param`` of an entry."""
     return {
-        "name": f"{workload}[{backend}] {UNIT}",
+        "name": f"{workload}[{backend}] {unit}",
         "fullname": f"encperf::{workload}[{backend}]",
         "param": f"{backend}-{workload}",
     }
 
 
+def unit_of(rounds: Sequence[Measurement]) -> str:
+    """An entry's unit: UNIT, or CALL_UNIT for rounds of a timed function (encperf.time), which
+    count no bytes: their stats are the seconds of one call."""
+    return CALL_UNIT if rounds and all(m.engine == usertiming.ENGINE for m in rounds) else UNIT
+
+
 def seconds_per_gib_stats(rounds: Sequence[Measurement]) -> dict[str, Any]:
-    """pytest-benchmark's stats of the rounds, in seconds per GiB moved ({} without rounds)."""
+    """pytest-benchmark's stats of the rounds, in seconds per GiB moved ({} without rounds); a
+    timed function's in seconds per call (unit_of)."""
     stats = Stats()
+    per_call = unit_of(rounds) == CALL_UNIT
     for measurement in rounds:
-        stats.update(measurement.seconds_per_gib)
+        stats.update(measurement.seconds if per_call else measurement.seconds_per_gib)
     # "iterations" is what pytest-benchmark adds to Stats.as_dict(); its compare table needs it
     return {**stats.as_dict(), "iterations": 1, "data": list(stats.data)} if stats else {}
 
@@ -65,7 +75,7 @@ def plain_entry(result: Result) -> dict[str, Any] | None:
     workload = result.workload.name
     return {
         "group": workload,
-        **entry_names(workload, plain_beside(result.backend)),
+        **entry_names(workload, plain_beside(result.backend), unit_of(result.baseline_rounds)),
         "params": {"backend": PLAIN, "workload": workload, "beside": result.backend},
         "options": dict(OPTIONS),
         "stats": seconds_per_gib_stats(result.baseline_rounds),

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from . import backends, hookspec
+from . import backends, hookspec, usertiming
 from .backends import BASELINE_SPEC, BackendSpec
 from .inplace import InplaceTiming
 from .kdf import KdfTiming
@@ -207,5 +207,7 @@ def encperf(
     request: pytest.FixtureRequest, encperf_baseline: MountedVolume | None, encperf_volume: MountedVolume
 ) -> Runner:
     """The runner: ``encperf.run(workload)`` measures ``workload`` on the volume against
-    the baseline and returns the Result."""
-    return request.config.stash[session_key].runner(encperf_volume, encperf_baseline, request.node)
+    the baseline and returns the Result; ``encperf.time(fn)`` does the same for a function."""
+    runner = request.config.stash[session_key].runner(encperf_volume, encperf_baseline, request.node)
+    runner.test_name = usertiming.test_name(request.node)  # encperf.time's default name
+    return runner

@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import load, realwork
+from . import load, realwork, usertiming
 from .engines import Engine
 from .engines.observe import Observe
 from .host import HostError
@@ -89,6 +89,8 @@ class Runner:
     quiet_wait: float = 0.0
     # told while the quiet wait goes on: the Load of the last busy window (the progress line)
     on_quiet_wait: Callable[[load.Load], None] | None = None
+    # encperf.time's default name for its result: the test's (usertiming.test_name)
+    test_name: str = "encperf-time"
 
     def _tell(self, workload: Workload, side: str, measurement: Measurement) -> None:
         if self.on_round is not None:
@@ -254,6 +256,65 @@ class Runner:
                 f"{workload.name} on {side.spec} ({side.data_dir}): {exc}; a task needs room for about "
                 "twice --encperf-tree-size on the volume"
             ) from exc
+        self.record(result)
+        return result
+
+    def time(
+        self,
+        fn: usertiming.UserFunction,
+        *,
+        name: str | None = None,
+        setup: usertiming.UserFunction | None = None,
+        sync: bool = True,
+        drop_caches: bool = True,
+    ) -> Result:
+        """Time ``fn(path)`` on the volume and on plain in paired rounds, as a real-work task
+        (usertiming.py: a fresh directory of the side each round, ``setup(path)`` untimed, the page
+        cache dropped, ``sync -f`` inside the time); the Result (seconds, lower is better) is
+        recorded under ``name`` (default: the test's name) and returned."""
+        baseline = self.baseline
+        if baseline is None:
+            usertiming.skip(usertiming.NEEDS_PLAIN)
+        workload = usertiming.user_workload(usertiming.workload_name(name or self.test_name))
+        result = Result(
+            backend=self.volume.spec,
+            workload=workload,
+            description=dict(self.volume.description),
+            warmup_rounds=self.warmup,
+        )
+
+        def on(mounted: MountedVolume, side: str) -> Side:
+            observe = mounted.observe()
+            rounds = usertiming.SideRounds(
+                workload.name, self.volume.spec, side, mounted.data_dir, self.warmup
+            )
+
+            def measure(runtime: float) -> Measurement:
+                rounds.count += 1
+                try:
+                    measured = usertiming.time_round(
+                        fn, mounted.data_dir, setup=setup, sync=sync, drop_caches=drop_caches, observe=observe
+                    )
+                except Exception as exc:
+                    raise rounds.failed(exc) from exc
+                self._tell(workload, mounted.spec, measured)
+                return measured
+
+            return measure
+
+        try:
+            with self.lock() as waited:
+                result.lock_wait = waited
+                self._wait_for_quiet(result, self.volume, baseline)
+                pairs = PairedRounds(
+                    on(baseline, "plain"),
+                    on(self.volume, "encrypted"),
+                    meter=self._round_meter(self.volume, baseline),
+                )
+                self._measure_rounds(result, pairs)
+        finally:
+            with self.between_measurements():
+                usertiming.cleanup(self.volume.data_dir, baseline.data_dir)
         self.record(result)
         return result
 

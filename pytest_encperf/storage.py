@@ -130,7 +130,9 @@ def autosave_name(commit: dict[str, Any], now: dt.datetime) -> str:
 def benchmark_entry(result: Result) -> dict[str, Any]:
     return {
         "group": result.workload.name,
-        **benchmarkentries.entry_names(result.workload.name, result.backend),
+        **benchmarkentries.entry_names(
+            result.workload.name, result.backend, benchmarkentries.unit_of(result.rounds)
+        ),
         "params": {"backend": result.backend, "workload": result.workload.name},
         "options": dict(benchmarkentries.OPTIONS),
         "stats": benchmarkentries.seconds_per_gib_stats(result.rounds),

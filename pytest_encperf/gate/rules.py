@@ -70,6 +70,7 @@ WORKLOAD_CLASSES = ("seq", "rnd", "read", "write", "seq-read", "seq-write", "rnd
 _WORKLOAD_NAME = re.compile(r"^(seq|rnd)\d+[km]-q\d+t\d+-(read|write)$")
 _THRESHOLD = re.compile(r"^(\d+(?:\.\d+)?)%$")
 _BACKEND = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+_USER_WORKLOAD = re.compile(r"^[a-z0-9_][a-z0-9_.+\[\]-]*$")  # with a test's prefix or parameters
 
 LIFECYCLE_METRIC = "lifecycle"
 
@@ -84,7 +85,8 @@ LIFECYCLE_SELECTORS = {lifecycle_selector(step): step for step in LIFECYCLE_STEP
 GRAMMAR = (
     "expected a comma list of [BACKEND:][WORKLOAD:][METRIC:]PERCENT%, e.g. 10%, seq-read:5%, "
     "rnd4k-q1t1-write:15%, latency-p99:20%, cpu-per-gib:25%, fscrypt:seq-write:8%; "
-    f"WORKLOAD is {' | '.join(WORKLOAD_CLASSES)} or a workload name such as seq1m-q8t1-read or archive; "
+    f"WORKLOAD is {' | '.join(WORKLOAD_CLASSES)} or a workload name such as seq1m-q8t1-read, archive or "
+    "a test's name (encperf.time: test_inserts, test_inserts[wal]); "
     f"METRIC is {' | '.join(METRICS)} (default throughput: an encrypted backend's ratio to plain, "
     "plain's own MB/s or IOPS); BACKEND is a backend name; life-cycle timings: lifecycle:50% (every "
     f"step) or a step, {' | '.join(LIFECYCLE_SELECTORS)}, e.g. gocryptfs:lifecycle-mount:40%"
@@ -159,6 +161,8 @@ def _parse_rule(expression: str, names: set[str] | None) -> Rule:
             kind = "workload"
         elif _BACKEND.match(token) and (names is None or token in names):
             kind = "backend"
+        elif _USER_WORKLOAD.match(token) and (token.startswith("test") or "[" in token):
+            kind = "workload"  # a timed function's (encperf.time): its test's name, test_x[param]
         else:
             raise ValueError(f"bad expression {expression!r}: unknown part {token!r}; {GRAMMAR}")
         if kind in found or any(later in found for later in order[order.index(kind) + 1 :]):

@@ -179,6 +179,11 @@ def machine_summary(
     steady = steady if until else ""
     yield "line", "", f"each workload: {s.warmup} warm-up round(s) per side discarded{steady}"
     shown_names: set[str] = set()
+    # a run of the user's own workloads alone (encperf.time, fio jobs) shows no empty profile table
+    in_profiles = {
+        w.name for name in s.profile if name in PROFILES for w in PROFILES[name].workloads_for(s.size)
+    }
+    users_alone = bool(machine_run.results) and not any(r.workload.name in in_profiles for r in machine_run.results)
     for name in s.profile:
         if name not in PROFILES:  # the kdf profile: its own table below
             continue
@@ -192,7 +197,7 @@ def machine_summary(
             value=profile.value,
             mean_column=profile.mean_column,
         )
-        if table:
+        if table and not users_alone:
             yield "line", "", LEGENDS["profile"].format(title=profile.title, name=name, value=profile.value)
             yield "line", "", table
         steps = task_steps_table(machine_run.results, workloads)

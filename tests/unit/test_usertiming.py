@@ -1,0 +1,126 @@
+"""encperf.time (usertiming.py, Runner.time) on plain directories, without processes: the sides in
+A B B A order, a fresh directory and an untimed setup each round, the Result of a task under the
+test's name, the message of a function that raised, and the skip on a partition target."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_encperf import usertiming
+from pytest_encperf.engines.observe import Observe
+from pytest_encperf.model import Result
+from pytest_encperf.runner import Runner
+
+
+@dataclass
+class Side:
+    """What Runner.time uses of a MountedVolume."""
+
+    spec: str
+    data_dir: Path
+    description: dict[str, Any] = field(default_factory=dict)
+    daemon_pids: tuple[int, ...] = ()
+
+    def observe(self) -> Observe:
+        return Observe()
+
+
+def runner(tmp_path: Path, recorded: list[Result], baseline: bool = True) -> Runner:
+    volume, plain = tmp_path / "volume", tmp_path / "plain"
+    volume.mkdir()
+    plain.mkdir()
+    return Runner(
+        engine=None,  # type: ignore[arg-type]  # encperf.time runs no engine
+        volume=Side("fakecrypt", volume),  # type: ignore[arg-type]
+        baseline=Side("plain", plain) if baseline else None,  # type: ignore[arg-type]
+        size=1,
+        runtime=0.01,
+        rounds=2,
+        record=recorded.append,
+        warmup=1,
+        test_name="test_mine[wal]",
+    )
+
+
+def test_the_function_runs_on_both_sides_abba_in_a_fresh_directory_after_its_setup(tmp_path: Path) -> None:
+    recorded: list[Result] = []
+    calls: list[str] = []
+
+    def setup(path: Path) -> None:
+        assert list(path.iterdir()) == []  # fresh each round
+        (path / "input").write_text("x")
+        time.sleep(0.25)  # untimed
+
+    def work(path: Path) -> None:
+        assert (path / "input").read_text() == "x" and path.name == usertiming.USER_DIR
+        (path / "output").write_text("y")
+        calls.append(path.parent.name)
+        time.sleep(0.01)
+
+    result = runner(tmp_path, recorded).time(work, setup=setup, sync=False, drop_caches=False)
+    assert recorded == [result]
+    assert result.workload.name == "test_mine[wal]" and result.workload.lower_is_better
+    assert result.primary_metric == "seconds"
+    # one warm-up pair, then whole A B B A blocks: plain first
+    assert calls[:2] == ["plain", "volume"] and calls[2:6] == ["plain", "volume", "volume", "plain"]
+    assert len(result.rounds) == len(result.baseline_rounds) == 2
+    assert all(0.01 <= m.seconds < 0.25 for m in result.rounds + result.baseline_rounds)  # setup not timed
+    assert all(m.engine == usertiming.ENGINE for m in result.rounds)
+    assert not (tmp_path / "volume" / usertiming.USER_DIR).exists()  # removed after the rounds
+    assert not (tmp_path / "plain" / usertiming.USER_DIR).exists()
+
+
+def test_a_name_is_given_or_the_tests_and_fit_for_a_gate_rule(tmp_path: Path) -> None:
+    recorded: list[Result] = []
+    result = runner(tmp_path, recorded).time(
+        lambda path: None, name="my step: 1", sync=False, drop_caches=False
+    )
+    assert result.workload.name == "my_step_1"
+
+    @dataclass
+    class CallSpec:
+        params: dict[str, object]
+
+    @dataclass
+    class Node:
+        originalname: str
+        callspec: CallSpec | None = None
+
+    assert usertiming.test_name(Node("test_a")) == "test_a"
+    assert usertiming.test_name(Node("test_a", CallSpec({"encperf_volume": "fscrypt", "mode": "wal"}))) == (
+        "test_a[wal]"
+    )
+    with pytest.raises(ValueError, match="nothing a workload's name can carry"):
+        usertiming.workload_name(" : ")
+
+
+@pytest.mark.parametrize(("side", "round_text"), [("plain", "round 1 (warm-up)"), ("encrypted", "round 2")])
+def test_an_exception_names_backend_side_and_round(tmp_path: Path, side: str, round_text: str) -> None:
+    recorded: list[Result] = []
+    seen = {"plain": 0, "volume": 0}
+    fail_at = {"plain": ("plain", 1), "encrypted": ("volume", 2)}[side]
+
+    def work(path: Path) -> None:
+        seen[path.parent.name] += 1
+        if (path.parent.name, seen[path.parent.name]) == fail_at:
+            raise OSError(5, "broken")
+
+    with pytest.raises(usertiming.UserFunctionError) as raised:
+        runner(tmp_path, recorded).time(work, sync=False, drop_caches=False)
+    assert str(raised.value).startswith(
+        f"encperf.time(test_mine[wal]) on fakecrypt: the function raised on the {side} side ("
+    )
+    assert f"in {round_text}: OSError: [Errno 5] broken" in str(raised.value)
+    assert isinstance(raised.value.__cause__, OSError)  # the user's traceback is chained
+    assert recorded == []
+    assert not list(tmp_path.rglob(usertiming.USER_DIR))
+
+
+def test_on_a_partition_the_test_is_skipped_saying_why(tmp_path: Path) -> None:
+    with pytest.raises(pytest.skip.Exception, match="partition target does not have"):
+        runner(tmp_path, [], baseline=False).time(lambda path: None)
