@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import storage
+from . import fiojob, storage
 from .backends import parse_backend_list
 from .engines import ENGINES
 from .gate import MIN_HISTORY, MIN_LIFECYCLE_CYCLES
@@ -199,6 +199,10 @@ OPTIONS: tuple[Option, ...] = (
            "let rounds on different physical disks run at the same time (xdist workers, other sessions); "
            "rounds on one disk never overlap; without it one measurement at a time per machine "
            "(bare flag = yes)", parse_bool, "no", form="flag", const="1"),
+    Option("fio-job", "FILE[,FILE...]",
+           "fio job files: each job section is a workload named after it, run with fio and the job's own "
+           "options on encperf's test file in each volume (alone, unless --encperf-profile is given too)",
+           fiojob.parse_fio_job_files, ""),
     Option("ladder", "BOOL",
            "where the overhead comes from: also measure each backend's cipher alone and each backend and "
            "workload on a RAM-backed container (tmpfs + loop, never a baseline), and name the rung that "

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from . import backends, hookspec, usertiming
+from . import backends, fiojob, hookspec, usertiming
 from .backends import BASELINE_SPEC, BackendSpec
+from .engines.fio import fio_available
 from .inplace import InplaceTiming
 from .kdf import KdfTiming
 from .mountedvolume import MountedVolume
@@ -72,6 +73,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # controller, which has checked them)
         typed = None if hasattr(config, "workerinput") else [str(a) for a in config.invocation_params.args]
         settings = resolve(cli, ini, typed=typed)
+        fiojob.check_room(settings.fio_job, settings.size)  # a job asking more than the test file
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     session = EncperfSession(config, settings)
@@ -139,6 +141,8 @@ def _workload_marks(session: EncperfSession, workload: Workload) -> list[pytest.
     """A real-work task is skipped on the partition target, saying why (runner._run_task)."""
     if workload.kind == "task" and session.settings.one_volume_at_a_time:
         return [pytest.mark.skip(reason=f"{workload.name}: {TASK_NEEDS_PLAIN}")]
+    if workload.kind == "job" and not fio_available():
+        return [pytest.mark.skip(reason=f"{workload.name}: a fio job needs fio (apt-get install fio)")]
     return []
 
 

@@ -79,6 +79,7 @@ class Settings:
     project_size: int = 1000**4
     ladder: bool = False
     lifecycle_cycles: int = 1
+    fio_job: list[Workload] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)  # option -> where its value came from
 
     @property
@@ -95,8 +96,10 @@ class Settings:
 
     @property
     def workloads(self) -> list[Workload]:
-        """The workloads of the selected profiles, at this run's sizes."""
-        return profile_workloads(self.profile, self.size, self.tree_size, self.tree_seed)
+        """The workloads of the selected profiles, at this run's sizes, and the user's fio jobs
+        (those alone when no profile was given)."""
+        profiles = [] if self.fio_job and self.sources.get("profile") == "default" else self.profile
+        return [*profile_workloads(profiles, self.size, self.tree_size, self.tree_seed), *self.fio_job]
 
     @property
     def one_volume_at_a_time(self) -> bool:

@@ -9,7 +9,9 @@ shows as one table (one column per workload label).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -18,7 +20,8 @@ GiB = 1024 * MiB
 BLOCK_MODES = ("read", "write", "randread", "randwrite")
 FILES_MODE = "files"  # create, write, fsync, read back and delete many small files
 TASK_MODE = "task"  # a real-work task run with the user's tools (realwork.py), timed in seconds
-RW_MODES = (*BLOCK_MODES, FILES_MODE, TASK_MODE)
+FIO_JOB_MODE = "fio-job"  # a section of the user's fio job file, run with its own options (fiojob.py)
+RW_MODES = (*BLOCK_MODES, FILES_MODE, TASK_MODE, FIO_JOB_MODE)
 
 # smallfiles: a repeating mix of sizes (bytes), from a sub-page file to a few pages
 SMALL_FILE_SIZES: tuple[int, ...] = (512, 4 * KiB, 1 * KiB, 16 * KiB, 2 * KiB, 64 * KiB, 8 * KiB, 32 * KiB)
@@ -40,8 +43,11 @@ class Workload:
     task: str = ""  # TASK_MODE: which task (realwork.TASKS)
     tree_size: int = 0  # TASK_MODE: bytes of the reference tree (--encperf-tree-size)
     tree_seed: int = 0  # TASK_MODE: the tree's seed (--encperf-tree-seed)
+    job: tuple[tuple[str, str], ...] = ()  # FIO_JOB_MODE: the job's (option, value) pairs, in order
 
     def __post_init__(self) -> None:
+        # a saved run's JSON gives lists: a workload stays hashable (results are keyed by it)
+        object.__setattr__(self, "job", tuple((str(k), str(v)) for k, v in self.job))
         if self.rw not in RW_MODES:
             raise ValueError(f"rw must be one of {', '.join(RW_MODES)}, got {self.rw!r}")
         if self.block_size <= 0 or self.iodepth <= 0 or self.numjobs <= 0:
@@ -50,13 +56,33 @@ class Workload:
             raise ValueError("a files workload needs files > 0")
         if (self.rw == TASK_MODE) != bool(self.task):
             raise ValueError("a task workload names its task, and only a task workload does")
+        if (self.rw == FIO_JOB_MODE) != bool(self.job):
+            raise ValueError("a fio job workload has the job's options, and only a fio job workload does")
+
+    @classmethod
+    def from_fio_job(cls, path: str | os.PathLike[str], section: str | None = None) -> list[Workload]:
+        """The workloads of a fio job file, one per job section (only ``section``'s when given),
+        named after their sections; fiojob.FioJobError (a ValueError) names a refused option."""
+        from .fiojob import load
+
+        return load(Path(path), section)
+
+    @property
+    def job_rw(self) -> str:
+        """A fio job's ``rw`` (fio's default: read); "" for other workloads."""
+        if self.kind != "job":
+            return ""
+        values = dict(self.job)
+        return (values.get("rw") or values.get("readwrite") or "read").split(":", 1)[0]
 
     @property
     def kind(self) -> str:
-        """``block`` (I/O on one preallocated file), ``files`` (file create/delete cycle) or
-        ``task`` (a real-work task timed in seconds)."""
+        """``block`` (I/O on one preallocated file), ``files`` (file create/delete cycle),
+        ``task`` (a real-work task timed in seconds) or ``job`` (a section of the user's fio job)."""
         if self.rw == TASK_MODE:
             return "task"
+        if self.rw == FIO_JOB_MODE:
+            return "job"
         return "files" if self.rw == FILES_MODE else "block"
 
     @property
@@ -67,16 +93,16 @@ class Workload:
 
     @property
     def is_read(self) -> bool:
-        return self.rw in ("read", "randread")
+        return (self.job_rw or self.rw) in ("read", "randread")
 
     @property
     def is_random(self) -> bool:
-        return self.rw.startswith("rand")
+        return (self.job_rw or self.rw).startswith("rand")
 
     @property
     def direction(self) -> str:
         """``read``, ``write`` or, for the file cycle, ``mixed``."""
-        if self.kind in ("files", "task"):
+        if self.kind in ("files", "task") or self.job_rw in ("rw", "readwrite", "randrw"):
             return "mixed"
         return "read" if self.is_read else "write"
 
@@ -86,6 +112,8 @@ class Workload:
         (a task: its name, ``archive``)."""
         if self.kind == "task":
             return self.task
+        if self.kind == "job":  # the job's section
+            return self.label
         return f"{self.label.replace(' ', '-')}-{self.direction}"
 
     @property

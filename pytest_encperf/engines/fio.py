@@ -232,6 +232,10 @@ class FioEngine:
         observe: Observe | None = None,
     ) -> Measurement:
         observe = observe or Observe()
+        if workload.kind == "job":  # the user's own fio job, with its own options
+            from ..fiojob import run_job
+
+            return run_job(workload, path, runtime=runtime, observe=observe)
         if workload.kind == "files":  # not block I/O: fio has no create/delete cycle
             return self._native.run(workload, path, runtime=runtime, direct=direct, observe=observe)
         mode = probe_io_mode(path) if direct else "buffered"

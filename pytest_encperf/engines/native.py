@@ -248,6 +248,10 @@ class NativeEngine:
         observe: Observe | None = None,
     ) -> Measurement:
         observe = observe or Observe()
+        if workload.kind == "job":  # the user's own fio job: fio runs it, whichever engine is chosen
+            from ..fiojob import run_job
+
+            return run_job(workload, path, runtime=runtime, observe=observe)
         if workload.kind == "files":
             return self.run_files(workload, path.parent / SMALLFILES_DIR, runtime=runtime, observe=observe)
         mode = probe_io_mode(path) if direct else "buffered"

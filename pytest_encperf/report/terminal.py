@@ -183,7 +183,9 @@ def machine_summary(
     in_profiles = {
         w.name for name in s.profile if name in PROFILES for w in PROFILES[name].workloads_for(s.size)
     }
-    users_alone = bool(machine_run.results) and not any(r.workload.name in in_profiles for r in machine_run.results)
+    users_alone = bool(machine_run.results) and not any(
+        r.workload.name in in_profiles for r in machine_run.results
+    )
     for name in s.profile:
         if name not in PROFILES:  # the kdf profile: its own table below
             continue
