@@ -280,13 +280,13 @@ class Runner:
             backend=self.volume.spec,
             workload=workload,
             description=dict(self.volume.description),
-            warmup_rounds=self.warmup,
+            warmup_rounds=self.plan.warmup,
         )
 
         def on(mounted: MountedVolume, side: str) -> Side:
             observe = mounted.observe()
             rounds = usertiming.SideRounds(
-                workload.name, self.volume.spec, side, mounted.data_dir, self.warmup
+                workload.name, self.volume.spec, side, mounted.data_dir, self.plan.warmup
             )
 
             def measure(runtime: float) -> Measurement:

@@ -11,9 +11,9 @@ import importlib.util
 import json
 
 import pytest
-from pytest_encperf.compare import EXIT_REGRESSION
 
 from pytest_encperf.benchmarkentries import measured
+from pytest_encperf.gate import EXIT_REGRESSION
 from tests.functional.test_gate import CONFTEST
 from tests.helpers.priors import quiet_noise_file
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from pytest_encperf.compare import EXIT_REGRESSION
 
 from pytest_encperf.benchmarkentries import measured
+from pytest_encperf.gate import EXIT_REGRESSION
 from tests.functional.test_usertiming import NAME, USER_TESTS
 from tests.helpers.priors import quiet_noise_file
 from tests.helpers.support import disk_dir

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pytest_encperf.compare import parse_rules
 
 from pytest_encperf import fiojob
 from pytest_encperf.fiojob import FioJob, FioJobError, parse_job_text
+from pytest_encperf.gate import parse_rules
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.settings import resolve
 from pytest_encperf.workloads import MiB, Workload
