@@ -14,6 +14,7 @@ import pytest
 from pytest_encperf import usertiming
 from pytest_encperf.engines.observe import Observe
 from pytest_encperf.model import Result
+from pytest_encperf.roundplan import RoundPlan
 from pytest_encperf.runner import Runner
 
 
@@ -38,11 +39,8 @@ def runner(tmp_path: Path, recorded: list[Result], baseline: bool = True) -> Run
         engine=None,  # type: ignore[arg-type]  # encperf.time runs no engine
         volume=Side("fakecrypt", volume),  # type: ignore[arg-type]
         baseline=Side("plain", plain) if baseline else None,  # type: ignore[arg-type]
-        size=1,
-        runtime=0.01,
-        rounds=2,
+        plan=RoundPlan(size=1, runtime=0.01, rounds=2, warmup=1),
         record=recorded.append,
-        warmup=1,
         test_name="test_mine[wal]",
     )
 
