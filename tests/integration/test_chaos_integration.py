@@ -39,7 +39,9 @@ from pytest_encperf import backends, children, deadruns, journal
 from tests.helpers.support import with_veracrypt_standin
 from tests.integration.test_reliability_integration import (
     QUICK,
+    base,  # noqa: F401 - fixture
     encperf_cleanup,
+    given,  # noqa: F401 - fixture
     journaled,
     leftovers,
     runnable,
