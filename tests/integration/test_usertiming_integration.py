@@ -42,7 +42,9 @@ def run(pytester: pytest.Pytester, *args: str, **env: str) -> pytest.RunResult:
 def test_a_timed_function_on_plain_and_fscrypt_is_reported_saved_and_gated(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_user=USER_TESTS)
     report = pytester.path / "run.json"
-    first = run(pytester, "--encperf-save=ref", f"--encperf-json={report}", EXAMPLE_SLOWDOWN="1")
+    first = run(
+        pytester, "--encperf-save=ref", f"--encperf-json={report}", "--encperf-rounds=8", EXAMPLE_SLOWDOWN="1"
+    )
     first.assert_outcomes(passed=2)
     first.stdout.fnmatch_lines(["*other workloads*", f"*{NAME}*my-step*", "*fscrypt*", "*plain*"])
     first.stdout.fnmatch_lines(["encperf: saved *0001_ref.json"])
