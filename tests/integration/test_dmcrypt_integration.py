@@ -151,7 +151,7 @@ def test_failure_at_each_step_leaves_nothing(
     elif step == "mkfs":
         monkeypatch.setattr(dmcrypt, "make_ext4", broken)
     else:
-        monkeypatch.setattr(ext4.host, "mount", broken)
+        monkeypatch.setattr(ext4.mounting, "mount", broken)
     with pytest.raises(Exception, match="injected failure"):
         open_volume(backend, target, scratch / "volume")
     # the scratch fixture asserts no mount, loop device or mapping remains
