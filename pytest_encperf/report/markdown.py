@@ -11,7 +11,7 @@ from ..model import Result
 from ..sweep import FamilyRanking
 from .analyses import LADDER_LEGEND, ladder_lines, sweep_notes, sweep_recommendation, sweep_table, sweep_title
 from .formats import format_value
-from .tables import INTERVAL_MEANING, compact_table, shown_profiles, vs_plain
+from .tables import INTERVAL_MEANING, compact_table, shown_profiles, speed_cells, timed_function, vs_plain
 from .verdict import CHECK_LEGEND, check_table, verdict_header, verdict_messages
 
 MARKDOWN_LIMIT = 60_000  # characters; a GitHub PR comment takes 65,536
@@ -29,21 +29,21 @@ def results_markdown(results: list[Result]) -> str:
         "vs plain",
         "rounds",
     ]
-    rows = [
-        [
+    rows = []
+    for r in (r for r in results if r.rounds):
+        speed, _, plain_speed = speed_cells(r)  # a timed function's seconds, not 0 MB/s
+        no_bytes = timed_function(r)
+        rows.append([
             r.backend,
             r.workload.name,
-            format_value(r.median("mb_per_s")),
-            format_value(r.median("iops")),
-            format_value(r.median("lat_p99_us")),
-            format_value(r.median("cpu_s_per_gib")),
-            format_value(r.median("mb_per_s", baseline=True)) if r.baseline_rounds else "-",
+            speed,
+            "-" if no_bytes else format_value(r.median("iops")),
+            "-" if r.workload.kind == "task" else format_value(r.median("lat_p99_us")),
+            "-" if no_bytes else format_value(r.median("cpu_s_per_gib")),
+            plain_speed,
             vs_plain(r),
             str(len(r.rounds)),
-        ]
-        for r in results
-        if r.rounds
-    ]
+        ])  # fmt: skip
     if not rows:
         return ""
     table = tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)

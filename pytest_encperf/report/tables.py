@@ -10,6 +10,7 @@ from tabulate import tabulate
 
 from ..load import BUSY_SHARE
 from ..model import CAVEATS, Measurement, Result, device_traffic, is_baseline, speed_change
+from ..usertiming import ENGINE as TIMED_FUNCTION_ENGINE
 from ..workloads import PROFILES, GiB, KiB, Profile, Workload, same_definition
 from .formats import format_change, format_value, pick
 
@@ -77,6 +78,29 @@ def interval_mark(result: Result) -> str:
     (model.Result.overhead_interval); "" when its rounds cannot give one."""
     interval = result.overhead_interval
     return f" ±{interval.half_width:.1f}" if interval is not None else ""
+
+
+def timed_function(result: Result) -> bool:
+    """Whether ``result`` is a timed function's (encperf.time): its rounds count seconds, no bytes,
+    so MB/s, IOPS and CPU per GiB mean nothing for it."""
+    return bool(result.rounds) and all(m.engine == TIMED_FUNCTION_ENGINE for m in result.rounds)
+
+
+def speed_cells(result: Result) -> tuple[str, str, str]:
+    """The detail tables' median speed, its best and plain's median: MB/s, or for a timed function
+    its seconds (``1.23 s``; best is the fewest), as the summary shows it."""
+    plain = bool(result.baseline_rounds)
+    if timed_function(result):
+        return (
+            f"{format_value(result.median('seconds'))} s",
+            f"{format_value(min(m.seconds for m in result.rounds))} s",
+            f"{format_value(result.median('seconds', baseline=True))} s" if plain else "-",
+        )
+    return (
+        format_value(result.median("mb_per_s")),
+        format_value(result.best("mb_per_s")),
+        format_value(result.median("mb_per_s", baseline=True)) if plain else "-",
+    )
 
 
 def vs_plain(result: Result) -> str:
@@ -338,21 +362,25 @@ def detail_table(results: list[Result], ceilings: Mapping[str, float | None] | N
         engine = _engines(result.rounds)
         if result.baseline_rounds and _engines(result.baseline_rounds) != engine:
             engine += f", plain {_engines(result.baseline_rounds)}"
+        speed, best, plain_speed = speed_cells(result)
+        no_bytes = timed_function(result)  # nothing per GiB or per I/O to show
         rows.append([
             result.backend,
             result.workload.name,
-            format_value(result.median("mb_per_s")),
-            format_value(result.best("mb_per_s")),
-            format_value(result.median("iops")),
+            speed,
+            best,
+            "-" if no_bytes else format_value(result.median("iops")),
             *(["-", "-"] if result.workload.kind == "task" else [  # a task has no I/O latency
                 format_value(result.median("lat_p50_us")),
                 format_value(result.median("lat_p99_us")),
             ]),
             "-" if cv is None else f"{cv * 100:.1f}",
-            format_value(result.median("cpu_s_per_gib")),
+            "-" if no_bytes else format_value(result.median("cpu_s_per_gib")),
             daemon_text,
-            format_value(result.median("mb_per_s", baseline=True)) if result.baseline_rounds else "-",
-            format_value(result.median("cpu_s_per_gib", baseline=True)) if result.baseline_rounds else "-",
+            plain_speed,
+            "-" if no_bytes or not result.baseline_rounds else format_value(
+                result.median("cpu_s_per_gib", baseline=True)
+            ),
             vs_plain(result),
             "-" if efficiency is None else f"{efficiency:.0%}",
             engine,

@@ -13,7 +13,7 @@ import pytest
 
 from pytest_encperf import usertiming
 from pytest_encperf.engines.observe import Observe
-from pytest_encperf.model import Result
+from pytest_encperf.model import Measurement, Result
 from pytest_encperf.roundplan import RoundPlan
 from pytest_encperf.runner import Runner
 
@@ -122,3 +122,30 @@ def test_an_exception_names_backend_side_and_round(tmp_path: Path, side: str, ro
 def test_on_a_partition_the_test_is_skipped_saying_why(tmp_path: Path) -> None:
     with pytest.raises(pytest.skip.Exception, match="partition target does not have"):
         runner(tmp_path, [], baseline=False).time(lambda path: None)
+
+
+def timed_result(encrypted: list[float], plain: list[float]) -> Result:
+    """A timed function's Result as Runner.time records it: seconds per call, no bytes."""
+
+    def rounds(seconds: list[float]) -> list[Measurement]:
+        return [
+            Measurement(usertiming.ENGINE, "3.12", 0, s, 0, 0.0, 0.0, 0.0, 0.1, "buffered") for s in seconds
+        ]
+
+    workload = usertiming.user_workload("test_inserts")
+    return Result("fscrypt", workload, rounds(encrypted), rounds(plain))
+
+
+def test_the_detail_tables_show_a_timed_functions_seconds_not_mb_per_s() -> None:
+    """The terminal's and the Markdown's detail tables: a timed function moves no bytes of its
+    own, so its row shows the seconds of a call (median, the fewest, plain's) and the change."""
+    from pytest_encperf.report import detail_table, results_markdown
+
+    result = timed_result([1.5, 1.4, 1.6], [1.0, 1.0, 1.0])
+    for table in (detail_table([result]), results_markdown([result])):
+        row = next(line for line in table.splitlines() if "test_inserts" in line)
+        assert "MB/s" not in row and "0.00" not in row
+        assert "1.50 s" in row and "1.00 s" in row
+        assert "-33.3%" in row  # 1.5 s against 1.0 s: a third slower, as the summary says
+    detail_row = next(line for line in detail_table([result]).splitlines() if "test_inserts" in line)
+    assert "1.40 s" in detail_row  # best: the fewest seconds
