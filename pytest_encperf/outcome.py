@@ -24,6 +24,7 @@ from .report import html as html_report
 from .rounds import ConfirmBudget
 from .settings import Settings
 from .sweep import FamilyRanking
+from .workloads import Workload
 
 MachineInfoAndId = tuple[dict[str, Any], str]  # this machine's info and id (session.machine_info_and_id)
 
@@ -102,6 +103,8 @@ class Outcome:
         self.confirm_budget: ConfirmBudget | None = None
         self._baseline_run: BaselineRun | None = None
         self._gate: Gate | None = None
+        # what the collected tests measure beyond the workloads (usertiming.expected_cells)
+        self.test_cells: list[tuple[str, Workload]] = []
 
     def unwritable(self) -> list[str]:
         """Why a saved-run directory or report file this run will write cannot be written."""
@@ -171,6 +174,7 @@ class Outcome:
                 len(baseline_run.history),
                 s.lifecycle_cycles,
                 noise=s.noise,
+                test_cells=self.test_cells,
             )
             size *= machines  # the checks of every machine form one family (judge_machines)
             self._gate = Gate(

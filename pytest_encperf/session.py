@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from . import backends, deadruns, host, journal, machine, resources
+from . import backends, deadruns, host, journal, machine, resources, usertiming
 from .backends import BackendSpec
 from .engines import Engine, select_engine
 from .gate import EXIT_REGRESSION
@@ -167,6 +167,8 @@ class EncperfSession:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.planned.update(item.nodeid for item in session.items)
+        # the gate's expected family counts the timed functions and tests' own workloads too
+        self.outcome.test_cells = usertiming.expected_cells(session.items)
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         # Ctrl-C, or SIGTERM / SIGHUP raised as KeyboardInterrupt("signal N ...") (start)

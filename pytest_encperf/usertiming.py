@@ -15,7 +15,7 @@ import platform
 import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -70,6 +70,32 @@ def workload_name(name: str) -> str:
 def user_workload(name: str) -> Workload:
     """The workload of a timed function: a task of its own name, judged by its seconds."""
     return Workload(label=name, rw=TASK_MODE, block_size=1, task=name)
+
+
+def expected_cells(items: Iterable[Any]) -> list[tuple[str, Workload]]:
+    """(backend, workload) of what the collected tests ``items`` will measure beyond the run's own
+    workloads, for the gate's expected family (gate.expected_family_size): a test asking for the
+    ``encperf`` fixture (not the built-in ``encperf_workload``) on a backend measures the Workload
+    it is parametrized with (``encperf.run(job)``), or else a timed function under the test's name
+    (``encperf.time``; a ``name=`` given in the call is not known before it runs). Skipped tests
+    measure nothing."""
+    found: dict[tuple[str, str], Workload] = {}
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if "encperf" not in fixtures or "encperf_workload" in fixtures:
+            continue
+        if any(item.iter_markers("skip")) or any(
+            m.args and m.args[0] is True for m in item.iter_markers("skipif")
+        ):
+            continue
+        params = dict(getattr(getattr(item, "callspec", None), "params", {}))
+        backend = params.pop("encperf_volume", None)
+        if backend is None:
+            continue
+        own = [value for value in params.values() if isinstance(value, Workload)]
+        for workload in own or [user_workload(test_name(item))]:
+            found.setdefault((str(backend), workload.name), workload)
+    return [(backend, workload) for (backend, _), workload in found.items()]
 
 
 def prepare_directory(data_dir: Path) -> Path:

@@ -168,26 +168,36 @@ def expected_family_size(
     lifecycle_cycles: int = 1,
     *,
     noise: verdict.NoisePrior | None = None,
+    test_cells: Sequence[tuple[str, Workload]] = (),
 ) -> int:
     """How many gated checks the run will have (the level confirmation decides at): every check
     the verdict's checks will have that is_gated gates, plain's own among them whether or not
     plain is one of ``backends`` (its cell pools the plain rounds beside every backend), life-cycle
     checks included (``lifecycle_cycles``: the cycles this run times, --encperf-lifecycle-cycles).
-    ``noise``: the user's between-run prior, None for the built-in one."""
+    ``noise``: the user's between-run prior, None for the built-in one. ``test_cells``: (backend,
+    workload) of what the collected tests measure beyond ``workloads`` on every backend (a timed
+    function of encperf.time, a test's own Workload: usertiming.expected_cells), plain's with them."""
     ref_cells = cells_of(reference.results) if reference else {}
+    planned = {
+        (backend, workload.name): (backend, workload)
+        for backend in dict.fromkeys([*backends, BASELINE])
+        for workload in workloads
+    }
+    for backend, workload in test_cells:
+        planned.setdefault((backend, workload.name), (backend, workload))
+        planned.setdefault((BASELINE, workload.name), (BASELINE, workload))
     size = 0
-    for backend in dict.fromkeys([*backends, BASELINE]):
-        for workload in workloads:
-            cell = Cell(backend, workload, ())
-            if (backend, workload.name) in ref_cells:  # as baseline_checks checks
-                for metric, rule in cell_metrics(rules, cell).values():
-                    size += is_gated("baseline", cell, metric, rule, history_runs, noise)
-            if cell.plain:
-                continue
-            for name in dict.fromkeys(r.metric for r in overhead_rules if r.metric != LIFECYCLE_METRIC):
-                metric_of = metric_for(name, workload)  # as overhead_checks checks
-                rule = select_rule(overhead_rules, backend, workload, name)
-                size += metric_of is not None and is_gated("overhead", cell, metric_of, rule, 0, noise)
+    for backend, workload in planned.values():
+        cell = Cell(backend, workload, ())
+        if (backend, workload.name) in ref_cells:  # as baseline_checks checks
+            for metric, rule in cell_metrics(rules, cell).values():
+                size += is_gated("baseline", cell, metric, rule, history_runs, noise)
+        if cell.plain:
+            continue
+        for name in dict.fromkeys(r.metric for r in overhead_rules if r.metric != LIFECYCLE_METRIC):
+            metric_of = metric_for(name, workload)  # as overhead_checks checks
+            rule = select_rule(overhead_rules, backend, workload, name)
+            size += metric_of is not None and is_gated("overhead", cell, metric_of, rule, 0, noise)
     if reference is not None and lifecycle_cycles >= MIN_LIFECYCLE_CYCLES:  # as lifecycle_checks gates
         for backend in dict.fromkeys([BASELINE, *backends]):
             old = reference.lifecycle.get(backend, {})

@@ -587,6 +587,61 @@ def test_the_expected_family_and_the_verdicts_family_are_one_rule(backends: list
     assert 0 < gated < len(verdict.checks)  # some are reported, not gated
 
 
+@pytest.mark.parametrize("saved", [1, 3])
+def test_the_expected_family_counts_the_timed_functions_the_collected_tests_will_record(saved: int) -> None:
+    """encperf.time's results are cells of no selected workload: the family counted before the run
+    finds them in the collected tests (usertiming.expected_cells: a test asking for ``encperf``, by
+    its name; one parametrized with a Workload, by that workload's), so it is the family the verdict
+    gates after it."""
+    from types import SimpleNamespace
+
+    from pytest_encperf import usertiming
+
+    backends = ["fscrypt", "luks2"]
+    timed = usertiming.user_workload("test_inserts")
+    job = dataclasses.replace(RND4K_Q1T1_WRITE, label="db-mixed")  # a test's own Workload (encperf.run)
+
+    def item(name: str, fixtures: tuple[str, ...], **params: object) -> SimpleNamespace:
+        return SimpleNamespace(
+            name=name, originalname=name.split("[")[0], fixturenames=("encperf", *fixtures),
+            callspec=SimpleNamespace(params=params), iter_markers=lambda name: iter(()),
+        )  # fmt: skip
+
+    items = [
+        *(item(f"test_inserts[{b}]", ("encperf_volume",), encperf_volume=b) for b in backends),
+        *(item(f"test_job[{b}]", ("encperf_volume", "job"), encperf_volume=b, job=job) for b in backends),
+        item("test_workload[fscrypt-x]", ("encperf_volume", "encperf_workload"), encperf_volume="fscrypt"),
+    ]
+    cells = usertiming.expected_cells(items)
+    assert sorted((b, w.name) for b, w in cells) == sorted(
+        (b, name) for b in backends for name in ("test_inserts", job.name)
+    )
+
+    def calls(seconds: list[float]) -> list[Measurement]:
+        return [Measurement(usertiming.ENGINE, "3", 0, s, 0, 0.0, 0.0, 0.0, 0.1, "buffered") for s in seconds]
+
+    def measured_run(label: str, factor: float) -> RunData:
+        results = [
+            *(result(b, w, spread(50 * factor, 10)) for b in backends for w in (SEQ_READ, job)),
+            *(Result(b, timed, calls(spread(2 * factor, 10)), calls(spread(1, 10))) for b in backends),
+        ]
+        return run(label, *results)
+
+    rules = parse_rules("10%,latency-p99:20%,luks2:abs-throughput:15%")
+    overhead = parse_rules("fscrypt:40%")
+    reference = measured_run("ref", 1.0)
+    history = [reference, measured_run("h2", 1.02), measured_run("h3", 0.98)][:saved]
+    verdict = judge(measured_run("now", 0.99), reference, rules, overhead, history)
+    assert not [c for c in verdict.checks if c.status in (NOT_COMPARABLE, INVALID)]
+    assert any(c.gated and c.workload == "test_inserts" for c in verdict.checks)
+    gated = sum(check.gated for check in verdict.checks)
+    before = expected_family_size(
+        backends, [SEQ_READ], rules, overhead, reference, len(history), test_cells=cells
+    )
+    assert gated == before
+    assert expected_family_size(backends, [SEQ_READ], rules, overhead, reference, len(history)) < gated
+
+
 def test_history_keeps_each_saved_runs_rounds_per_workload() -> None:
     saved = [
         run(
