@@ -23,7 +23,7 @@ from tabulate import tabulate
 
 from . import __version__, backends, deadruns, gatescope, journal, machine, storage, sweep
 from .backends import BASELINE, BackendSpec, backend_class, known_names, make_backend, recommend
-from .gate import EXIT_REGRESSION, Verdict, judge
+from .gate import EXIT_REGRESSION, Verdict, judge, unknown_job_message, unknown_jobs
 from .model import RunData
 from .optionparsers import default_directory, parse_directory, parse_html_path
 from .options import OPTIONS
@@ -131,6 +131,18 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def check_rule_jobs(args: argparse.Namespace, *runs: RunData) -> None:
+    """A --fail or --max-overhead WORKLOAD that is no built-in selector names a fio job of the
+    runs (their results' sections); exit 2 naming the jobs there are otherwise."""
+    results = [result for run in runs for result in run.results]
+    jobs = list(dict.fromkeys(r.workload.name for r in results if r.workload.kind == "job"))
+    for flag, rules in (("--fail", args.fail), ("--max-overhead", args.max_overhead)):
+        unknown = unknown_jobs(rules, jobs)
+        if unknown:
+            print(f"encperf: error: {unknown_job_message(flag, unknown[0], jobs)}", file=sys.stderr)
+            raise SystemExit(2)
+
+
 def saved_verdict(
     args: argparse.Namespace, ref: str, base_run: storage.SavedRun, current_run: storage.SavedRun
 ) -> tuple[Verdict, RunData]:
@@ -144,6 +156,7 @@ def saved_verdict(
     )  # fmt: skip
     baseline_run = baseline.run
     assert baseline_run is not None
+    check_rule_jobs(args, baseline_run, current)
     verdict = judge(
         current,
         baseline_run,

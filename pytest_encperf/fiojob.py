@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import children, host
+from .backends import known_names
 from .engines.fio import FioError, fio_available, fio_environment, fio_version, parse_fio_json
 from .engines.native import probe_io_mode
 from .engines.observe import Observe, Observer, with_caveat
+from .gate.rules import selector_clash
 from .model import LATENCY_TOTAL, Measurement
 from .workloads import FIO_JOB_MODE, KiB, Workload
 
@@ -104,8 +106,14 @@ def parse_job_text(text: str, source: str = "the job file") -> list[FioJob]:
                     f"{where}: job [{section[:60]}]: a job's name becomes the workload's: letters, digits "
                     "and _ . + - only"
                 )
-            if section != GLOBAL and any(job.section == section for job in jobs):
-                raise FioJobError(f"{where}: job [{section}] appears twice")
+            if section != GLOBAL and any(job.section.lower() == section.lower() for job in jobs):
+                raise FioJobError(f"{where}: job [{section}] appears twice (gate rules ignore case)")
+            clash = selector_clash(section, known_names()) if section != GLOBAL else None
+            if clash:
+                raise FioJobError(
+                    f"{where}: job [{section}]: a gate rule (--encperf-fail) would read its name as {clash}: "
+                    "name the job otherwise"
+                )
             continue
         if line.startswith("include ") or line == "include":
             raise FioJobError(f"{where}: include: encperf reads one job file, not the files it includes")

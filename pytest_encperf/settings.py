@@ -27,7 +27,7 @@ from typing import Any
 
 from . import verdict
 from .backends import BackendSpec, parse_backend_list
-from .gate import Rule
+from .gate import Rule, unknown_job_message, unknown_jobs
 from .load import BUSY_SHARE
 from .options import OPTIONS, Option
 from .roundplan import RoundPlan
@@ -173,6 +173,7 @@ def resolve(
         sources[option.name] = source
     check_partition_options(values)
     check_quiet_wait(values, sources)
+    check_rule_jobs(values, sources)
     if values["sweep"]:
         swept = parse_backend_list(",".join(sweep_specs(values["sweep"])))
         given = [] if sources["backends"] == "default" else values["backends"]
@@ -254,6 +255,18 @@ def argument_files_naming(flag: str, typed: Sequence[str], depth: int = 0) -> li
         if any(_names(flag, line) for line in lines) or argument_files_naming(flag, lines, depth + 1):
             found.append(argument)
     return found
+
+
+def check_rule_jobs(values: dict[str, Any], sources: dict[str, str]) -> None:
+    """A gate rule's WORKLOAD that is no built-in selector names a job section of
+    --encperf-fio-job: a usage error naming the jobs there are when it names none of them."""
+    jobs = [workload.name for workload in values["fio_job"]]
+    for name in ("fail", "max-overhead"):
+        unknown = unknown_jobs(values[name.replace("-", "_")], jobs)
+        if unknown:
+            flag = f"--encperf-{name}"
+            where = flag if sources[name] == flag else f"{flag} (from {sources[name]})"
+            raise ValueError(unknown_job_message(where, unknown[0], jobs))
 
 
 def check_quiet_wait(values: dict[str, Any], sources: dict[str, str]) -> None:

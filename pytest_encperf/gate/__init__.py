@@ -110,6 +110,9 @@ from .rules import (
     metric_for,
     parse_rules,
     select_rule,
+    selector_clash,
+    unknown_job_message,
+    unknown_jobs,
     workload_matches,
 )
 
@@ -180,6 +183,9 @@ __all__ = [
     "quiet_rounds",
     "select_lifecycle_rule",
     "select_rule",
+    "selector_clash",
     "setting_differences",
+    "unknown_job_message",
+    "unknown_jobs",
     "workload_matches",
 ]

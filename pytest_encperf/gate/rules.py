@@ -71,6 +71,8 @@ _WORKLOAD_NAME = re.compile(r"^(seq|rnd)\d+[km]-q\d+t\d+-(read|write)$")
 _THRESHOLD = re.compile(r"^(\d+(?:\.\d+)?)%$")
 _BACKEND = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _USER_WORKLOAD = re.compile(r"^[a-z0-9_][a-z0-9_.+\[\]-]*$")  # with a test's prefix or parameters
+_JOB_NAME = re.compile(r"^[a-z0-9_][a-z0-9_.+-]*$")  # a fio job's section, lower case (fiojob.SECTION_NAME)
+FIO_JOB_OPTION = "--encperf-fio-job"
 
 LIFECYCLE_METRIC = "lifecycle"
 
@@ -86,7 +88,8 @@ GRAMMAR = (
     "expected a comma list of [BACKEND:][WORKLOAD:][METRIC:]PERCENT%, e.g. 10%, seq-read:5%, "
     "rnd4k-q1t1-write:15%, latency-p99:20%, cpu-per-gib:25%, fscrypt:seq-write:8%; "
     f"WORKLOAD is {' | '.join(WORKLOAD_CLASSES)} or a workload name such as seq1m-q8t1-read, archive or "
-    "a test's name (encperf.time: test_inserts, test_inserts[wal]); "
+    "a test's name (encperf.time: test_inserts, test_inserts[wal]) or a job section of "
+    f"{FIO_JOB_OPTION} (db-mixed); "
     f"METRIC is {' | '.join(METRICS)} (default throughput: an encrypted backend's ratio to plain, "
     "plain's own MB/s or IOPS); BACKEND is a backend name; life-cycle timings: lifecycle:50% (every "
     f"step) or a step, {' | '.join(LIFECYCLE_SELECTORS)}, e.g. gocryptfs:lifecycle-mount:40%"
@@ -123,24 +126,79 @@ def workload_matches(selector: str, workload: Workload) -> bool:
     return selector in (kind, workload.direction, f"{kind}-{workload.direction}")
 
 
-def parse_rules(text: str, backend_names: Iterable[str] | None = None) -> list[Rule]:
+def parse_rules(
+    text: str, backend_names: Iterable[str] | None = None, job_names: Iterable[str] | None = ()
+) -> list[Rule]:
     """Parse ``--encperf-fail`` / ``--encperf-max-overhead``; an empty text gives no rules.
 
     ``backend_names``: the names a BACKEND prefix may use (None accepts any well-formed name).
-    Raises ValueError listing the grammar.
+    ``job_names``: the run's fio job sections (--encperf-fio-job), which a WORKLOAD may name; None
+    when they are not known yet: a part of a section's form that is no backend is taken as one,
+    for ``unknown_jobs`` to check once they are. Raises ValueError listing the grammar.
     """
     names = set(backend_names) if backend_names is not None else None
+    jobs = {job.lower() for job in job_names} if job_names is not None else None
     rules = []
     for expression in (part.strip() for part in str(text).split(",")):
         if not expression:
             continue
-        rules.append(_parse_rule(expression, names))
+        rules.append(_parse_rule(expression, names, jobs))
     if not rules and str(text).strip():
         raise ValueError(f"bad expression {text!r}: {GRAMMAR}")
     return rules
 
 
-def _parse_rule(expression: str, names: set[str] | None) -> Rule:
+def builtin_selector(token: str) -> bool:
+    """Whether a lower-case WORKLOAD part names what every run may have: a class, a built-in
+    workload, a real-work task, a life-cycle step or a timed function (a test's name)."""
+    return bool(
+        token in WORKLOAD_CLASSES
+        or _WORKLOAD_NAME.match(token)
+        or token in TASK_NAMES
+        or token in LIFECYCLE_SELECTORS
+        or (_USER_WORKLOAD.match(token) and (token.startswith("test") or "[" in token))
+    )
+
+
+def selector_clash(name: str, backend_names: Iterable[str]) -> str | None:
+    """What a gate rule would read a fio job section ``name`` as instead of the job (a metric, a
+    workload class or built-in workload, a task, a life-cycle step, a backend), or None when a rule
+    can name the job by it."""
+    token = name.lower()
+    if token in METRICS:
+        return "a metric"
+    if token in WORKLOAD_CLASSES or _WORKLOAD_NAME.match(token):
+        return "a built-in workload or workload class"
+    if token in TASK_NAMES:
+        return "a real-work task"
+    if token in LIFECYCLE_SELECTORS:
+        return "a life-cycle step"
+    if token in {backend.lower() for backend in backend_names}:
+        return "a backend"
+    return None
+
+
+def unknown_jobs(rules: Iterable[Rule], job_names: Iterable[str]) -> list[str]:
+    """The WORKLOAD parts of ``rules`` (parsed without job names) that name no built-in selector
+    and no job of ``job_names``: typos, or jobs the run does not have."""
+    jobs = {job.lower() for job in job_names}
+    return [
+        rule.workload
+        for rule in rules
+        if rule.workload is not None and not builtin_selector(rule.workload) and rule.workload not in jobs
+    ]
+
+
+def unknown_job_message(flag: str, token: str, job_names: Iterable[str]) -> str:
+    """The usage error of a WORKLOAD part that names no workload, naming the jobs there are."""
+    jobs = ", ".join(job_names) or f"none: {FIO_JOB_OPTION} not given"
+    return (
+        f"{flag}: unknown part {token!r}: not a backend, metric, workload or a job section of "
+        f"{FIO_JOB_OPTION} ({jobs}); {GRAMMAR}"
+    )
+
+
+def _parse_rule(expression: str, names: set[str] | None, jobs: set[str] | None = None) -> Rule:
     *prefix, last = [token.strip().lower() for token in expression.split(":")]
     match = _THRESHOLD.match(last)
     if not match:
@@ -163,6 +221,8 @@ def _parse_rule(expression: str, names: set[str] | None) -> Rule:
             kind = "backend"
         elif _USER_WORKLOAD.match(token) and (token.startswith("test") or "[" in token):
             kind = "workload"  # a timed function's (encperf.time): its test's name, test_x[param]
+        elif _JOB_NAME.match(token) and (jobs is None or token in jobs):
+            kind = "workload"  # a fio job's section (--encperf-fio-job); None: checked by unknown_jobs
         else:
             raise ValueError(f"bad expression {expression!r}: unknown part {token!r}; {GRAMMAR}")
         if kind in found or any(later in found for later in order[order.index(kind) + 1 :]):

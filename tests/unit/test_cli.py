@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 import pytest_encperf
-from pytest_encperf import cli, storage, sweep
+from pytest_encperf import cli, fiojob, storage, sweep
 from pytest_encperf.backends import recommend
 from pytest_encperf.gate import EXIT_REGRESSION
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.report import drawing
-from pytest_encperf.workloads import CDM
+from pytest_encperf.workloads import CDM, Workload
 from tests.helpers.priors import (  # noqa: F401 (quiet_prior autouse: a quiet machine's between-run prior)
     quiet_noise_file,
     quiet_prior,
@@ -24,7 +24,15 @@ from tests.helpers.priors import (  # noqa: F401 (quiet_prior autouse: a quiet m
 NOW = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 
 
-def save(root: Path, name: str, mb_per_s: float, machine_id: str = "m1", *, rounds: int = 3) -> Path:
+def save(
+    root: Path,
+    name: str,
+    mb_per_s: float,
+    machine_id: str = "m1",
+    *,
+    rounds: int = 3,
+    workload: Workload = CDM[0],
+) -> Path:
     """A run of fscrypt at ``mb_per_s`` against plain at 100 MB/s; m2 is other hardware."""
 
     def measured(value: float) -> list[Measurement]:
@@ -44,7 +52,7 @@ def save(root: Path, name: str, mb_per_s: float, machine_id: str = "m1", *, roun
             for k in range(rounds)
         ]
 
-    results = [Result("fscrypt", CDM[0], measured(mb_per_s), measured(100))]
+    results = [Result("fscrypt", workload, measured(mb_per_s), measured(100))]
     info = {"cpu_model": "test cpu" if machine_id == "m1" else "other cpu", "kernel": "6.1"}
     doc = storage.document(results, info, machine_id, {"id": "c0ffee"}, {"rounds": str(rounds)}, NOW)
     return storage.save(root, machine_id, name, doc)
@@ -244,6 +252,24 @@ def test_errors_are_messages_with_exit_status(tmp_path: Path, capsys: pytest.Cap
         encperf(tmp_path, "compare", "main", "main", "--fail", "seq-reed:5%")
     assert info.value.code == 2
     assert "unknown part 'seq-reed'" in capsys.readouterr().err
+
+
+def test_compare_fail_names_a_fio_job_of_the_runs_by_its_section(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = fiojob.workload_of(fiojob.FioJob("db-mixed", (("rw", "read"), ("bs", "1m"))))
+    save(tmp_path, "main", 90, workload=job)
+    save(tmp_path, "pr", 90, workload=job)
+    assert encperf(tmp_path, "compare", "main", "pr", "--fail", "fscrypt:DB-Mixed:20%") == 0
+    assert "fscrypt:DB-Mixed:20%" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as info:
+        encperf(tmp_path, "compare", "main", "pr", "--fail", "db-mixd:20%")
+    assert info.value.code == 2
+    assert (
+        "--fail: unknown part 'db-mixd': not a backend, metric, workload or a job section of "
+        in (err := capsys.readouterr().err)
+        and "(db-mixed)" in err
+    )
 
 
 def test_version_prints_the_package_version_from_its_one_source(capsys: pytest.CaptureFixture[str]) -> None:

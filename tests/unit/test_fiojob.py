@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_encperf import fiojob
+from pytest_encperf.backends import known_names
 from pytest_encperf.fiojob import FioJob, FioJobError, parse_job_text
-from pytest_encperf.gate import parse_rules
+from pytest_encperf.gate import parse_rules, selector_clash
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.settings import resolve
 from pytest_encperf.workloads import MiB, Workload
@@ -27,13 +28,15 @@ rwmixread=70
 [db-mixed]
 fdatasync=32
 # a comment
-[seq-read]
+[stream-read]
 rw = read
 bs=1m
 direct
 """
 
-names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,20}", fullmatch=True).filter(lambda n: n != "global")
+names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,20}", fullmatch=True).filter(
+    lambda n: n != "global" and selector_clash(n, known_names()) is None  # a name a gate rule can carry
+)
 keys = st.from_regex(r"[a-z][a-z0-9_]{0,15}", fullmatch=True).filter(lambda k: k != "include")
 values = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), max_size=20).map(str.strip)
 options = st.lists(st.tuples(keys, values), max_size=6)
@@ -50,7 +53,7 @@ def render(sections: list[tuple[str, list[tuple[str, str]]]]) -> str:
 @settings(deadline=None)
 @given(
     global_options=options,
-    jobs=st.lists(st.tuples(names, options), min_size=1, max_size=4, unique_by=lambda job: job[0]),
+    jobs=st.lists(st.tuples(names, options), min_size=1, max_size=4, unique_by=lambda job: job[0].lower()),
 )
 def test_a_rendered_job_file_parses_back_with_the_globals_before_each_job(
     global_options: list[tuple[str, str]], jobs: list[tuple[str, list[tuple[str, str]]]]
@@ -100,13 +103,13 @@ def test_each_section_is_a_workload_named_after_it(tmp_path: Path) -> None:
     assert mixed.job == (("ioengine", "psync"), ("bs", "8k"), ("rw", "randrw"), ("rwmixread", "70"),
                          ("fdatasync", "32"))  # fmt: skip
     assert (seq.name, seq.direction, seq.unit, seq.is_read, fiojob.direct(seq)) == (
-        "seq-read",
+        "stream-read",
         "read",
         "MB/s",
         True,
         True,
     )
-    assert Workload.from_fio_job(path, section="seq-read") == [seq]
+    assert Workload.from_fio_job(path, section="stream-read") == [seq]
     with pytest.raises(FioJobError, match=r"no job section \[nope\]"):
         Workload.from_fio_job(path, section="nope")
 
@@ -158,7 +161,7 @@ def test_the_option_reads_every_file_and_refuses_with_its_name(tmp_path: Path) -
     first.write_text(DB_MIXED)
     second.write_text("[other]\nrw=write\n")
     chosen = resolve({"fio-job": f"{first},{second}", "size": "64MiB"}, {}, environ={})
-    assert [w.name for w in chosen.workloads] == ["db-mixed", "seq-read", "other"]  # the jobs alone
+    assert [w.name for w in chosen.workloads] == ["db-mixed", "stream-read", "other"]  # the jobs alone
     both = resolve({"fio-job": str(second), "profile": "dd"}, {}, environ={})
     assert [w.name for w in both.workloads] == ["DD-4K-write", "other"]
     second.write_text("[other]\nexec_prerun=/bin/true\n")
@@ -196,3 +199,66 @@ def test_gate_rules_name_a_timed_function_by_its_tests_name_and_a_fio_job_by_its
     (by_class,) = parse_rules("rnd:20%", ["fscrypt", "plain"])
     job = fiojob.workload_of(FioJob("db-mixed", (("rw", "randrw"),)))
     assert by_class.matches("fscrypt", job) and not parse_rules("seq:20%")[0].matches("fscrypt", job)
+
+
+def test_a_gate_rule_names_a_job_of_the_fio_job_option_by_its_section(tmp_path: Path) -> None:
+    """--encperf-fail and --encperf-max-overhead take a job section of --encperf-fio-job as a
+    WORKLOAD (in any case, as every part of a rule); it selects that job, and only it."""
+    path = tmp_path / "db.fio"
+    path.write_text(DB_MIXED.replace("[db-mixed]", "[DB-Mixed]"))
+    chosen = resolve(
+        {"fio-job": str(path), "fail": "fscrypt:db-mixed:latency-p99:20%,stream-read:5%",
+         "max-overhead": "DB-Mixed:40%"},
+        {}, environ={},
+    )  # fmt: skip
+    mixed, stream = chosen.fio_job
+    latency, by_name = chosen.fail
+    assert (latency.backend, latency.workload, latency.metric) == ("fscrypt", "db-mixed", "latency-p99")
+    assert latency.matches("fscrypt", mixed) and not latency.matches("fscrypt", stream)
+    assert by_name.matches("gocryptfs", stream) and not by_name.matches("gocryptfs", mixed)
+    (overhead,) = chosen.max_overhead
+    assert overhead.matches("fscrypt", mixed) and not overhead.matches("fscrypt", stream)
+    assert parse_rules("db-mixed:20%", ["fscrypt"], job_names=["DB-Mixed"])[0].workload == "db-mixed"
+
+
+@pytest.mark.parametrize("option", ["fail", "max-overhead"])
+def test_a_rule_naming_no_job_of_the_run_is_a_usage_error_naming_the_jobs(
+    tmp_path: Path, option: str
+) -> None:
+    path = tmp_path / "db.fio"
+    path.write_text(DB_MIXED)
+    with pytest.raises(ValueError, match=(
+        rf"^--encperf-{option}: unknown part 'db-mixd': not a backend, metric, workload or a job section of "
+        r"--encperf-fio-job \(db-mixed, stream-read\)"
+    )):  # fmt: skip
+        resolve({"fio-job": str(path), option: "db-mixd:20%"}, {}, environ={})
+    with pytest.raises(ValueError, match=r"unknown part 'db-mixed': .*\(none: --encperf-fio-job not given\)"):
+        resolve({option: "fscrypt:db-mixed:20%"}, {}, environ={})
+    with pytest.raises(
+        ValueError, match=rf"^--encperf-{option} \(from ENCPERF_.*\): unknown part 'seq-reed'"
+    ):
+        resolve({}, {}, environ={f"ENCPERF_{option.replace('-', '_').upper()}": "seq-reed:5%"})
+
+
+@pytest.mark.parametrize(
+    ("section", "read_as"),
+    [
+        ("seq", "a built-in workload or workload class"),
+        ("Rnd-Write", "a built-in workload or workload class"),
+        ("seq1m-q8t1-read", "a built-in workload or workload class"),
+        ("iops", "a metric"),
+        ("seconds", "a metric"),
+        ("archive", "a real-work task"),
+        ("lifecycle-mount", "a life-cycle step"),
+        ("fscrypt", "a backend"),
+        ("plain", "a backend"),
+    ],
+)
+def test_a_job_a_gate_rule_could_not_tell_apart_is_refused_naming_why(section: str, read_as: str) -> None:
+    with pytest.raises(
+        FioJobError,
+        match=rf"job \[{section}\]: a gate rule \(--encperf-fail\) would read its name as {read_as}",
+    ):
+        parse_job_text(f"[{section}]\nrw=read\n")
+    with pytest.raises(FioJobError, match=r"job \[DB\] appears twice \(gate rules ignore case\)"):
+        parse_job_text("[db]\nrw=read\n[DB]\nrw=write\n")
