@@ -14,20 +14,18 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import re
-import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import children, host
+from . import host
 from .backends import known_names
-from .engines.fio import FioError, fio_available, fio_environment, fio_version, parse_fio_json
+from .engines.fio import FioError, fio_available, fio_version, run_fio
 from .engines.native import probe_io_mode
-from .engines.observe import Observe, Observer, with_caveat
+from .engines.observe import Observe
 from .gate.rules import selector_clash
-from .model import LATENCY_TOTAL, Measurement
+from .model import Measurement
 from .workloads import FIO_JOB_MODE, KiB, Workload
 
 OPTION = "--encperf-fio-job"
@@ -52,7 +50,6 @@ IO_ENGINES = ("sync", "psync", "vsync", "pvsync", "pvsync2", "libaio", "io_uring
 READS, WRITES = ("read", "randread"), ("write", "randwrite")
 MIXED = ("rw", "readwrite", "randrw")
 RW_VALUES = (*READS, *WRITES, *MIXED)
-TIMEOUT_SLACK = 120.0  # seconds beyond the round fio may take to start and report
 
 
 class FioJobError(ValueError):
@@ -286,8 +283,8 @@ def direct(workload: Workload) -> bool:
 
 
 def run_job(workload: Workload, path: Path, *, runtime: float, observe: Observe | None = None) -> Measurement:
-    """One round of the job ``workload`` on ``path``: the page cache dropped first, fio's JSON
-    read as every fio round's (fio.parse_fio_json)."""
+    """One round of the job ``workload`` on ``path``: the page cache dropped first, then run and
+    read as every fio round (engines.fio.run_fio), the job file on fio's standard input."""
     if not fio_available():
         raise FioError(f"{workload.name}: a fio job needs fio (apt-get install fio)")
     why = refusal(FioJob(workload.name, workload.job), path.stat().st_size)
@@ -300,34 +297,15 @@ def run_job(workload: Workload, path: Path, *, runtime: float, observe: Observe 
             f"({probe_io_mode(path)}): drop direct=1 from the job to measure it buffered"
         )
     all_dropped = host.drop_page_cache(path)
-    observer = Observer(observe or Observe())
-    text, args = job_text(workload, path, runtime), FIO_ARGS
-    observer.start()
-    try:
-        proc = subprocess.run(
-            args,
-            input=text.encode(),
-            capture_output=True,
-            timeout=runtime * 10 + TIMEOUT_SLACK,
-            check=False,
-            **children.popen_options(fio_environment(os.environ)),
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise FioError(f"fio job [{workload.name}]: no answer (killed)") from exc
-    observed = observer.stop()
-    if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).decode(errors="replace").strip()
-        raise FioError(f"fio job [{workload.name}]: exit {proc.returncode}: {detail[:500]}")
-    fields = parse_fio_json(proc.stdout.decode(errors="replace"), workload.direction)
-    observed["engine_cpu_seconds"] = fields.pop("engine_cpu_seconds")
-    if not all_dropped:
-        observed = with_caveat(observed, "cache-not-dropped")
-    return Measurement(
-        engine="fio",
-        engine_version=_fio_version(),
-        latency=LATENCY_TOTAL,
+    return run_fio(
+        FIO_ARGS,
+        what=f"fio job [{workload.name}]",
+        direction=workload.direction,
+        runtime=runtime,
+        observe=observe or Observe(),
+        version=_fio_version(),
         round_definition=definition(workload),
         io_mode=mode,
-        **fields,
-        **observed,
+        caveats=() if all_dropped else ("cache-not-dropped",),
+        job_text=job_text(workload, path, runtime),
     )

@@ -11,7 +11,8 @@ Where io_uring is refused, buffered rounds of a deeper queue run psync at depth 
 (caveat ``buffered-depth-1``), instead of measuring another pattern under the workload's name.
 
 The test file, the O_DIRECT probe and the small-files cycle are shared with the native engine,
-so the two engines measure the same file the same way.
+so the two engines measure the same file the same way. ``run_fio`` runs fio and reads its report
+for these rounds and for the user's own jobs (fiojob.py) alike.
 """
 
 from __future__ import annotations
@@ -204,6 +205,64 @@ def parse_fio_json(report: dict[str, Any] | str, direction: str) -> dict[str, An
     }
 
 
+TIMEOUT_SLACK = 120.0  # seconds beyond ten rounds' time fio may take to start and report
+
+
+def run_fio(
+    args: list[str],
+    *,
+    what: str,
+    direction: str,
+    runtime: float,
+    observe: Observe,
+    version: str,
+    round_definition: str,
+    io_mode: str,
+    caveats: tuple[str, ...] = (),
+    job_text: str | None = None,
+) -> Measurement:
+    """One fio round, as both of encperf's ways to run fio do (FioEngine's workloads, the user's
+    jobs of fiojob.py): fio ``args`` run observed, with ``job_text`` as its job file on standard
+    input (None: nothing there), as a child that dies with the run; its JSON read by
+    parse_fio_json for ``direction``. FioError naming ``what`` when fio hangs (killed after ten
+    times ``runtime`` and TIMEOUT_SLACK), exits non-zero or prints no report. ``caveats``: what
+    the caller knows of the round (the cache not dropped, a shallower queue)."""
+    stdin: dict[str, Any] = (
+        {"stdin": subprocess.DEVNULL} if job_text is None else {"input": job_text.encode()}
+    )
+    observer = Observer(observe)
+    observer.start()
+    try:
+        proc = subprocess.run(
+            args,
+            capture_output=True,
+            timeout=runtime * 10 + TIMEOUT_SLACK,
+            check=False,
+            **stdin,
+            # dies with the run; its job processes (forks) carry the run's mark (children.py)
+            **children.popen_options(fio_environment(os.environ)),
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise FioError(f"{what}: no answer (killed)") from exc
+    observed = observer.stop()
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).decode(errors="replace").strip()
+        raise FioError(f"{what}: exit {proc.returncode}: {detail[:500]}")
+    fields = parse_fio_json(proc.stdout.decode(errors="replace"), direction)
+    observed["engine_cpu_seconds"] = fields.pop("engine_cpu_seconds")
+    for caveat in caveats:
+        observed = with_caveat(observed, caveat)
+    return Measurement(
+        engine="fio",
+        engine_version=version,
+        latency=LATENCY_TOTAL,
+        round_definition=round_definition,
+        io_mode=io_mode,
+        **fields,
+        **observed,
+    )
+
+
 class FioEngine:
     name = "fio"
 
@@ -256,36 +315,19 @@ class FioEngine:
             # store (FUSE, dislocker, qemu) stays cached in the file system below and would
             # serve every read from memory. Same drop as the native engine's buffered rounds.
             all_dropped = host.drop_page_cache(path)
-        observer = Observer(observe)
-        observer.start()
-        try:
-            proc = subprocess.run(
-                args,
-                capture_output=True,
-                stdin=subprocess.DEVNULL,
-                timeout=runtime * 10 + 120,
-                check=False,
-                # dies with the run; its job processes (forks) carry the run's mark (children.py)
-                **children.popen_options(fio_environment(os.environ)),
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise FioError(f"{' '.join(args)}: no answer (killed)") from exc
-        observed = observer.stop()
-        if proc.returncode != 0:
-            detail = (proc.stderr or proc.stdout).decode(errors="replace").strip()
-            raise FioError(f"{' '.join(args)}: exit {proc.returncode}: {detail[:500]}")
-        fields = parse_fio_json(proc.stdout.decode(errors="replace"), workload.direction)
-        observed["engine_cpu_seconds"] = fields.pop("engine_cpu_seconds")
+        caveats = []
         if workload.is_read and mode != "direct" and not all_dropped:  # without root
-            observed = with_caveat(observed, "cache-not-dropped")
+            caveats.append("cache-not-dropped")
         if buffered_depth_caveat(workload, mode == "direct", uring):
-            observed = with_caveat(observed, "buffered-depth-1")
-        return Measurement(
-            engine=self.name,
-            engine_version=self.version(),
-            latency=LATENCY_TOTAL,
+            caveats.append("buffered-depth-1")
+        return run_fio(
+            args,
+            what=" ".join(args),
+            direction=workload.direction,
+            runtime=runtime,
+            observe=observe,
+            version=self.version(),
             round_definition=ROUND_DEFINITION,
             io_mode=mode,
-            **fields,
-            **observed,
+            caveats=tuple(caveats),
         )

@@ -59,3 +59,54 @@ def test_buffered_reads_on_a_store_below_read_the_file_once(tmp_path: Path, work
     path = engine.prepare(tmp_path, 4 * MiB)
     m = engine.run(workload, path, runtime=30, direct=False, observe=Observe(store_below=True))
     assert m.bytes == 4 * MiB and m.seconds < 30
+
+
+FAKE_FIO = """\
+#!{python}
+import pathlib, sys
+here = pathlib.Path(__file__).parent
+(here / "args").write_text("\\n".join(sys.argv[1:]))
+(here / "stdin").write_text(sys.stdin.read())
+if "--fail" in sys.argv:
+    sys.stderr.write("fio: boom\\n")
+    sys.exit(3)
+print("note: a notice before the report")
+print((here / "report.json").read_text())
+"""
+
+
+def test_run_fio_gives_the_job_on_stdin_reads_the_json_and_names_what_failed(tmp_path: Path) -> None:
+    """engines.fio.run_fio, the one runner of FioEngine's rounds and of the user's jobs (fiojob.run_job):
+    the job text on fio's standard input (nothing there without one), the JSON after fio's notices read
+    as a Measurement with the caller's caveats, a failure naming what ran."""
+    import shutil
+    import sys
+
+    from pytest_encperf.engines.fio import FioError, run_fio
+    from tests.unit.test_fio_engine import DATA
+
+    fake = tmp_path / "fio"
+    fake.write_text(FAKE_FIO.format(python=sys.executable))
+    fake.chmod(0o755)
+    shutil.copy(DATA / "fio-read.json", tmp_path / "report.json")
+    common = {
+        "direction": "read", "runtime": 0.1, "observe": Observe(), "version": "3.33",
+        "round_definition": "fio-job abc", "io_mode": "buffered",
+    }  # fmt: skip
+    m = run_fio(
+        [str(fake), "-"], what="fio job [db]", caveats=("cache-not-dropped",), job_text="[db]\nrw=read\n",
+        **common,  # type: ignore[arg-type]
+    )  # fmt: skip
+    assert (tmp_path / "stdin").read_text() == "[db]\nrw=read\n"
+    assert (m.engine, m.engine_version, m.latency, m.round_definition) == (
+        "fio",
+        "3.33",
+        "total",
+        "fio-job abc",
+    )
+    assert m.bytes > 0 and m.lat_p99_us > 0 and m.engine_cpu_seconds is not None
+    assert m.caveats == ("cache-not-dropped",)
+    assert run_fio([str(fake), "--rw=read"], what="x", **common).caveats == ()  # type: ignore[arg-type]
+    assert (tmp_path / "stdin").read_text() == "" and (tmp_path / "args").read_text() == "--rw=read"
+    with pytest.raises(FioError, match=r"^fio job \[db\]: exit 3: fio: boom$"):
+        run_fio([str(fake), "--fail"], what="fio job [db]", job_text="[db]\n", **common)  # type: ignore[arg-type]
