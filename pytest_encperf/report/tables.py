@@ -80,10 +80,16 @@ def interval_mark(result: Result) -> str:
     return f" ±{interval.half_width:.1f}" if interval is not None else ""
 
 
+def timed_rounds(rounds: Iterable[Measurement]) -> bool:
+    """Whether ``rounds`` are a timed function's (encperf.time): they count seconds, no bytes, so
+    MB/s, IOPS and CPU per GiB mean nothing for them."""
+    engines = [m.engine for m in rounds]
+    return bool(engines) and all(engine == TIMED_FUNCTION_ENGINE for engine in engines)
+
+
 def timed_function(result: Result) -> bool:
-    """Whether ``result`` is a timed function's (encperf.time): its rounds count seconds, no bytes,
-    so MB/s, IOPS and CPU per GiB mean nothing for it."""
-    return bool(result.rounds) and all(m.engine == TIMED_FUNCTION_ENGINE for m in result.rounds)
+    """Whether ``result`` is a timed function's (timed_rounds)."""
+    return timed_rounds(result.rounds)
 
 
 def speed_cells(result: Result) -> tuple[str, str, str]:

@@ -149,3 +149,14 @@ def test_the_detail_tables_show_a_timed_functions_seconds_not_mb_per_s() -> None
         assert "-33.3%" in row  # 1.5 s against 1.0 s: a third slower, as the summary says
     detail_row = next(line for line in detail_table([result]).splitlines() if "test_inserts" in line)
     assert "1.40 s" in detail_row  # best: the fewest seconds
+
+
+def test_the_html_charts_show_a_timed_function_by_its_time_not_by_a_cpu_cost_per_gib() -> None:
+    """The HTML report's CPU chart (CPU seconds per GiB) leaves a timed function out, as the detail
+    tables show - for it; its overhead bar stays (its time drawn as a speed, as a task's)."""
+    from pytest_encperf.report import charts
+
+    result = timed_result([1.5, 1.4, 1.6], [1.0, 1.0, 1.0])
+    assert charts.cpu_bars([result]) == []
+    (bar,) = charts.overhead_bars([result])
+    assert bar.workload == "test_inserts"
