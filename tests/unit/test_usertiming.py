@@ -160,3 +160,28 @@ def test_the_html_charts_show_a_timed_function_by_its_time_not_by_a_cpu_cost_per
     assert charts.cpu_bars([result]) == []
     (bar,) = charts.overhead_bars([result])
     assert bar.workload == "test_inserts"
+
+
+def test_the_runs_gate_expects_the_checks_of_the_collected_timed_functions(tmp_path: Path) -> None:
+    """The session hands the collected tests' cells (usertiming.expected_cells) to the Outcome, whose
+    Gate decides at the level of a family counting them: one max-overhead check per backend and
+    timed function here, beside the workloads'."""
+    from pytest_encperf.outcome import Outcome
+    from pytest_encperf.settings import resolve
+
+    settings = resolve(
+        {"backends": "fscrypt,gocryptfs", "profile": "realwork", "max-overhead": "40%", "dir": str(tmp_path)},
+        {}, environ={},
+    )  # fmt: skip
+    workloads = len(settings.workloads)
+
+    def family(cells: list[tuple[str, Any]]) -> int:
+        outcome = Outcome(settings)
+        outcome.test_cells = cells
+        gate = outcome.gate(lambda: ({}, "m1"), machines=1)
+        assert gate is not None
+        return gate.family_size
+
+    assert family([]) == 2 * workloads
+    timed = usertiming.user_workload("test_inserts")
+    assert family([("fscrypt", timed), ("gocryptfs", timed)]) == 2 * workloads + 2
