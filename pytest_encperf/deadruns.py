@@ -104,7 +104,7 @@ def _release_entries(dead: DeadRun, document: Document, bases: list[Path], dry_r
     the run directory holding it, the loop device under its mount), which is not forced from
     under it. Everything else is still released."""
     scope = trust.RunScope(document.pid, tuple(bases), document.token)
-    held: list[tuple[str, footprints.Footprint]] = []  # kept entries: what they are and rest on
+    holdback = footprints.Holdback()
     keep: list[Entry] = []
     for entry in sorted(document.entries, key=lambda entry: -entry.id):  # as release_order
         what = f"{entry.kind} {entry.ident}"
@@ -112,7 +112,7 @@ def _release_entries(dead: DeadRun, document: Document, bases: list[Path], dry_r
         kind = resources.KINDS.get(resource.kind)
         if kind is None:
             dead.failed.append(f"{what}: no way to release a {resource.kind!r} resource")
-            held.append((what, None))
+            holdback.hold(what, None)
             keep.append(entry)
             continue
         try:
@@ -129,19 +129,15 @@ def _release_entries(dead: DeadRun, document: Document, bases: list[Path], dry_r
         if dry_run:
             dead.done.append(f"would release {what}")
             continue
-        footprint = resources.footprint(resource)
-        blocker = footprints.held_by(held, footprint)
-        if blocker is not None:
-            dead.kept.append(f"{what}: {blocker} is not released and may rest on it")
-            held.append((what, footprint))
-            keep.append(entry)
-            continue
-        try:
-            dead.done.append(resources.release(resource))
-        except Exception as exc:
-            dead.failed.append(f"{what}: {exc}")
-            held.append((what, footprint))
-            keep.append(entry)
+        match resources.release_unless_held(holdback, what, resource):
+            case footprints.Kept(blocker):
+                dead.kept.append(f"{what}: {blocker} is not released and may rest on it")
+                keep.append(entry)
+            case footprints.Failed(error):
+                dead.failed.append(f"{what}: {error}")
+                keep.append(entry)
+            case footprints.Released(done):
+                dead.done.append(done)
     return keep
 
 

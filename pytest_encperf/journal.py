@@ -391,23 +391,17 @@ class Journal:
         After a failure, what may rest on it is kept for ``encperf cleanup`` (as Cleanup.release
         and a dead run's cleanup do), and named among the failures."""
         failed = []
-        held: list[tuple[str, footprints.Footprint]] = []  # failed or kept: what it is and rests on
+        holdback = footprints.Holdback()
         for entry in release_order(self.resources):
             resource = resource_of(entry)
             what = f"{entry['kind']} {entry['ident']}"
-            its = resources.footprint(resource)
-            blocker = footprints.held_by(held, its) if held else None
-            if blocker is not None:
-                failed.append(f"{what}: kept for encperf cleanup, it may rest on {blocker}")
-                held.append((what, its))
-                continue
-            try:
-                resources.release(resource)
-            except Exception as exc:
-                failed.append(f"{what}: {exc}")
-                held.append((what, its))
-                continue
-            self.released(entry["id"])
+            match resources.release_unless_held(holdback, what, resource):
+                case footprints.Kept(blocker):
+                    failed.append(f"{what}: kept for encperf cleanup, it may rest on {blocker}")
+                case footprints.Failed(error):
+                    failed.append(f"{what}: {error}")
+                case footprints.Released():
+                    self.released(entry["id"])
         return failed
 
     def close(self) -> None:

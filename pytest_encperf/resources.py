@@ -17,6 +17,7 @@ trusting a path are trust.py's; key-file directories are secretdirs.py's.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import secrets
@@ -33,7 +34,7 @@ from typing import Protocol
 import psutil
 
 from . import children, host, mounting, mounttable
-from .footprints import Footprint, held_by
+from .footprints import Failed, Footprint, Holdback, Kept, Released
 from .host import HostError
 from .processes import ProcessStart, executable, foreign_process, is_alive, process_start
 from .trust import Gone, Reused, RunScope, unsafe_ancestor
@@ -113,6 +114,14 @@ def release(resource: Resource) -> str:
     if kind is None:
         raise HostError(f"no way to release a {resource.kind!r} resource (its backend is not loaded)")
     return kind.release(resource)
+
+
+def release_unless_held(holdback: Holdback, name: str, resource: Resource) -> Kept | Failed | Released[str]:
+    """Release ``resource`` with its kind's function unless what ``holdback`` holds may rest on
+    it (footprints.Holdback: journaled resources, released by this run or a later one)."""
+    return holdback.release(
+        name, functools.partial(release, resource), functools.partial(footprint, resource)
+    )
 
 
 def process_resource(pid: int, *, wait: float = 0.0) -> Resource:
@@ -536,27 +545,21 @@ class Cleanup:
         a key) always run: nobody else could do them later."""
         errors: list[str] = []
         kept: list[str] = []
-        held: list[tuple[str, Footprint]] = []  # failed or kept: what it is and rests on
+        holdback = Holdback()
         while self._actions:
             label, action, resource, token = self._actions.pop()
-            typed = resource.kind != "other"
-            if typed and held:
-                its = footprint(resource)
-                blocker = held_by(held, its)
-                if blocker is not None:
+            typed = resource.kind != "other"  # an in-memory action rests on nothing
+            attempt = holdback.release(
+                label, action, functools.partial(footprint, resource) if typed else None
+            )
+            match attempt:
+                case Kept(blocker):
                     kept.append(f"{label} (may rest on {blocker})")
-                    held.append((label, its))
-                    continue
-            try:
-                action()
-            except Exception as exc:  # keep releasing what does not rest on it, report all at the end
-                errors.append(f"{label}: {exc}")
-                if typed:
-                    held.append((label, footprint(resource)))
-                continue
-            if token is not None and self._observer is not None:
-                with contextlib.suppress(Exception):  # never let the journal stop a teardown
-                    self._observer.released(token)
+                case Failed(error):  # keep releasing what does not rest on it, report all at the end
+                    errors.append(f"{label}: {error}")
+                case Released() if token is not None and self._observer is not None:
+                    with contextlib.suppress(Exception):  # never let the journal stop a teardown
+                        self._observer.released(token)
         if errors:
             also = f"; kept for `encperf cleanup`: {'; '.join(kept)}" if kept else ""
             raise HostError("cleanup failed: " + "; ".join(errors) + also)
