@@ -133,6 +133,15 @@ class PairedRounds:
             added += 1
         return added
 
+    def measure_block_again(self, result: Result, first: int, runtime: float) -> None:
+        """Drop the whole A B B A block whose first pair is ``first`` and measure a new one: it
+        comes after the others (the rounds stay in the order they ran) and keeps A B B A order."""
+        if first % BLOCK_PAIRS or not 0 <= first <= len(result.rounds) - BLOCK_PAIRS:
+            raise ValueError(f"pair {first} does not start a whole block of {len(result.rounds)} pairs")
+        del result.rounds[first : first + BLOCK_PAIRS]
+        del result.baseline_rounds[first : first + BLOCK_PAIRS]
+        self.add_block(result, runtime)
+
 
 def whole_blocks(pairs: int) -> int:
     """``pairs`` rounded up to whole A B B A blocks (3 -> 4): only over whole blocks does the side
@@ -208,9 +217,7 @@ def _measure_busy_blocks_again(
         if left <= 0 or waited >= left:
             stopped = f"not quiet within {quiet.limit:g} s"
             break
-        del result.rounds[first : first + BLOCK_PAIRS]
-        del result.baseline_rounds[first : first + BLOCK_PAIRS]
-        pairs.add_block(result, runtime)
+        pairs.measure_block_again(result, first, runtime)
         again += 1
     result.busy_remeasured += again * BLOCK_PAIRS
     if not again:

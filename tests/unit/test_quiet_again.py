@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
+import pytest
+
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.rounds import PairedRounds, QuietAgain, measure_rounds
 from pytest_encperf.workloads import CDM
@@ -94,3 +96,29 @@ def test_never_more_blocks_are_measured_again_than_were_counted() -> None:
     result = measure([True] * 40, Waits(1.0), limit=100.0)
     assert result.busy_remeasured == 4  # 2 counted blocks: at most 2 measured again
     assert result.stop_reason.endswith("(as many as were counted)")
+
+
+def test_measuring_a_block_again_drops_it_whole_and_adds_a_new_block_in_a_b_b_a_order() -> None:
+    script = Script([])
+    pairs = script.pairs()
+    result = Result("gocryptfs", CDM[0])
+    for _ in range(6):  # 3 blocks, rounds 1-12 in the order measured
+        pairs.add(result, 1.0)
+    pairs.measure_block_again(result, 2, 1.0)  # the second block (rounds 5-8)
+    # the rounds stay in the order they ran: the first and third blocks, then the new one
+    assert [m.engine_version for m in result.baseline_rounds] == ["1", "4", "9", "12", "13", "16"]
+    assert [m.engine_version for m in result.rounds] == ["2", "3", "10", "11", "14", "15"]
+    assert [m.pair_position for m in result.baseline_rounds] == [1, 2] * 3
+    assert [m.pair_position for m in result.rounds] == [2, 1] * 3
+
+
+@pytest.mark.parametrize("first", [1, 6, -2])
+def test_only_a_whole_block_of_the_rounds_is_measured_again(first: int) -> None:
+    script = Script([])
+    pairs = script.pairs()
+    result = Result("gocryptfs", CDM[0])
+    for _ in range(6):
+        pairs.add(result, 1.0)
+    with pytest.raises(ValueError, match=f"pair {first} does not start a whole block of 6 pairs"):
+        pairs.measure_block_again(result, first, 1.0)
+    assert len(result.rounds) == len(result.baseline_rounds) == 6 and script.count == 12
