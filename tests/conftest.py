@@ -74,7 +74,13 @@ def _remove_unless_mounted(directory: str) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+# Longest first: pytest-xdist hands tests out in collection order, so the UML lane (one test of
+# several minutes, alphabetically near the end) would start when the rest is done and run alone.
+LONGEST_FIRST = ("tests/integration/test_uml_lane.py::",)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))  # stable: the rest keeps its order
     if os.geteuid() == 0:
         return
     skip = pytest.mark.skip(reason="integration test: needs root (loop devices, mount)")

@@ -17,4 +17,4 @@ def test_ci_runs_the_readme_test_command() -> None:
     # the unit lane first, and the rest only when it passed (CI stops on its failure)
     unit, rest = shown.stdout.strip().split(" && ")[-2:]
     assert unit.endswith("pytest -q tests/unit")
-    assert rest.endswith("pytest -n auto tests/functional tests/integration")
+    assert rest.endswith("pytest -n auto --dist worksteal tests/functional tests/integration")

@@ -36,6 +36,7 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf import backends, children, deadruns, journal
+from tests.helpers import matrix
 from tests.helpers.support import with_veracrypt_standin
 from tests.integration.test_reliability_integration import (
     QUICK,
@@ -157,8 +158,10 @@ def marks(directory: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize(("step", "where", "when"), POINTS, ids=[f"{s}-{w}-{c}" for s, w, c in POINTS])
-@pytest.mark.parametrize("name", BACKENDS)
+@pytest.mark.parametrize(
+    ("name", "step", "where", "when"),
+    matrix.params(BACKENDS, POINTS, [f"{s}-{w}-{c}" for s, w, c in POINTS], per_name=3),
+)
 def test_sigkill_at_a_journal_step_then_cleanup_leaves_nothing(
     pytester: pytest.Pytester,
     base: Path,

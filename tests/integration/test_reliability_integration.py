@@ -27,6 +27,7 @@ import pytest
 
 from pytest_encperf import backends, children, deadruns, host, journal, mounting, processes, resources
 from pytest_encperf.workloads import MiB
+from tests.helpers import matrix
 from tests.helpers.support import (
     disk_dir,
     mounts_and_loops_left,
@@ -283,8 +284,9 @@ def encperf_cleanup(base: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("point", KILL_POINTS)
-@pytest.mark.parametrize("name", CHAOS_BACKENDS)
+@pytest.mark.parametrize(
+    ("name", "point"), matrix.params(CHAOS_BACKENDS, KILL_POINTS, KILL_POINTS, per_name=2)
+)
 def test_sigkill_then_encperf_cleanup_leaves_nothing(
     pytester: pytest.Pytester, base: Path, given: Path, monkeypatch: pytest.MonkeyPatch, name: str, point: str
 ) -> None:
@@ -338,13 +340,22 @@ def test_sigkill_while_veracrypt_maps_then_cleanup_leaves_nothing(
     assert found == []
 
 
+INTERRUPTS = [(point, signal.SIGINT) for point in KILL_POINTS] + [
+    ("round", signal.SIGTERM),
+    ("create", signal.SIGTERM),
+    ("teardown", signal.SIGHUP),
+]
+
+
 @pytest.mark.parametrize(
-    ("point", "signum"),
-    [(point, signal.SIGINT) for point in KILL_POINTS]
-    + [("round", signal.SIGTERM), ("create", signal.SIGTERM), ("teardown", signal.SIGHUP)],
-    ids=[f"{point}-SIGINT" for point in KILL_POINTS] + ["round-SIGTERM", "create-SIGTERM", "teardown-SIGHUP"],
+    ("name", "point", "signum"),
+    matrix.params(
+        CHAOS_BACKENDS,
+        INTERRUPTS,
+        [f"{point}-{signal.Signals(s).name}" for point, s in INTERRUPTS],
+        per_name=2,
+    ),
 )
-@pytest.mark.parametrize("name", CHAOS_BACKENDS)
 def test_interrupt_tears_down_without_cleanup(
     pytester: pytest.Pytester,
     base: Path,

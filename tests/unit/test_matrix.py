@@ -1,0 +1,50 @@
+"""The chaos matrices' default lane (tests/helpers/matrix.py): every kill point is still met on a
+machine without device-mapper, every backend is stopped more than once, and the whole matrix is one
+variable away."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import matrix
+from tests.integration.test_chaos_integration import BACKENDS, POINTS
+from tests.integration.test_reliability_integration import CHAOS_BACKENDS, INTERRUPTS, KILL_POINTS
+
+MATRICES = {
+    "sigkill": (CHAOS_BACKENDS, KILL_POINTS, 2),
+    "interrupt": (CHAOS_BACKENDS, INTERRUPTS, 2),
+    "journal-step": (BACKENDS, POINTS, 3),
+}
+
+
+@pytest.mark.parametrize("matrix_name", MATRICES)
+def test_without_device_mapper_every_point_is_met_and_every_backend_stopped_more_than_once(
+    matrix_name: str,
+) -> None:
+    names, cases, per_name = MATRICES[matrix_name]
+    chosen = matrix.covering(names, cases, per_name)
+    here = {(name, case) for name, case in chosen if name in matrix.WITHOUT_DEVICE_MAPPER}
+    assert {case for _, case in here} == set(cases)
+    for name in names:
+        assert len({case for n, case in chosen if n == name}) == per_name, name
+    assert len(chosen) < len(names) * len(cases)  # the point of it
+
+
+def test_the_params_keep_the_ids_of_stacked_parametrize_and_skip_outside_the_subset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(matrix.EXHAUSTIVE_ENV, raising=False)
+    params = matrix.params(["plain", "luks2"], ["create", "mount", "round"], ["create", "mount", "round"], 1)
+    ids = [p.id for p in params]
+    assert ids == [f"{n}-{c}" for n in ("plain", "luks2") for c in ("create", "mount", "round")]
+    skipped = {p.id for p in params if any(m.args[0] for m in p.marks)}
+    # plain comes first in the rotation (no device-mapper needed): create; luks2 next: mount
+    assert skipped == {"plain-mount", "plain-round", "luks2-create", "luks2-round"}
+    assert params[0].values == ("plain", "create")
+
+
+def test_the_exhaustive_variable_runs_every_pair(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(matrix.EXHAUSTIVE_ENV, "1")
+    params = matrix.params(["plain", "luks2"], [("round", 2)], ["round-SIGINT"], 1)
+    assert [p.values for p in params] == [("plain", "round", 2), ("luks2", "round", 2)]
+    assert not any(m.args[0] for p in params for m in p.marks)
