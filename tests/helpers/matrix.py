@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -48,19 +49,45 @@ def covering(names: Sequence[str], cases: Sequence[Any], per_name: int) -> set[t
     return chosen
 
 
-def params(names: Sequence[str], cases: Sequence[Any], case_ids: Sequence[str], per_name: int) -> list[Any]:
-    """``pytest.param(name, *case)`` for the whole cross product, with the ids that stacked
-    ``parametrize`` decorators would give (``name-caseid``); a pair outside :func:`covering` skips
-    unless :func:`exhaustive`."""
-    chosen = covering(names, cases, per_name)
-    skip = pytest.mark.skipif(
-        not exhaustive(),
-        reason=f"outside the default lane's covering subset: {EXHAUSTIVE_ENV}=1 runs the whole matrix",
+@dataclass(frozen=True)
+class Matrix:
+    """A chaos matrix: ``names`` (backends) x ``cases`` (kill points, signals, ...), ``per_name``
+    consecutive cases for each name in the default lane."""
+
+    names: Sequence[str]
+    cases: Sequence[Any]
+    case_ids: Sequence[str]
+    per_name: int
+
+    def runs(self, name: str, case: Any) -> bool:
+        return exhaustive() or (name, case) in covering(self.names, self.cases, self.per_name)
+
+    def params(self) -> list[Any]:
+        """``pytest.param(name, *case)`` for the whole cross product, with the ids that stacked
+        ``parametrize`` decorators would give (``name-caseid``); a pair the default lane leaves
+        out skips, saying how to run it."""
+        skip = pytest.mark.skip(
+            reason=f"outside the default lane's covering subset: {EXHAUSTIVE_ENV}=1 runs the whole matrix"
+        )
+        result = []
+        for name in self.names:
+            for case, case_id in zip(self.cases, self.case_ids, strict=True):
+                values = case if isinstance(case, tuple) else (case,)
+                marks = () if self.runs(name, case) else (skip,)
+                result.append(pytest.param(name, *values, id=f"{name}-{case_id}", marks=marks))
+        return result
+
+    def ids_run(self, name: str) -> list[str]:
+        """The ids of ``name``'s cases that run (tests/integration/test_uml_lane.py names them)."""
+        return [
+            f"{name}-{case_id}"
+            for case, case_id in zip(self.cases, self.case_ids, strict=True)
+            if self.runs(name, case)
+        ]
+
+
+def exhaustive_only() -> pytest.MarkDecorator:
+    """For a single costly case the default lane leaves out (its cheaper siblings run)."""
+    return pytest.mark.skipif(
+        not exhaustive(), reason=f"left out of the default lane (costly): {EXHAUSTIVE_ENV}=1 runs it"
     )
-    result = []
-    for name in names:
-        for case, case_id in zip(cases, case_ids, strict=True):
-            values = case if isinstance(case, tuple) else (case,)
-            marks = () if (name, case) in chosen else (skip,)
-            result.append(pytest.param(name, *values, id=f"{name}-{case_id}", marks=marks))
-    return result

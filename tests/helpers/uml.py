@@ -141,7 +141,7 @@ export GLIBC_TUNABLES={glibc}
 export OPENSSL_ia32cap={openssl}
 # Scratch space lives on a tmpfs at /run, not /tmp: the project (and its venv) may itself be
 # under /tmp on the host, and a tmpfs there would hide it from the guest.
-export {in_guest}=1 {exhaustive}=1 PYTHONDONTWRITEBYTECODE=1 HOME=/run/home TMPDIR=/run/tmp
+export {in_guest}=1 {exhaustive}={exhaustive_value} PYTHONDONTWRITEBYTECODE=1 HOME=/run/home TMPDIR=/run/tmp
 export ENCPERF_TEST_DIR={disk_dir} ENCPERF_DIR={disk_dir}
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -204,6 +204,7 @@ def run_pytest(
             openssl=OPENSSL_NO_AVX,
             in_guest=IN_GUEST_ENV,
             exhaustive=matrix.EXHAUSTIVE_ENV,
+            exhaustive_value=int(matrix.exhaustive()),  # the guest's lane as the host's
             disk_dir=GUEST_DISK_DIR,
             output=shlex.quote(str(output)),
             output_dir=GUEST_OUTPUT_DIR,

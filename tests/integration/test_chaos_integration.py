@@ -158,10 +158,10 @@ def marks(directory: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize(
-    ("name", "step", "where", "when"),
-    matrix.params(BACKENDS, POINTS, [f"{s}-{w}-{c}" for s, w, c in POINTS], per_name=3),
-)
+JOURNAL_STEPS = matrix.Matrix(BACKENDS, POINTS, [f"{s}-{w}-{c}" for s, w, c in POINTS], per_name=3)
+
+
+@pytest.mark.parametrize(("name", "step", "where", "when"), JOURNAL_STEPS.params())
 def test_sigkill_at_a_journal_step_then_cleanup_leaves_nothing(
     pytester: pytest.Pytester,
     base: Path,

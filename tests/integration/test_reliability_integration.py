@@ -284,9 +284,10 @@ def encperf_cleanup(base: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize(
-    ("name", "point"), matrix.params(CHAOS_BACKENDS, KILL_POINTS, KILL_POINTS, per_name=2)
-)
+SIGKILLS = matrix.Matrix(CHAOS_BACKENDS, KILL_POINTS, KILL_POINTS, per_name=2)
+
+
+@pytest.mark.parametrize(("name", "point"), SIGKILLS.params())
 def test_sigkill_then_encperf_cleanup_leaves_nothing(
     pytester: pytest.Pytester, base: Path, given: Path, monkeypatch: pytest.MonkeyPatch, name: str, point: str
 ) -> None:
@@ -347,15 +348,12 @@ INTERRUPTS = [(point, signal.SIGINT) for point in KILL_POINTS] + [
 ]
 
 
-@pytest.mark.parametrize(
-    ("name", "point", "signum"),
-    matrix.params(
-        CHAOS_BACKENDS,
-        INTERRUPTS,
-        [f"{point}-{signal.Signals(s).name}" for point, s in INTERRUPTS],
-        per_name=2,
-    ),
+INTERRUPT_MATRIX = matrix.Matrix(
+    CHAOS_BACKENDS, INTERRUPTS, [f"{point}-{signal.Signals(s).name}" for point, s in INTERRUPTS], per_name=2
 )
+
+
+@pytest.mark.parametrize(("name", "point", "signum"), INTERRUPT_MATRIX.params())
 def test_interrupt_tears_down_without_cleanup(
     pytester: pytest.Pytester,
     base: Path,

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import uml
+from tests.helpers import matrix, uml
 from tests.helpers.support import disk_dir
+from tests.integration.test_reliability_integration import INTERRUPT_MATRIX, SIGKILLS
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 # BitLocker volumes) and of eCryptfs runs here too.
 DM_SECRETS = ("luks2", "luks1", "dm-plain", "veracrypt", "tcrypt", "bitlk", "ecryptfs")
 RELIABILITY = "tests/integration/test_reliability_integration.py"
-ECRYPTFS_KILLS = ("ecryptfs-create", "ecryptfs-mount", "ecryptfs-round", "ecryptfs-teardown")
+# eCryptfs's cases of the chaos matrices that run (all of them with ENCPERF_TEST_EXHAUSTIVE=1)
+ECRYPTFS_KILLS = SIGKILLS.ids_run("ecryptfs")
+ECRYPTFS_INTERRUPTS = INTERRUPT_MATRIX.ids_run("ecryptfs")
 LANE_TESTS = [
     "tests/integration/test_dmcrypt_integration.py",
     "tests/integration/test_ecryptfs_integration.py",
@@ -35,7 +38,7 @@ LANE_TESTS = [
     ),
     # eCryptfs after a kill: a mount keeps its keys alive; encperf cleanup must leave neither
     *(f"{RELIABILITY}::test_sigkill_then_encperf_cleanup_leaves_nothing[{case}]" for case in ECRYPTFS_KILLS),
-    f"{RELIABILITY}::test_interrupt_tears_down_without_cleanup[ecryptfs-round-SIGTERM]",
+    *(f"{RELIABILITY}::test_interrupt_tears_down_without_cleanup[{case}]" for case in ECRYPTFS_INTERRUPTS),
 ]
 # Each must have run and passed in the guest: the lane is worthless if they all skip.
 MUST_PASS = [
@@ -47,7 +50,7 @@ MUST_PASS = [
     "test_native_veracrypt_volume_life_cycle_and_tcrypt_dump[veracrypt:tool=native]",
     "test_luks2_on_a_partition_target",
     "test_full_session_with_dm_crypt_backends",
-    "test_ready_made_sweep_ranks_and_recommends[luks-tuning]",
+    *(["test_ready_made_sweep_ranks_and_recommends[luks-tuning]"] if matrix.exhaustive() else []),
     "test_ready_made_sweep_ranks_and_recommends[ciphers]",
     "test_life_cycle_is_timed_and_a_cascade_leaves_no_mapping[luks2]",
     "test_life_cycle_is_timed_and_a_cascade_leaves_no_mapping[cascade]",
@@ -76,7 +79,7 @@ MUST_PASS = [
     "test_full_session_with_ecryptfs",
     "test_secret_is_never_exposed[ecryptfs]",
     *(f"test_sigkill_then_encperf_cleanup_leaves_nothing[{case}]" for case in ECRYPTFS_KILLS),
-    "test_interrupt_tears_down_without_cleanup[ecryptfs-round-SIGTERM]",
+    *(f"test_interrupt_tears_down_without_cleanup[{case}]" for case in ECRYPTFS_INTERRUPTS),
 ]
 
 
