@@ -91,6 +91,10 @@ class Measurement:
     # Where the round ran in its A B B A pair: 1 first, 2 second (None: not in a pair, or saved
     # before it was recorded); a cell's rounds in whole blocks have as many of each per side
     pair_position: int | None = None
+    # Which of the run's volumes the round ran on (--encperf-volumes N: 0 the session's, 1..N-1
+    # freshly made ones, the plain side's likewise); None: one volume, or saved before it was
+    # recorded. A reference's blocks give its own between-volume spread (verdict.volume_groups)
+    volume_block: int | None = None
 
     @property
     def cached(self) -> bool | None:

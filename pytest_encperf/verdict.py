@@ -13,16 +13,22 @@ uncertainty has two parts, in the one-way random-effects model ``y = mu + run + 
   machine's runs (``PRIOR``, ``builtin_prior``). With at least ``MIN_HISTORY``
   comparable saved runs it comes from them, per workload (never pooled over workloads): how the
   workload's saved run means spread, combined by degrees of freedom with the user's prior when
-  one was given; the built-in prior, of another machine, is then left out.
+  one was given; the built-in prior, of another machine, is then left out. A saved run measured
+  on several fresh volumes (``--encperf-volumes``, ``Measurement.volume_block``) is a group per
+  volume block: a reference with at least ``MIN_BLOCKS`` of them measures its own between-volume
+  spread, which stands for ``b`` as a history's does (the prior left out as there).
 
-Estimate = this run's mean minus the mean of the saved runs' means (one reference: its mean).
+Groups are the saved runs, each split by volume block when it has several ("a run's level is its
+volume's": a fresh volume draws the between-run part, the assumption the simulation states).
+Estimate = this run's mean minus the mean of the groups' means (one reference: its mean).
 Variance = ``w / n_now + b + (b + w * mean(1 / n_saved)) / runs``; with one reference that is
-``w / n_now + w / n_ref + 2 b``; with a history, ``S2 (1 + 1 / runs) + w (1 / n_now - mean(1 /
-n_saved))`` where ``S2``, the variance of the saved run means, estimates ``b + w mean(1 / n_saved)``
-(so nothing is truncated at 0). Degrees of freedom by Satterthwaite, rounded down. Against a
-threshold ``T`` (a tolerance): FAIL when the change is worse than T at the family's level (Holm
-over every gated check of the run, FAIL_ALPHA), PASS when it is better than T at PASS_ALPHA one-sided,
-otherwise UNDECIDED. Pure: no I/O at run time (``PRIOR`` is a table; ``fit_prior`` makes it).
+``w / n_now + w / n_ref + 2 b``; with groups, ``S2 (1 + 1 / groups) + w max(0, 1 / n_now - mean(1
+/ n_group))`` where ``S2``, the variance of the group means, estimates ``b + w mean(1 / n_group)``
+(so nothing is truncated at 0; groups of fewer rounds than this run's make it conservative).
+Degrees of freedom by Satterthwaite, rounded down. Against a threshold ``T`` (a tolerance): FAIL
+when the change is worse than T at the family's level (Holm over every gated check of the run,
+FAIL_ALPHA), PASS when it is better than T at PASS_ALPHA one-sided, otherwise UNDECIDED. Pure: no
+I/O at run time (``PRIOR`` is a table; ``fit_prior`` makes it).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ PASS_ALPHA = 0.05  # one-sided error of each pass
 ALPHA = PASS_ALPHA
 DETECT_POWER = 0.90  # "detects >= X%": the slowdown a check FAILs in this share of runs
 MIN_HISTORY = 3  # comparable saved runs needed before their spread enters the model
+MIN_BLOCKS = 2  # volume blocks of one reference needed before their spread enters the model
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,7 @@ class Estimate:
     runs: int  # saved runs the estimate used (1: the reference alone)
     rounds_now: int
     between: str  # where b came from, for the report
+    groups: int = 0  # groups whose spread gave b (saved runs, or their volume blocks); 0: a prior
 
     def se_with(self, rounds_now: int) -> float:
         """The standard error had this run measured ``rounds_now`` rounds (confirmation)."""
@@ -77,37 +85,76 @@ def _pooled_within(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
     return (squares / df if df else math.nan), df
 
 
-def estimate(now: Sequence[float], saved: Sequence[Sequence[float]], prior: Prior | None) -> Estimate | None:
+def volume_groups(values: Sequence[float], blocks: Sequence[int | None]) -> list[list[float]]:
+    """One run's values split by the volume block each was measured on (``blocks``, one per value:
+    Measurement.volume_block), blocks in the order they first appear; the values as one group
+    unless every value has its block and there are at least two (one volume, or a run saved
+    before blocks were recorded)."""
+    if len(blocks) != len(values) or None in blocks or len(set(blocks)) < MIN_BLOCKS:
+        return [list(values)] if values else []
+    groups: dict[int | None, list[float]] = {}
+    for value, block in zip(values, blocks, strict=True):
+        groups.setdefault(block, []).append(value)
+    return list(groups.values())
+
+
+def has_blocks(blocks: Sequence[int | None]) -> bool:
+    """Whether a run's values come from at least MIN_BLOCKS recorded volume blocks."""
+    return None not in blocks and len(set(blocks)) >= MIN_BLOCKS
+
+
+def _groups_source(count: int, groups: int) -> str:
+    runs = f"{count} saved runs" if count > 1 else "the reference"
+    return runs if groups == count else f"{groups} volume blocks of {runs}"
+
+
+def estimate(
+    now: Sequence[float],
+    saved: Sequence[Sequence[float]],
+    prior: Prior | None,
+    blocks: Sequence[Sequence[int | None]] = (),
+) -> Estimate | None:
     """The change of ``now`` (log values of this run's rounds) against ``saved`` (each saved
-    run's log values, the reference first). The saved runs' own spread is used with at least
-    MIN_HISTORY of them (else the reference alone), combined with ``prior`` by degrees of freedom
-    (with a history the caller passes ``history_prior``'s). None when the model has no between-run
-    variance (no prior, too few saved runs) or no within-run variance (single rounds)."""
-    runs = [list(g) for g in saved if g]
+    run's log values, the reference first; ``blocks``: each one's volume block per value, when
+    recorded). The spread of the groups (the saved runs, each split by volume block) is used with
+    at least MIN_HISTORY saved runs, or with a reference of at least MIN_BLOCKS volume blocks
+    (else the reference alone and ``prior``), combined with ``prior`` by degrees of freedom (the
+    caller then passes ``history_prior``'s). None when the model has no between-run variance (no
+    prior, too few groups) or no within-run variance (single rounds)."""
+    labels = list(blocks) if len(blocks) == len(saved) else [()] * len(saved)
+    runs = [(list(g), list(b)) for g, b in zip(saved, labels, strict=True) if g]
     if not now or not runs:
         return None
     if len(runs) < MIN_HISTORY:
         runs = runs[:1]
-    within, df_within = _pooled_within([list(now), *runs])
+    count = len(runs)
+    groups = [group for values, block in runs for group in volume_groups(values, block)]
+    spread_model = count >= MIN_HISTORY or len(groups) >= MIN_BLOCKS
+    if not spread_model:
+        groups = [runs[0][0]]
+    within, df_within = _pooled_within([list(now), *groups])
     if not df_within:
         return None
-    means = [statistics.fmean(g) for g in runs]
-    inverse_rounds = statistics.fmean(1 / len(g) for g in runs)
-    count = len(runs)
-    if count >= MIN_HISTORY:
-        # predictive: the spread of the saved run means (each b + w / its rounds, never truncated)
+    means = [statistics.fmean(g) for g in groups]
+    inverse_rounds = statistics.fmean(1 / len(g) for g in groups)
+    size = len(groups)
+    if spread_model:
+        # predictive: the spread of the group means (each b + w / its rounds, never truncated)
         # stands for the saved centre's and this run's level alike; this run's fewer rounds add
-        # w x (1 / n_now - mean 1 / n_saved)
+        # w x (1 / n_now - mean 1 / n_group)
         spread = statistics.variance(means)
         if prior is None:
-            df_between, source = float(count - 1), f"{count} saved runs"
-        else:  # the user's prior, as that many runs' worth of spread
-            df_between = prior.df + count - 1
-            spread = (prior.df * (prior.sd**2 + within * inverse_rounds) + (count - 1) * spread) / df_between
-            source = f"{count} saved runs, with {prior.source}"
+            df_between, source = float(size - 1), _groups_source(count, size)
+        else:  # the user's prior, as that many groups' worth of spread
+            df_between = prior.df + size - 1
+            spread = (prior.df * (prior.sd**2 + within * inverse_rounds) + (size - 1) * spread) / df_between
+            source = f"{_groups_source(count, size)}, with {prior.source}"
         between = max(0.0, spread - within * inverse_rounds)
+        # groups of fewer rounds than this run (volume blocks of 2) hold more round noise in S2
+        # than this run's level needs: nothing is subtracted for it (conservative; subtracting
+        # would leave a difference of variances, whose few degrees of freedom cost more)
         rounds_part = within * max(0.0, 1 / len(now) - inverse_rounds)
-        runs_part = spread * (1 + 1 / count)
+        runs_part = spread * (1 + 1 / size)
     elif prior is None:
         return None
     else:
@@ -117,7 +164,7 @@ def estimate(now: Sequence[float], saved: Sequence[Sequence[float]], prior: Prio
     variance = rounds_part + runs_part
     denominator = rounds_part**2 / df_within + (runs_part**2 / df_between if df_between else 0.0)
     df = math.floor(variance**2 / denominator) if denominator > 0 else df_within
-    if count >= MIN_HISTORY:  # a spread of a few runs can be small by chance, which Satterthwaite's
+    if spread_model:  # a spread of a few groups can be small by chance, which Satterthwaite's
         df = min(df, math.floor(df_between))  # df would then trust: its own df bound the statistic's
     return Estimate(
         change=statistics.fmean(now) - statistics.fmean(means),
@@ -128,6 +175,7 @@ def estimate(now: Sequence[float], saved: Sequence[Sequence[float]], prior: Prio
         runs=count,
         rounds_now=len(now),
         between=f"between-run sd {100 * math.sqrt(between):.1f}% ({source})",
+        groups=size if spread_model else 0,
     )
 
 
@@ -342,8 +390,8 @@ def prior_note(noise: NoisePrior | None = None) -> str:
     if not active.measured_here:
         note += (
             "; against one reference it decides only changes far beyond that machine's noise: measure "
-            "this runner with benchmarks/noise.py and give --encperf-noise=FILE, or keep 3 or more "
-            "saved runs (their spread then replaces it)"
+            "this runner with benchmarks/noise.py and give --encperf-noise=FILE, or save the baseline "
+            "with --encperf-volumes=N (N >= 2: its own between-volume spread then replaces it)"
         )
     return note
 
@@ -375,18 +423,29 @@ def prior_for(backend: str, workload: str, noise: NoisePrior | None = None) -> P
 
 
 def history_prior(
-    backend: str | None, workload: str, exact: bool = False, noise: NoisePrior | None = None
+    backend: str | None,
+    workload: str,
+    exact: bool = False,
+    noise: NoisePrior | None = None,
+    volume_blocks: bool = False,
 ) -> Prior | None:
-    """What a workload's history is combined with: the user's prior (``noise``) of the cell when
-    one was given (``backend`` None: a metric without a prior; ``exact``: only the file's own
-    cell, as for a life-cycle step). The built-in prior (another machine's) is left out once a
-    history exists."""
+    """What the spread of a workload's saved groups (a history's runs, a reference's volume
+    blocks) is combined with: the cell's prior (``backend`` None: a metric without one; ``exact``:
+    only the user's file's own cell, as for a life-cycle step). The user's prior (``noise``)
+    always stays. The built-in prior (another machine's) stays beside a history of one-volume
+    runs, since it decided the reference alone: the runs then only add groups and a centre of
+    several runs, and never decide less than the reference did (a few runs' spread alone, on its
+    few degrees of freedom, did). It is left out when the reference was measured on fresh volumes
+    (``volume_blocks``: its own between-volume spread replaces it), and for a life-cycle step (it
+    has none)."""
     active = _in_use(noise)
-    if backend is None or not active.measured_here:
+    if backend is None:
         return None
     if exact:
-        found = active.table.get((backend.split(":", 1)[0], workload))
+        found = active.table.get((backend.split(":", 1)[0], workload)) if active.measured_here else None
         return Prior(found[0], found[1], f"prior of {backend} {workload}, {active.source}") if found else None
+    if volume_blocks and not active.measured_here:
+        return None
     return prior_for(backend, workload, active)
 
 

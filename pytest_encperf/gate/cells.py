@@ -47,6 +47,11 @@ class Cell:
             return []
         return round_ratios(self.rounds, self.baseline_rounds, attr, before_after=self.before_after)
 
+    @property
+    def volume_blocks(self) -> tuple[int | None, ...]:
+        """The volume block of each round (one per sample: --encperf-volumes), None where not recorded."""
+        return tuple(m.volume_block for m in self.rounds)
+
     def pairing_problem(self) -> str | None:
         """Why the backend's rounds cannot be divided by plain rounds, if they cannot: a round
         without its plain partner, or plain rounds in another I/O mode."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from .. import stats, verdict
 from ..load import BUSY_SHARE
@@ -102,6 +102,7 @@ class History:
     (the reference first; verdict.estimate uses them from MIN_HISTORY runs on)."""
 
     samples: dict[str, list[list[float]]]
+    blocks: dict[str, list[list[int | None]]] = field(default_factory=dict)  # each sample's volume block
 
     def runs(self, workload: str) -> int:
         return len(self.samples.get(workload, []))
@@ -115,6 +116,7 @@ def history_for(backend: str, metric: Metric, current: RunData, runs: Sequence[R
     """Each workload of ``backend`` on ``metric``: the log samples of each saved run whose cell is
     comparable with this run's (per workload, never pooled over workloads)."""
     samples: dict[str, list[list[float]]] = {}
+    blocks: dict[str, list[list[int | None]]] = {}
     now_cells = cells_of(current.results, True)
     for run in runs:
         if setting_differences(run.settings, current.settings):
@@ -131,7 +133,24 @@ def history_for(backend: str, metric: Metric, current: RunData, runs: Sequence[R
             values = old.samples(metric)
             if values and not stats.invalid_values(values):
                 samples.setdefault(workload, []).append(log_values(values))
-    return History(samples)
+                blocks.setdefault(workload, []).append(list(old.volume_blocks))
+    return History(samples, blocks)
+
+
+def _saved_blocks(
+    workload: str,
+    history: History | None,
+    history_runs: int,
+    reference_blocks: Sequence[int | None],
+    own: str | None,
+    kind: str,
+) -> list[list[int | None]]:
+    """The volume blocks of what verdict.estimate gets as saved runs: a history's, else the
+    reference's for a check that has a prior (paired ratios, plain's throughput), whose
+    between-run part its blocks may then measure instead; [] for none."""
+    if history is not None and history_runs >= MIN_HISTORY:
+        return history.blocks.get(workload, [])
+    return [list(reference_blocks)] if own and kind != "overhead" and reference_blocks else []
 
 
 def _direction(metric: Metric, log_change: float) -> float:
@@ -176,8 +195,10 @@ def assess(
     history: History | None = None,
     differences: Sequence[str] = (),
     noise: verdict.NoisePrior | None = None,
+    reference_blocks: Sequence[int | None] = (),
 ) -> Check:
     """One check before the family correction: evidence, change, interval and raw p-value.
+    ``reference_blocks``: the volume block of each reference sample (verdict.volume_groups).
 
     The status is provisional (``decide_family`` sets the final one): invalid samples, settings
     that differ, no rule or no gating evidence are final here. ``noise``: the user's between-run
@@ -199,16 +220,19 @@ def assess(
     history_runs = history.runs(cell.workload.name) if history else 0
     saved = history.samples[cell.workload.name] if history and history_runs >= MIN_HISTORY else [log_ref]
     own = _own_prior(kind, cell, metric)
+    blocks = _saved_blocks(cell.workload.name, history, history_runs, reference_blocks, own, kind)
+    volumes = kind != "overhead" and verdict.has_blocks(reference_blocks)  # --encperf-volumes
     if kind == "overhead":  # both sides in this run: no between-run part
         prior: verdict.Prior | None = verdict.Prior(0.0, 1e9, "one run")
-    elif history and history_runs >= MIN_HISTORY:  # the saved runs' spread, per workload
+    elif (history and history_runs >= MIN_HISTORY) or (own and volumes):
+        # the saved runs' spread (or the reference's volume blocks'), per workload
         lifecycle = metric.name == LIFECYCLE_METRIC  # a step: only its own cell of the user's file
         prior = verdict.history_prior(
-            own or (cell.backend if lifecycle else None), cell.workload.name, lifecycle, noise
+            own or (cell.backend if lifecycle else None), cell.workload.name, lifecycle, noise, volumes
         )
     else:  # the user's prior (--encperf-noise), else the built-in one; none for other numbers
         prior = verdict.prior_for(own, cell.workload.name, noise) if own else None
-    found = verdict.estimate(log_cur, saved, prior)
+    found = verdict.estimate(log_cur, saved, prior, blocks)
     if found is None:
         evidence, log_change, interval = (
             ROUNDS,
@@ -400,6 +424,7 @@ def cell_checks(
                 assess(
                     "baseline", cell, metric, cell.samples(metric), old.samples(metric), rule,
                     history=history_of(cell.backend, metric), differences=differences, noise=noise,
+                    reference_blocks=old.volume_blocks,
                 )
             )  # fmt: skip
     return checks

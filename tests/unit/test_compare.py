@@ -238,7 +238,7 @@ def test_plain_is_gated_with_one_reference_by_its_prior_and_with_history_by_the_
     assert plain.status == UNDECIDED
 
 
-def test_history_measures_the_between_run_spread_per_workload_without_the_built_in_prior() -> None:
+def test_history_measures_the_between_run_spread_per_workload_beside_the_prior() -> None:
     # saved ratios wander by about 15% from run to run: a 12% drop of the ratio is within that
     history = [
         run(f"h{i}", result("fscrypt", SEQ_READ, spread(50 * f, 10), spread(100, 10)))
@@ -247,7 +247,8 @@ def test_history_measures_the_between_run_spread_per_workload_without_the_built_
     now = run("now", result("fscrypt", SEQ_READ, spread(44, 6), spread(100, 6)))
     check = only(judge(now, history[0], parse_rules("10%"), history=history))
     assert check.evidence == PAIRED_HISTORY and check.history_runs == 4
-    assert "(4 saved runs)" in check.between  # its own runs: the built-in prior (another machine's) left out
+    # its own runs, with the prior that decided the reference alone (so they only add to it)
+    assert "(4 saved runs, with " in check.between and verdict_model.PRIOR_SOURCE in check.between
     assert check.status == UNDECIDED  # one model: the runs' spread widens the interval, no FAIL
     # two saved runs are not a history: the reference and the prior alone
     check = only(judge(now, history[0], parse_rules("10%"), history=history[:2]))

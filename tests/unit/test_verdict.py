@@ -184,8 +184,12 @@ def test_the_noise_file_parser_survives_any_text(data: bytes) -> None:
 
 def test_the_prior_in_use_is_the_users_and_stays_beside_a_history() -> None:
     assert not verdict.builtin_prior().measured_here and "development machine" in verdict.prior_note()
-    # the built-in prior (another machine's) is left out once a history exists
-    assert verdict.history_prior("gocryptfs", "SEQ1M-Q8T1-read") is None
+    # the built-in prior stays beside a history of one-volume runs (it decided the reference
+    # alone), and gives way to a reference's own volume blocks (tests/unit/test_volume_blocks.py)
+    assert verdict.history_prior("gocryptfs", "SEQ1M-Q8T1-read") == verdict.prior_for(
+        "gocryptfs", "SEQ1M-Q8T1-read"
+    )
+    assert verdict.history_prior("gocryptfs", "SEQ1M-Q8T1-read", volume_blocks=True) is None
     users = verdict.read_noise_prior(json.dumps(NOISE_DOC), "noise-runner.json")
     prior = verdict.prior_for("gocryptfs", "SEQ1M-Q8T1-read", users)
     assert prior is not None and prior.sd == 0.03 and "noise-runner.json" in prior.source
