@@ -36,6 +36,7 @@ MAX_SECONDS = 86400.0  # a day: one round, or one budget of extra rounds
 MAX_ROUNDS = 10000
 MAX_CYCLES = 1000
 MAX_HISTORY = 1000
+MAX_VOLUMES = 20  # volume pairs of one run: each holds a test file of --encperf-size on both sides
 MAX_SEED = 2**63 - 1
 MAX_RUN_NUMBER = 999_999_999  # saved runs are numbered 0001, 0002, ... per machine
 MAX_CORES = 8192  # Linux's most CPUs (NR_CPUS): a busy threshold above it could never be reached
@@ -102,6 +103,7 @@ parse_rounds = parse_whole("rounds", 1, MAX_ROUNDS)
 parse_warmup = parse_whole("warm-up rounds", 0, MAX_ROUNDS)
 parse_cycles = parse_whole("cycles", 1, MAX_CYCLES)  # at least the benchmark volume's own
 parse_history = parse_whole("saved runs", 0, MAX_HISTORY)
+parse_volumes = parse_whole("volumes", 1, MAX_VOLUMES)
 parse_seed = parse_whole("seed", 0, MAX_SEED)
 
 

@@ -39,6 +39,7 @@ from .optionparsers import (
     parse_steady_cv,
     parse_sweeps,
     parse_text,
+    parse_volumes,
     parse_warmup,
 )
 from .parsing import parse_bool, parse_choice, parse_path
@@ -117,6 +118,11 @@ OPTIONS: tuple[Option, ...] = (
            "measured rounds per workload in a run that saves a baseline (--encperf-save, --encperf-autosave) "
            "when --encperf-rounds is not given: a reference with more rounds lets each checking run decide "
            "with fewer", parse_rounds, "10"),
+    Option("volumes", "N",
+           "fresh volume pairs (plain and backend) each workload's rounds are spread over, in whole A B B A "
+           "blocks: a baseline saved with N >= 2 carries its own between-volume spread, which the gate "
+           "uses instead of the between-run prior (not on the partition target; real-work tasks use one)",
+           parse_volumes, "1"),
     Option("warmup", "N", "warm-up rounds per workload, measured on both sides and discarded",
            parse_warmup, "1"),
     Option("steady-cv", "CV",

@@ -5,6 +5,7 @@ and hands the paired rounds to rounds.py; on the partition target, the rounds of
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import functools
 from collections.abc import Callable
@@ -19,7 +20,16 @@ from .host import HostError
 from .model import Measurement, Result
 from .mountedvolume import MountedVolume, verify_after_remount
 from .roundplan import RoundPlan
-from .rounds import ConfirmBudget, Confirmer, PairedRounds, QuietAgain, RoundMeter, Side, measure_rounds
+from .rounds import (
+    ConfirmBudget,
+    Confirmer,
+    PairedRounds,
+    QuietAgain,
+    RoundMeter,
+    Side,
+    measure_rounds,
+    whole_blocks,
+)
 from .workloads import Workload
 
 TASK_NEEDS_PLAIN = (
@@ -91,6 +101,22 @@ class Runner:
     on_quiet_wait: Callable[[load.Load], None] | None = None
     # encperf.time's default name for its result: the test's (usertiming.test_name)
     test_name: str = "encperf-time"
+    # --encperf-volumes N: a block or files workload's rounds are spread over this volume pair and
+    # N-1 fresh ones, ``fresh_pair(k)`` giving the k-th (plain, backend) pair (Volumes.fresh_pair)
+    volumes: int = 1
+    fresh_pair: Callable[[int], tuple[MountedVolume, MountedVolume]] | None = None
+
+    @property
+    def spread_over_volumes(self) -> bool:
+        return self.volumes > 1 and self.fresh_pair is not None
+
+    @property
+    def volume_plan(self) -> RoundPlan:
+        """The round plan of each volume pair: the run's, or with --encperf-volumes its share of
+        the counted rounds (rounds_per_volume)."""
+        if not self.spread_over_volumes:
+            return self.plan
+        return dataclasses.replace(self.plan, rounds=rounds_per_volume(self.plan.rounds, self.volumes))
 
     def _tell(self, workload: Workload, side: str, measurement: Measurement) -> None:
         if self.on_round is not None:
@@ -158,7 +184,10 @@ class Runner:
                         on(self.volume, volume_file, volume_observe),
                         meter=self._round_meter(self.volume, baseline),
                     ),
+                    self.volume_plan,
                 )
+            if self.spread_over_volumes:
+                self._on_fresh_volumes(result, lambda mounted, path: on(mounted, path, mounted.observe()))
         except OSError as exc:
             problem = _STORAGE_ERRORS.get(exc.errno or 0)
             if problem is None:
@@ -185,16 +214,51 @@ class Runner:
 
         return QuietAgain(wait, self.quiet_wait)
 
-    def _measure_rounds(self, result: Result, pair: PairedRounds) -> None:
+    def _on_fresh_volumes(self, result: Result, on: Callable[[MountedVolume, Path], Side]) -> None:
+        """--encperf-volumes N: after this pair's rounds (block 0), the same number of rounds in
+        whole A B B A blocks, after the warm-up, on each of N-1 fresh volume pairs (blocks 1..N-1);
+        every round records its block (Measurement.volume_block), so a saved run carries its own
+        between-volume spread (verdict.volume_groups). The rounds of a block are of one pair."""
+        assert self.fresh_pair is not None
+        plan = self.volume_plan
+
+        def tagged(rounds: list[Measurement], block: int) -> list[Measurement]:
+            return [dataclasses.replace(m, volume_block=block) for m in rounds]
+
+        result.rounds[:], result.baseline_rounds[:] = (
+            tagged(result.rounds, 0),
+            tagged(result.baseline_rounds, 0),
+        )
+        for block in range(1, self.volumes):
+            plain, volume = self.fresh_pair(block)  # made beside no measurement (Volumes.open)
+            with self.between_measurements() as waited_to_prepare:
+                volume_file = self.engine.prepare(volume.data_dir, plan.size)
+                plain_file = self.engine.prepare(plain.data_dir, plan.size)
+            measured = Result(backend=result.backend, workload=result.workload)
+            with self.lock() as waited:
+                pairs = PairedRounds(
+                    on(plain, plain_file), on(volume, volume_file), meter=self._round_meter(volume, plain)
+                )
+                measure_rounds(
+                    measured, pairs, runtime=plan.runtime, rounds=plan.rounds, warmup=plan.warmup,
+                    warmup_runtime=plan.warmup_runtime, quiet_again=self._quiet_again(pairs),
+                )  # fmt: skip
+            result.lock_wait += waited_to_prepare + waited
+            result.rounds += tagged(measured.rounds, block)
+            result.baseline_rounds += tagged(measured.baseline_rounds, block)
+        result.stop_reason += f"; {plan.rounds} rounds on each of {self.volumes - 1} more fresh volume pairs"
+
+    def _measure_rounds(self, result: Result, pair: PairedRounds, plan: RoundPlan | None = None) -> None:
         """The paired rounds of ``result`` with this runner's round settings (block, files and
-        task workloads alike)."""
+        task workloads alike); ``plan``: another plan than the run's (a volume pair's share)."""
+        plan = plan or self.plan
         measure_rounds(
             result,
             pair,
-            runtime=self.plan.runtime,
-            rounds=self.plan.rounds,
-            warmup=self.plan.warmup,
-            warmup_runtime=self.plan.warmup_runtime,
+            runtime=plan.runtime,
+            rounds=plan.rounds,
+            warmup=plan.warmup,
+            warmup_runtime=plan.warmup_runtime,
             steady_cv=self.steady_cv,
             steady_budget=self.steady_budget,
             gate=self.gate,
@@ -339,6 +403,12 @@ class Runner:
         result.stop_reason = f"{self.plan.rounds} rounds (partition: no confirmation rounds)"
         self.record(result)
         return result
+
+
+def rounds_per_volume(rounds: int, volumes: int) -> int:
+    """The counted rounds on each of ``volumes`` volume pairs: ``rounds`` shared out, rounded up
+    to whole A B B A blocks (10 over 5 volumes: 2 each; over 3: 4 each)."""
+    return whole_blocks(-(-rounds // volumes))
 
 
 def measure_all(

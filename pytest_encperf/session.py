@@ -80,7 +80,10 @@ class EncperfSession:
     # ------------------------------------------------------------- what the fixtures ask
 
     def close(self, mounted: MountedVolume) -> None:
-        self.record.add_baseline_rounds(mounted.spec, self.volumes.close(mounted))
+        try:
+            self.volumes.close_fresh(mounted.spec)  # --encperf-volumes: its fresh volumes first
+        finally:
+            self.record.add_baseline_rounds(mounted.spec, self.volumes.close(mounted))
 
     def measure_kdf(self, spec: BackendSpec) -> KdfTiming:
         timing = self.volumes.measure_kdf(spec)
@@ -112,6 +115,7 @@ class EncperfSession:
             on_quiet_wait=self.status.quiet_waiting(),
             lock=lambda: volumes.measuring(volume, baseline),
             between_measurements=lambda: volumes.beside_measuring(volume, baseline),
+            volumes=s.volumes, fresh_pair=lambda block: volumes.fresh_pair(volume.backend.spec, block),
         )  # fmt: skip
 
     def machine_info_and_id(self) -> tuple[dict[str, Any], str]:

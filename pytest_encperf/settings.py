@@ -51,6 +51,7 @@ class Settings:
     runtime: float = 1.5
     rounds: int = 4
     save_rounds: int = 10
+    volumes: int = 1
     warmup: int = 1
     steady_cv: float | None = None
     precision: float | None = None
@@ -127,7 +128,7 @@ class Settings:
 
 SAVED_SETTINGS = (
     "backends", "target", "dir", "size", "runtime", "rounds", "warmup", "engine", "profile",
-    "lifecycle_cycles", "tree_size", "busy_threshold",
+    "lifecycle_cycles", "tree_size", "busy_threshold", "volumes",
 )  # fmt: skip
 
 
@@ -172,6 +173,7 @@ def resolve(
             raise ValueError(f"{where}: {exc}") from None
         sources[option.name] = source
     check_partition_options(values)
+    check_volumes(values, sources)
     check_quiet_wait(values, sources)
     check_rule_jobs(values, sources)
     if values["sweep"]:
@@ -281,6 +283,17 @@ def check_quiet_wait(values: dict[str, Any], sources: dict[str, str]) -> None:
         raise ValueError(
             f"{given('quiet-wait')} waits until processes outside the run use less than "
             f"{given('busy-threshold')}, which is off: give a threshold, or no quiet wait"
+        )
+
+
+def check_volumes(values: dict[str, Any], sources: dict[str, str]) -> None:
+    """Several volume pairs at a time need room beside each other: a partition holds one volume."""
+    if values["volumes"] > 1 and values.get("target") == "partition":
+        flag = "--encperf-volumes"
+        where = flag if sources["volumes"] == flag else f"{flag} (from {sources['volumes']})"
+        raise ValueError(
+            f"{where}: the partition target holds one volume at a time, so its rounds cannot be spread "
+            "over fresh volumes: use the container target, or --encperf-volumes=1"
         )
 
 

@@ -98,6 +98,8 @@ class Volumes:
         self._device_lost = ""
         self._reference_tree: realwork.ReferenceTree | None = None  # the real-work tasks' tree
         self._reference_tree_error = ""  # why it could not be made (said again to every later task)
+        # --encperf-volumes: (side, spec text, block) -> its fresh volume; side "plain" or "volume"
+        self._fresh: dict[tuple[str, str, int], MountedVolume] = {}
 
     def run_dir(self) -> Path:
         """This run's private directory, made on first use."""
@@ -131,7 +133,8 @@ class Volumes:
         # each worker has its own baseline, and its own reference data when tasks run (the tree,
         # the source archive and a copy out of a volume: about a volume's task room)
         directory = self.settings.dir
-        need = (2 * self.target.size + task_room(self.settings)) * workers
+        pairs = self.settings.volumes  # --encperf-volumes: that many pairs are held at once
+        need = (2 * self.target.size * pairs + task_room(self.settings)) * workers
         try:
             free = shutil.disk_usage(directory).free
         except OSError as exc:
@@ -141,6 +144,7 @@ class Volumes:
                 f"--encperf-dir {directory}: {free // MiB} MiB free, "
                 f"this run needs {need // MiB} MiB "
                 f"(the baseline and one backend volume of {self.target.size // MiB} MiB each"
+                + (f", {pairs} such pairs for --encperf-volumes" if pairs > 1 else "")
                 + (f", for each of {workers} xdist workers" if workers > 1 else "")
                 + "); "
                 "free some space, pass --encperf-dir on a larger disk or a smaller --encperf-size"
@@ -247,6 +251,29 @@ class Volumes:
         if self.settings.one_volume_at_a_time and mounted.spec != BASELINE and not self.interrupted:
             return self.measure_baseline()  # the partition again, now that the volume is gone
         return {}
+
+    def fresh_pair(self, spec: BackendSpec, block: int) -> tuple[MountedVolume, MountedVolume]:
+        """--encperf-volumes: the ``block``-th extra (plain, backend) pair, made on first use and
+        kept until the backend's own volume closes (plain's, shared by every backend: until the
+        baseline's closes), so each workload of the backend measures the same fresh volumes."""
+        sides = (("plain", BASELINE_SPEC), ("volume", spec))
+        for side, side_spec in sides:
+            key = (side, str(side_spec), block)
+            if key not in self._fresh:
+                self._fresh[key] = self.open(side_spec)
+        return self._fresh[("plain", BASELINE, block)], self._fresh[("volume", str(spec), block)]
+
+    def close_fresh(self, spec_text: str) -> None:
+        """Unmount and remove the fresh volumes of ``spec_text`` (fresh_pair; plain's: of both
+        sides, made again should another backend still need them), whose life cycles are not
+        timed: the benchmark volume's and --encperf-lifecycle-cycles' are."""
+        for key in [key for key in self._fresh if key[1] == spec_text]:
+            mounted = self._fresh.pop(key)
+            if mounted not in self._open:  # close_all released it (interrupted)
+                continue
+            with self.between_measurements(), host.signals_deferred():
+                self._open.remove(mounted)
+                close_volume(mounted)
 
     def time_more_cycles(self, spec: BackendSpec) -> None:
         """--encperf-lifecycle-cycles N: after the benchmark volume, N-1 more life cycles of a

@@ -262,6 +262,7 @@ RANGES = {
     "warmup": "from 0 to 10000",
     "lifecycle-cycles": "from 1 to 1000",
     "history": "from 0 to 1000",
+    "volumes": "from 1 to 20",
     "tree-seed": "from 0 to 9223372036854775807",
     "steady-cv": "expected off, or a CV",
     "precision": "percentage points more than 0 and at most 100",
