@@ -12,11 +12,12 @@ uncertainty has two parts, in the one-way random-effects model ``y = mu + run + 
   to every function here that takes ``noise``), else the built-in one fitted to the development
   machine's runs (``PRIOR``, ``builtin_prior``). With at least ``MIN_HISTORY``
   comparable saved runs it comes from them, per workload (never pooled over workloads): how the
-  workload's saved run means spread, combined by degrees of freedom with the user's prior when
-  one was given; the built-in prior, of another machine, is then left out. A saved run measured
+  workload's saved run means spread, combined by degrees of freedom with the prior (the user's,
+  else the built-in one, which decided the reference alone: ``history_prior``). A saved run measured
   on several fresh volumes (``--encperf-volumes``, ``Measurement.volume_block``) is a group per
   volume block: a reference with at least ``MIN_BLOCKS`` of them measures its own between-volume
-  spread, which stands for ``b`` as a history's does (the prior left out as there).
+  spread, which stands for ``b`` as a history's does (the built-in prior then left out, the
+  user's kept).
 
 Groups are the saved runs, each split by volume block when it has several ("a run's level is its
 volume's": a fresh volume draws the between-run part, the assumption the simulation states).

@@ -7,7 +7,8 @@ What counts as evidence depends on the metric and on what the reference offers:
   plain round measured beside it. Whole-run drift (a busy neighbour, a warmer disk) moves both
   sides of a pair and cancels in the ratio; what a new run changes for the backend alone (a new
   volume, its placement) does not, and enters as the between-run part of the model
-  (pytest_encperf/verdict.py: a prior per backend and workload, fitted to measured runs).
+  (pytest_encperf/verdict.py: a prior per backend and workload, fitted to measured runs; a
+  reference saved with --encperf-volumes measures it from its own volume blocks instead).
 - ``paired ratios + history``: the same, with at least MIN_HISTORY comparable saved runs, whose
   spread adds to the prior (per workload).
 - ``rounds + run prior``: plain's own throughput against the reference's plain, with plain's
