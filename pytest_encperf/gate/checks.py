@@ -159,13 +159,20 @@ def _direction(metric: Metric, log_change: float) -> float:
     return (1 - ratio) * 100 if metric.higher_is_better else (ratio - 1) * 100
 
 
+def check_name(cell: Cell, metric: Metric) -> str:
+    """The name a check's workload goes by in the rules, the --encperf-noise file, the history and
+    the report: the workload's, or for a life-cycle step its selector (``lifecycle-mount``, the
+    label of its stand-in workload, whose own name has a direction: lifecycle-mount-write)."""
+    return cell.workload.label if metric.name == LIFECYCLE_METRIC else cell.workload.name
+
+
 def _unevaluated(
     kind: str, cell: Cell, metric: Metric, rule: Rule | None, status: str, reason: str,
     rounds: tuple[int, int] = (0, 0),
 ) -> Check:  # fmt: skip
     nan = math.nan
     return Check(
-        kind=kind, backend=cell.backend, workload=cell.workload.name, metric=metric.name,
+        kind=kind, backend=cell.backend, workload=check_name(cell, metric), metric=metric.name,
         unit=metric.unit_for(cell.workload, cell.plain), evidence=NO_EVIDENCE, reference=nan, current=nan,
         change_percent=nan, worse_percent=nan, interval=(nan, nan), p_value=nan, rounds=rounds,
         threshold=rule.threshold if rule else None, rule=rule.text if rule else "", status=status,
@@ -205,22 +212,23 @@ def assess(
     prior (--encperf-noise), None for the built-in one.
     """
     rounds = (len(current), len(reference))
+    name = check_name(cell, metric)  # one name for the history, the prior and the check
     if differences:
         return _unevaluated(kind, cell, metric, rule, NOT_COMPARABLE, "; ".join(differences), rounds)
     for side, values in (("this run", current), ("the reference", reference)):
         problems = stats.invalid_values(values) if values else ["no rounds"]
         if problems:
             reason = (
-                f"{cell.backend} {cell.workload.name} {metric.name}: {side} has unusable samples "
+                f"{cell.backend} {name} {metric.name}: {side} has unusable samples "
                 f"({', '.join(problems)}); a ratio needs positive finite values"
             )
             return _unevaluated(kind, cell, metric, rule, INVALID, reason, rounds)
     log_cur, log_ref = log_values(current), log_values(reference)
     paired_evidence = kind == "overhead" or (metric.paired and not cell.plain)
-    history_runs = history.runs(cell.workload.name) if history else 0
-    saved = history.samples[cell.workload.name] if history and history_runs >= MIN_HISTORY else [log_ref]
+    history_runs = history.runs(name) if history else 0
+    saved = history.samples[name] if history and history_runs >= MIN_HISTORY else [log_ref]
     own = _own_prior(kind, cell, metric)
-    blocks = _saved_blocks(cell.workload.name, history, history_runs, reference_blocks, own, kind)
+    blocks = _saved_blocks(name, history, history_runs, reference_blocks, own, kind)
     volumes = kind != "overhead" and verdict.has_blocks(reference_blocks)  # --encperf-volumes
     if kind == "overhead":  # both sides in this run: no between-run part
         prior: verdict.Prior | None = verdict.Prior(0.0, 1e9, "one run")
@@ -228,10 +236,10 @@ def assess(
         # the saved runs' spread (or the reference's volume blocks'), per workload
         lifecycle = metric.name == LIFECYCLE_METRIC  # a step: only its own cell of the user's file
         prior = verdict.history_prior(
-            own or (cell.backend if lifecycle else None), cell.workload.name, lifecycle, noise, volumes
+            own or (cell.backend if lifecycle else None), name, lifecycle, noise, volumes
         )
     else:  # the user's prior (--encperf-noise), else the built-in one; none for other numbers
-        prior = verdict.prior_for(own, cell.workload.name, noise) if own else None
+        prior = verdict.prior_for(own, name, noise) if own else None
     found = verdict.estimate(log_cur, saved, prior, blocks)
     if found is None:
         evidence, log_change, interval = (
@@ -279,7 +287,7 @@ def assess(
     return Check(
         kind=kind,
         backend=cell.backend,
-        workload=cell.workload.name,
+        workload=name,
         metric=metric.name,
         unit=metric.unit_for(cell.workload, cell.plain),
         evidence=evidence,
@@ -464,7 +472,7 @@ def is_gated(
     if kind == "overhead" or history_runs >= MIN_HISTORY:
         return True
     own = _own_prior(kind, cell, metric)
-    return own is not None and verdict.prior_for(own, cell.workload.name, noise) is not None
+    return own is not None and verdict.prior_for(own, check_name(cell, metric), noise) is not None
 
 
 def cell_metrics(rules: Sequence[Rule], cell: Cell) -> dict[str, tuple[Metric, Rule | None]]:

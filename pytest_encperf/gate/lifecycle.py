@@ -29,7 +29,9 @@ LIFECYCLE_SETTINGS = ("size", "target", "profile", "tree_size")
 
 
 def lifecycle_workload(step: str) -> Workload:
-    """A stand-in workload named for a life-cycle step, so a step's check reads like a cell's."""
+    """A stand-in workload for a life-cycle step, so a step's check reads like a cell's: its label
+    is the step's selector (``lifecycle-mount``), the one name the rules, the --encperf-noise file,
+    the history and the report know the step by (checks.check_name)."""
     return Workload(lifecycle_selector(step), "write", 1)
 
 
@@ -53,10 +55,10 @@ def lifecycle_differences(before: dict[str, str], now: dict[str, str]) -> list[s
 
 def lifecycle_history(backend: str, step: str, current: RunData, runs: Sequence[RunData]) -> History:
     """The run-to-run spread of ``backend``'s life-cycle ``step`` over the saved ``runs`` whose
-    LIFECYCLE_SETTINGS match this run's (keyed by the step's stand-in name). Not pooled over the
-    steps, as history_for pools workloads: a mkfs of seconds and an unmount of microseconds
-    spread nothing alike."""
-    name = lifecycle_workload(step).name
+    LIFECYCLE_SETTINGS match this run's (keyed by the step's selector, lifecycle-mount). Not
+    pooled over the steps, as history_for pools workloads: a mkfs of seconds and an unmount of
+    microseconds spread nothing alike."""
+    name = lifecycle_selector(step)  # as checks.check_name names the step's check
     samples: list[list[float]] = []
     for run in runs:
         values = run.lifecycle.get(backend, {}).get(step)
@@ -109,8 +111,6 @@ def lifecycle_checks(
             check = assess(
                 "baseline", cell, metric, now, old, rule, history=spread, differences=differences, noise=noise
             )
-            named = lifecycle_selector(step)  # the stand-in workload's name has a direction
-            check = replace(check, workload=named, reason=check.reason.replace(cell.workload.name, named))
             if check.evidence == ROUNDS:  # evaluated, but without MIN_HISTORY saved runs: not gated
                 check = replace(check, evidence=LIFECYCLE_EVIDENCE)
             if too_few and check.evidence in (ROUNDS, LIFECYCLE_EVIDENCE, HISTORY):

@@ -4,6 +4,7 @@ history, the family correction, confirmation and the one verdict builder."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import statistics
 
@@ -861,6 +862,34 @@ def test_lifecycle_checks_join_the_family_of_the_run() -> None:
     mount = next(c for c in verdict.checks if c.workload == "lifecycle-mount")
     # five gated steps: Holm multiplies the smallest p-value by five
     assert mount.p_adjusted == pytest.approx(alone[0].p_value * 5)
+
+
+def test_a_noise_figure_given_for_a_lifecycle_step_is_that_steps_prior() -> None:
+    # the noise file names a step as the rules and the report do (BACKEND|lifecycle-STEP): its
+    # figure joins the saved runs' spread of that step's check, and of no other step's
+    reference = cycles_run("ref", {"gocryptfs": SPREAD})
+    slower = cycles_run("now", {"gocryptfs": [v * 1.3 for v in SPREAD]})
+    rules = parse_rules("gocryptfs:lifecycle:40%")
+
+    def mount_check(cells: list[str]) -> Check:
+        estimates = {f"gocryptfs|{c}": {"sd_between_percent": 50, "runs": 10, "df_between": 9} for c in cells}
+        noise = (
+            verdict_model.read_noise_prior(json.dumps({"estimates": estimates}), "noise.json")
+            if cells
+            else None
+        )
+        checks, _ = lifecycle_checks(reference, slower, rules, saved_runs(reference), noise)
+        return next(c for c in checks if c.workload == "lifecycle-mount")
+
+    alone, other_step, own = (
+        mount_check([]),
+        mount_check(["lifecycle-unmount"]),
+        mount_check(["lifecycle-mount"]),
+    )
+    assert other_step.interval == alone.interval and other_step.df == alone.df
+    assert own.df > alone.df  # the prior's 9 degrees of freedom join the 3 runs' 2
+    assert own.interval[1] / own.interval[0] > 2 * alone.interval[1] / alone.interval[0]  # 50% between runs
+    assert "prior of gocryptfs lifecycle-mount, noise.json" in own.between
 
 
 def test_the_expected_family_counts_the_lifecycle_checks_that_will_be_gated() -> None:
