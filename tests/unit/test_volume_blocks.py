@@ -23,7 +23,7 @@ from pytest_encperf.roundplan import RoundPlan
 from pytest_encperf.runner import Runner, rounds_per_volume
 from pytest_encperf.settings import resolve
 from pytest_encperf.targets import Target
-from pytest_encperf.workloads import CDM, MiB
+from pytest_encperf.workloads import CDM, MiB, Workload
 
 WORKLOAD = next(w for w in CDM if w.name == "SEQ1M-Q8T1-read")
 SAVED = Path(__file__).resolve().parents[1] / "helpers" / "data" / "saved-run-before-plain-entries.json"
@@ -222,3 +222,25 @@ def test_one_volume_records_no_blocks(tmp_path: Path) -> None:
                     RoundPlan(MiB, 0.01, 4, 0), lambda result: None)  # fmt: skip
     result = runner.run(WORKLOAD)
     assert [m.volume_block for m in result.rounds] == [None] * 4 and result.stop_reason == "4 rounds"
+
+
+def test_a_fio_job_is_spread_over_the_volumes_and_a_timed_function_stays_on_one(tmp_path: Path) -> None:
+    job = tmp_path / "db.fio"
+    job.write_text("[db]\nrw=randread\nbs=8k\n")
+    (workload,) = Workload.from_fio_job(job)
+
+    def fresh_pair(block: int) -> tuple[MountedVolume, MountedVolume]:
+        return mounted(tmp_path, f"plain{block}"), mounted(tmp_path, f"vol{block}")
+
+    def volumes_runner() -> Runner:
+        return Runner(
+            CountingEngine(), mounted(tmp_path, "vol"), mounted(tmp_path, "base"), RoundPlan(MiB, 0.01, 4, 0),
+            lambda result: None, volumes=2, fresh_pair=fresh_pair,
+        )  # fmt: skip
+
+    spread = volumes_runner().run(workload)
+    assert [m.volume_block for m in spread.rounds] == [0] * 2 + [1] * 2
+    for directory in ("vol", "base"):
+        (tmp_path / directory).mkdir()
+    timed = volumes_runner().time(lambda path: None, name="noop", sync=False, drop_caches=False)
+    assert len(timed.rounds) == 4 and {m.volume_block for m in timed.rounds} == {None}
