@@ -390,14 +390,23 @@ class Result:
             rounds=[Measurement.from_dict(m) for m in data["rounds"]],
             baseline_rounds=[Measurement.from_dict(m) for m in data.get("baseline_rounds", [])],
             description=dict(data.get("description", {})),
-            warmup_rounds=int(data.get("warmup_rounds", 0)),
+            warmup_rounds=_whole(data.get("warmup_rounds", 0)),
             stop_reason=str(data.get("stop_reason", "")),
-            confirm_rounds=int(data.get("confirm_rounds", 0)),
+            confirm_rounds=_whole(data.get("confirm_rounds", 0)),
             machine_id=str(data.get("machine_id", "")),
             lock_wait=float(data.get("lock_wait", 0.0)),
             quiet_wait=float(data.get("quiet_wait", 0.0)),
-            busy_remeasured=int(data.get("busy_remeasured", 0)),
+            busy_remeasured=_whole(data.get("busy_remeasured", 0)),
         )
+
+
+def _whole(value: Any) -> int:
+    """int() of a JSON value, an infinite number refused as a ValueError (int() raises
+    OverflowError, which the readers' "malformed document" would not catch)."""
+    try:
+        return int(value)
+    except OverflowError as exc:
+        raise ValueError(f"not a whole number: {value!r}") from exc
 
 
 @dataclass(frozen=True)

@@ -235,6 +235,14 @@ def test_the_reader_never_raises_on_a_saved_document_with_one_part_replaced(data
     refused_or_read(copy.deepcopy(doc))
 
 
+@pytest.mark.parametrize("field", ["busy_remeasured", "warmup_rounds", "confirm_rounds"])
+def test_an_infinite_count_is_refused_not_raised(field: str) -> None:
+    """Found by the test above: int(inf) raises OverflowError, which no reader caught."""
+    doc = saved_document()
+    doc["benchmarks"][0]["extra_info"]["encperf"][field] = float("inf")
+    refused_or_read(doc)
+
+
 def test_the_statistics_page_states_the_kept_figures() -> None:
     """docs/explanation/statistics.md's noise table is the newest kept benchmark data
     (benchmarks/data/noise-*.md)."""
