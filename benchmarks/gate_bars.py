@@ -195,14 +195,23 @@ def main() -> int:
     if args.mode == "aa":
         statuses = checking_runs(args)
         print(f"false failures: {sum(s == 7 for s in statuses)} of {len(statuses)}")
-        return 0
-    quota = CpuQuota(args.cpus)
-    try:
-        statuses = checking_runs(args, quota.enter)
-    finally:
-        quota.remove()
-    print(f"caught under a {args.cpus:g}-CPU quota: {sum(s == 7 for s in statuses)} of {len(statuses)}")
-    return 0
+    else:
+        quota = CpuQuota(args.cpus)
+        try:
+            statuses = checking_runs(args, quota.enter)
+        finally:
+            quota.remove()
+        print(f"caught under a {args.cpus:g}-CPU quota: {sum(s == 7 for s in statuses)} of {len(statuses)}")
+    return no_verdict(statuses)
+
+
+def no_verdict(statuses: list[int]) -> int:
+    """1 when a run gave no verdict (a usage error, a crash): the counts above then say nothing."""
+    broken = [s for s in statuses if s not in (0, 7)]
+    if broken:
+        codes = sorted(set(broken))
+        print(f"{len(broken)} of {len(statuses)} runs gave no verdict (exit {codes}): see their logs")
+    return 1 if broken else 0
 
 
 if __name__ == "__main__":
