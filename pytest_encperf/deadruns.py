@@ -206,6 +206,34 @@ def release_dead_runs(
     return found
 
 
+@dataclass
+class StartCleanup:
+    """What a session's start released of dead runs' leftovers, and what it could not (refused,
+    failed, kept) and why."""
+
+    released: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        """As the report header and the run's notes say them."""
+        return [f"released leftover of a dead run: {line}" for line in self.released] + [
+            f"cleanup of dead runs: {line}" for line in self.problems
+        ]
+
+
+def release_at_start(directory: Path, problems: list[str]) -> StartCleanup:
+    """Release the leftovers of runs under ``directory`` killed before they could tear down
+    (SIGKILL, power loss, OOM), as a session starts; ``problems``: those found before, said first."""
+    found = StartCleanup(problems=list(problems))
+    try:
+        for run in release_dead_runs(directory):
+            found.released += [f"{run.head}: {line}" for line in run.done]
+            found.problems += run.problem_lines()
+    except OSError as exc:
+        found.problems.append(f"could not check for leftovers of dead runs: {exc}")
+    return found
+
+
 def _release_journal(
     runs_fd: int, path: Path, pid: int, directory: Path, bases: list[Path], dry_run: bool
 ) -> DeadRun | None:

@@ -111,7 +111,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=10)
 
 
-# Signals that stop a run with a teardown (the session maps TERM and HUP to KeyboardInterrupt).
+# Signals that stop a run with a teardown (stopsignals.py maps TERM and HUP to KeyboardInterrupt).
 TEARDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import gatescope, machine, outputs, storage
+from . import gatescope, machine, outputs, storage, usertiming
 from .ceiling import from_wire
 from .gate import Gate, Verdict, expected_family_size, judge_machines
 from .model import MachineRun, RunData
@@ -105,6 +105,11 @@ class Outcome:
         self._gate: Gate | None = None
         # what the collected tests measure beyond the workloads (usertiming.expected_cells)
         self.test_cells: list[tuple[str, Workload]] = []
+
+    def expect(self, items: Iterable[Any]) -> None:
+        """The collected tests: the gate's expected family counts the cells their timed functions and
+        own workloads will measure (usertiming.expected_cells), beside the selected workloads'."""
+        self.test_cells = usertiming.expected_cells(items)
 
     def unwritable(self) -> list[str]:
         """Why a saved-run directory or report file this run will write cannot be written."""

@@ -11,16 +11,12 @@ the end.
 
 from __future__ import annotations
 
-import re
-import signal
-import threading
 import warnings
-from types import FrameType
 from typing import Any
 
 import pytest
 
-from . import backends, deadruns, host, journal, machine, resources, usertiming
+from . import backends, deadruns, host, journal, machine, resources
 from .backends import BackendSpec
 from .engines import Engine, select_engine
 from .gate import EXIT_REGRESSION
@@ -35,6 +31,7 @@ from .report import terminal
 from .runner import Runner
 from .settings import Settings
 from .statusline import StatusLine
+from .stopsignals import StopSignals, stopped_by
 from .sweep import FamilyRanking
 from .volumes import NoRoom, Volumes
 from .workers import Topology, WorkerRuns, merge
@@ -66,11 +63,10 @@ class EncperfSession:
         self.volumes = Volumes(settings, self.engine, self.journal, self.meter, self.status.lock_waiting)
         self.record = RunRecord()
         self.workers = WorkerRuns()  # under xdist, on the controller: what workers sent
-        self.cleaned: list[str] = []  # what the start-up cleanup released of dead runs
-        self.cleanup_problems: list[str] = []  # what it refused or failed to release, and why
+        self.dead_runs = deadruns.StartCleanup()  # what the start released of dead runs' leftovers
         self.teardown_errors: list[str] = []  # what could not be released at the end
         self._machine: tuple[dict[str, Any], str] | None = None
-        self._previous_handlers: dict[int, object] = {}
+        self.stop_signals = StopSignals()
         # did the run finish (incomplete_reason): the signal or Ctrl-C that stopped it, the tests
         # planned (node ids, this process's or every xdist worker's) and those that ran
         self.interrupted = ""
@@ -129,36 +125,21 @@ class EncperfSession:
     # ------------------------------------------------------------- hooks
 
     def start(self) -> None:
-        # SIGTERM (CI cancelling a job, `kill`) and SIGHUP (the terminal or ssh session went
-        # away) tear down like Ctrl-C instead of leaving mounts and loop devices behind. A
-        # signal someone chose to ignore (nohup) stays ignored.
-        if threading.current_thread() is threading.main_thread():
-            for signum in host.TEARDOWN_SIGNALS[1:]:
-                if signal.getsignal(signum) in (signal.SIG_DFL, None):
-                    self._previous_handlers[signum] = signal.signal(signum, _raise_keyboard_interrupt)
-        # Leftovers of runs killed before they could tear down (SIGKILL, power loss, OOM); the
-        # backends' modules register the resource kinds they add first.
-        self.cleanup_problems += backends.load_all()
-        try:
-            for run in deadruns.release_dead_runs(self.settings.dir):
-                self.cleaned += [f"{run.head}: {line}" for line in run.done]
-                self.cleanup_problems += run.problem_lines()
-        except OSError as exc:
-            self.cleanup_problems.append(f"could not check for leftovers of dead runs: {exc}")
+        # Ctrl-C, SIGTERM and SIGHUP tear down instead of leaving mounts and loop devices behind
+        self.stop_signals.install()
+        # the backends' modules register the resource kinds they add before dead runs are released
+        loading_problems = backends.load_all()
+        self.dead_runs = deadruns.release_at_start(self.settings.dir, loading_problems)
         # Every Cleanup created from now on (volumes of every backend) is journaled.
         resources.install_observer(self.journal)
 
     def stop(self) -> None:
         resources.remove_observer(self.journal)
         self.journal.close()
-        for signum, handler in self._previous_handlers.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
-        self._previous_handlers.clear()
+        self.stop_signals.restore()
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        return [f"encperf: released leftover of a dead run: {line}" for line in self.cleaned] + [
-            f"encperf: cleanup of dead runs: {line}" for line in self.cleanup_problems
-        ]
+        return [f"encperf: {line}" for line in self.dead_runs.lines()]
 
     def pytest_report_collectionfinish(self, config: pytest.Config, items: list[pytest.Item]) -> list[str]:
         return self.status.plan(items)
@@ -171,13 +152,10 @@ class EncperfSession:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.planned.update(item.nodeid for item in session.items)
-        # the gate's expected family counts the timed functions and tests' own workloads too
-        self.outcome.test_cells = usertiming.expected_cells(session.items)
+        self.outcome.expect(session.items)
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
-        # Ctrl-C, or SIGTERM / SIGHUP raised as KeyboardInterrupt("signal N ...") (start)
-        number = re.match(r"signal (\d+)", str(excinfo.value))
-        self.interrupted = f"by {signal.Signals(int(number[1])).name}" if number else "by Ctrl-C"
+        self.interrupted = stopped_by(excinfo.value)
         self.volumes.interrupted = True
 
     def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
@@ -263,8 +241,7 @@ class EncperfSession:
         return self.record.as_machine_run(
             self.machine_info_and_id(), s.saved_text(), f"{self.engine.name} {self.engine.version()}",
             volumes.skipped, volumes.lifecycle, problems=self.teardown_errors,
-            notes=[f"released leftover of a dead run: {line}" for line in self.cleaned]
-            + [f"cleanup of dead runs: {line}" for line in self.cleanup_problems],
+            notes=self.dead_runs.lines(),
             ladder=s.ladder, measure=not self.interrupted,
         )  # fmt: skip
 
@@ -299,7 +276,3 @@ class EncperfSession:
 
 class EncperfWarning(pytest.PytestWarning):
     """A configuration that cannot measure reliably (shown only when benchmarks are collected)."""
-
-
-def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
