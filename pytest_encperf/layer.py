@@ -75,9 +75,10 @@ class LayerSettings:
 
 
 def measure_layers(
-    cases: Iterable[tuple[str, list[Workload]]], base: Path, settings: LayerSettings
+    cases: Iterable[tuple[BackendSpec, list[Workload]]], base: Path, settings: LayerSettings
 ) -> tuple[LayerRungs, list[str]]:
-    """Each backend spec's workloads on a RAM-backed container against plain on the same tmpfs.
+    """Each backend spec's workloads on a RAM-backed container against plain on the same tmpfs (the
+    rungs keyed by the spec's text, the identity of its results).
 
     Returns the rungs (a rung that could not be measured says why) and what could not be torn
     down. Everything is released before it returns: volumes, loop devices, the tmpfs, its mount
@@ -86,9 +87,9 @@ def measure_layers(
     cases = [(spec, workloads) for spec, workloads in cases if workloads]
     found: LayerRungs = {}
 
-    def fail(spec: str, workloads: list[Workload], why: str) -> None:
+    def fail(spec: BackendSpec, workloads: list[Workload], why: str) -> None:
         for workload in workloads:
-            found.setdefault((spec, workload.name), (Rung(None, f"not measured: {why}"), Rung(None)))
+            found.setdefault((str(spec), workload.name), (Rung(None, f"not measured: {why}"), Rung(None)))
 
     problem = ram_problem(settings.plan.size)
     if problem:
@@ -104,17 +105,17 @@ def measure_layers(
         try:
             for index, (spec, workloads) in enumerate(cases, start=1):
                 try:
-                    if spec == BASELINE:
+                    if spec == BASELINE_SPEC:
                         measured = _measure(plain, plain, workloads, settings)
                     else:
-                        backend = make_backend(BackendSpec.parse(spec))
-                        volume = open_volume(backend, target, point / f"{index:02d}-{slug(spec)}")
+                        backend = make_backend(spec)
+                        volume = open_volume(backend, target, point / f"{index:02d}-{slug(str(spec))}")
                         try:
                             measured = _measure(volume, plain, workloads, settings)
                         finally:
                             with host.signals_deferred():
                                 close_volume(volume)
-                    found.update({(spec, name): rungs for name, rungs in measured.items()})
+                    found.update({(str(spec), name): rungs for name, rungs in measured.items()})
                 except (Unavailable, BackendError, RunError, host.HostError, OSError) as exc:
                     fail(spec, workloads, str(exc))
         finally:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import backends, host, ladder, layer, sweep
-from .backends import BASELINE
+from .backends import BASELINE, BackendSpec
 from .ceiling import Ceiling, counterpart, kernel_xts_driver, measure_ciphers
 from .engines import Engine
 from .model import MachineRun, Measurement, Result
@@ -30,13 +30,16 @@ class RunRecord:
     # ciphers' counterparts (ladder.py)
     layers: ladder.LayerRungs = field(default_factory=dict)
     counterparts: dict[str, ladder.Rung] = field(default_factory=dict)
+    # each result's backend spec (Result.backend is its text): the ladder opens the backends again
+    specs: dict[str, BackendSpec] = field(default_factory=dict)
     _ceilings: dict[str, Ceiling] = field(default_factory=dict)
     _rankings: dict[str, list[sweep.FamilyRanking]] = field(default_factory=dict)  # machine id -> ...
 
-    def add(self, result: Result, machine_id: str) -> list[tuple[str, object]]:
-        """Keep a result measured on ``machine_id``; returns its per-test properties."""
+    def add(self, result: Result, spec: BackendSpec, machine_id: str) -> list[tuple[str, object]]:
+        """Keep a result measured on a volume of ``spec`` on ``machine_id``; returns its test properties."""
         result.machine_id = machine_id
         self.results.append(result)
+        self.specs[result.backend] = spec
         return user_properties(result)
 
     def add_baseline_rounds(self, spec: str, rounds: dict[str, list[Measurement]]) -> None:
@@ -58,10 +61,10 @@ class RunRecord:
         """--encperf-ladder: the layer rung of every backend x workload measured (on a RAM-backed
         container under ``base``, with the run's ``plan``) and the counterparts of their ciphers.
         Returns the layers' teardown failures (they fail the run)."""
-        cases: dict[str, list[Workload]] = {}
+        cases: dict[BackendSpec, list[Workload]] = {}
         for result in self.results:
             if result.workload.kind != "task":  # a real-work task has no ladder (ladder.rows)
-                cases.setdefault(result.backend, []).append(result.workload)
+                cases.setdefault(self.specs[result.backend], []).append(result.workload)
         settings = layer.LayerSettings(
             engine, plan,
             lock=lambda: host.measurement_lock(None),  # memory and CPU: the whole machine

@@ -95,7 +95,7 @@ class EncperfSession:
         self, volume: MountedVolume, baseline: MountedVolume | None, item: pytest.Item | None = None
     ) -> Runner:
         def record(result: Result) -> None:
-            properties = self.record.add(result, self.machine_info_and_id()[1])
+            properties = self.record.add(result, volume.backend.spec, self.machine_info_and_id()[1])
             if item is not None:  # junitxml writes these; xdist carries them to the controller
                 item.user_properties.extend(properties)
 

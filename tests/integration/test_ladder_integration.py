@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf import mounting, resources, storage
+from pytest_encperf.backends import BASELINE_SPEC, BackendSpec
 from pytest_encperf.benchmarkentries import measured
 from pytest_encperf.engines import select_engine
 from pytest_encperf.ladder import Rung
@@ -83,7 +84,9 @@ def test_a_backend_that_cannot_run_says_why_on_its_layer_rung_and_the_ram_is_rel
     settings = LayerSettings(select_engine("auto"), RoundPlan(2 * MiB, 0.05, 1, 0))
     with scratch_dir("encperf-layer-") as base:
         before = ram_mounts()
-        found, errors = measure_layers([("plain", workloads), ("luks2", workloads)], base, settings)
+        found, errors = measure_layers(
+            [(BASELINE_SPEC, workloads), (BackendSpec("luks2"), workloads)], base, settings
+        )
         assert errors == []
         layer, plain = found[("plain", "SEQ1M-Q1T1-write")]
         assert layer.mb_per_s and plain.mb_per_s and layer.note.startswith("RAM-backed")

@@ -159,3 +159,40 @@ def test_a_cipher_reason_both_rungs_share_is_said_once() -> None:
         "qemu-luks", "SEQ1M-Q1T1-write", why, why, Rung(400.0), Rung(5000.0), Rung(410.0), Rung(3000.0)
     )
     assert "cipher not measured (the backend names no cipher that can be measured), layer" in ladder_line(row)
+
+
+def test_the_ladder_opens_each_backend_from_the_spec_its_results_were_measured_with(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """The record keeps the BackendSpec each result came from and hands those to the layer rung, so
+    a spec is never parsed again from a result's text; its rungs keep the text as their key."""
+    import contextlib
+
+    from pytest_encperf import host, layer
+    from pytest_encperf.backends import BASELINE_SPEC, BackendSpec
+    from pytest_encperf.record import RunRecord
+    from pytest_encperf.roundplan import RoundPlan
+
+    luks2 = BackendSpec("luks2", (("cipher", "aes-xts-plain64"),))
+    record = RunRecord()
+    for spec in (BASELINE_SPEC, luks2):
+        record.add(result(str(spec), None, [100.0], [100.0]), spec, "m1")
+    handed: list[tuple[BackendSpec, list[str]]] = []
+
+    def measure_layers(cases, base, settings):
+        handed.extend((spec, [w.name for w in workloads]) for spec, workloads in cases)
+        return {(str(spec), "SEQ1M-Q1T1-write"): (Rung(1.0), Rung(2.0)) for spec, _ in handed}, []
+
+    def never(text: str) -> BackendSpec:
+        raise AssertionError(f"parsed again: {text}")
+
+    monkeypatch.setattr(layer, "measure_layers", measure_layers)
+    monkeypatch.setattr(BackendSpec, "parse", staticmethod(never))
+    monkeypatch.setattr(host, "measurement_lock", lambda *args, **kwargs: contextlib.nullcontext(0.0))
+    assert record.measure_ladder(None, RoundPlan(MiB, 0.01, 1, 0), tmp_path, measure=False) == []  # type: ignore[arg-type]
+    assert handed == [(BASELINE_SPEC, ["SEQ1M-Q1T1-write"]), (luks2, ["SEQ1M-Q1T1-write"])]
+    assert handed[1][0] is luks2
+    assert set(record.layers) == {
+        ("plain", "SEQ1M-Q1T1-write"),
+        ("luks2:cipher=aes-xts-plain64", "SEQ1M-Q1T1-write"),
+    }
