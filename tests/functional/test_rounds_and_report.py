@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.unit.test_rounds_and_report import mounted
+from tests.helpers.fakes import mounted
 
 
 def test_daemon_pids_come_from_registered_processes(tmp_path: Path) -> None:

@@ -7,6 +7,8 @@ import dataclasses
 import json
 import math
 import statistics
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -34,6 +36,7 @@ from pytest_encperf.gate import (
     Check,
     Gate,
     Rule,
+    Verdict,
     expected_family_size,
     history_for,
     judge,
@@ -45,7 +48,7 @@ from pytest_encperf.gate import (
     workload_matches,
 )
 from pytest_encperf.model import LIFECYCLE_STEPS, Measurement, Result, RunData
-from pytest_encperf.workloads import CDM, ROUND_DEFINITION, MiB
+from pytest_encperf.workloads import CDM, ROUND_DEFINITION, MiB, Workload
 from tests.helpers.priors import quiet_prior, table  # noqa: F401 (autouse: a quiet machine's between-run prior)
 
 SEQ_READ, SEQ_WRITE, _, _, _, _, RND4K_Q1T1_READ, RND4K_Q1T1_WRITE = CDM
@@ -551,6 +554,37 @@ def test_expected_family_size_counts_the_gated_checks() -> None:
     assert expected_family_size(["fscrypt", "luks2"], CDM, [], parse_rules("seq:20%"), None) == 8
 
 
+@dataclasses.dataclass
+class Judged:
+    """A run judged against a reference and its history, and the rules it was judged by."""
+
+    verdict: Verdict
+    rules: list[Rule]
+    overhead: list[Rule]
+    reference: RunData
+    history: list[RunData]
+
+    def expected_family(self, backends: list[str], workloads: list[Workload], **more: Any) -> int:
+        """The family the run expects before it is measured (expected_family_size), under these rules."""
+        return expected_family_size(
+            backends, workloads, self.rules, self.overhead, self.reference, len(self.history), **more
+        )
+
+
+def judged_against_saved_runs(
+    measured_run: Callable[[str, float], RunData], rules: str, saved: int
+) -> Judged:
+    """A run at 0.99 of the reference judged against it and ``saved`` saved runs in all (the
+    reference, then runs at 1.02 and 0.98) by ``rules`` and fscrypt's 40% max overhead; none of its
+    checks is left not comparable or invalid."""
+    fail, overhead = parse_rules(rules), parse_rules("fscrypt:40%")
+    reference = measured_run("ref", 1.0)
+    history = [reference, measured_run("h2", 1.02), measured_run("h3", 0.98)][:saved]
+    verdict = judge(measured_run("now", 0.99), reference, fail, overhead, history)
+    assert not [c for c in verdict.checks if c.status in (NOT_COMPARABLE, INVALID)]
+    return Judged(verdict, fail, overhead, reference, history)
+
+
 @pytest.mark.parametrize("saved", [1, 3])
 @pytest.mark.parametrize("backends", [["fscrypt", "luks2"], ["plain", "fscrypt"]])
 def test_the_expected_family_and_the_verdicts_family_are_one_rule(backends: list[str], saved: int) -> None:
@@ -578,15 +612,12 @@ def test_the_expected_family_and_the_verdicts_family_are_one_rule(backends: list
         ]
         return run(label, *results)
 
-    rules = parse_rules("10%,latency-p99:20%,luks2:abs-throughput:15%,cpu-per-gib:25%")
-    overhead = parse_rules("fscrypt:40%")
-    reference = measured_run("ref", 1.0)
-    history = [reference, measured_run("h2", 1.02), measured_run("h3", 0.98)][:saved]
-    verdict = judge(measured_run("now", 0.99), reference, rules, overhead, history)
-    assert not [c for c in verdict.checks if c.status in (NOT_COMPARABLE, INVALID)]
-    gated = sum(check.gated for check in verdict.checks)
-    assert gated == expected_family_size(backends, workloads, rules, overhead, reference, len(history))
-    assert 0 < gated < len(verdict.checks)  # some are reported, not gated
+    judged = judged_against_saved_runs(
+        measured_run, "10%,latency-p99:20%,luks2:abs-throughput:15%,cpu-per-gib:25%", saved
+    )
+    gated = sum(check.gated for check in judged.verdict.checks)
+    assert gated == judged.expected_family(backends, workloads)
+    assert 0 < gated < len(judged.verdict.checks)  # some are reported, not gated
 
 
 @pytest.mark.parametrize("saved", [1, 3])
@@ -629,19 +660,11 @@ def test_the_expected_family_counts_the_timed_functions_the_collected_tests_will
         ]
         return run(label, *results)
 
-    rules = parse_rules("10%,latency-p99:20%,luks2:abs-throughput:15%")
-    overhead = parse_rules("fscrypt:40%")
-    reference = measured_run("ref", 1.0)
-    history = [reference, measured_run("h2", 1.02), measured_run("h3", 0.98)][:saved]
-    verdict = judge(measured_run("now", 0.99), reference, rules, overhead, history)
-    assert not [c for c in verdict.checks if c.status in (NOT_COMPARABLE, INVALID)]
-    assert any(c.gated and c.workload == "test_inserts" for c in verdict.checks)
-    gated = sum(check.gated for check in verdict.checks)
-    before = expected_family_size(
-        backends, [SEQ_READ], rules, overhead, reference, len(history), test_cells=cells
-    )
-    assert gated == before
-    assert expected_family_size(backends, [SEQ_READ], rules, overhead, reference, len(history)) < gated
+    judged = judged_against_saved_runs(measured_run, "10%,latency-p99:20%,luks2:abs-throughput:15%", saved)
+    assert any(c.gated and c.workload == "test_inserts" for c in judged.verdict.checks)
+    gated = sum(check.gated for check in judged.verdict.checks)
+    assert gated == judged.expected_family(backends, [SEQ_READ], test_cells=cells)
+    assert judged.expected_family(backends, [SEQ_READ]) < gated
 
 
 def test_history_keeps_each_saved_runs_rounds_per_workload() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import statistics
 from dataclasses import replace
@@ -10,16 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf.backends import BackendSpec, Volume
-from pytest_encperf.backends.plain import PlainBackend
 from pytest_encperf.ceiling import kernel_xts_driver
 from pytest_encperf.model import Measurement, Result
-from pytest_encperf.mountedvolume import MountedVolume
 from pytest_encperf.optionparsers import parse_steady_cv, parse_warmup
 from pytest_encperf.report import detail_table, summary_table
 from pytest_encperf.roundplan import WARMUP_SECONDS, RoundPlan
 from pytest_encperf.runner import Runner, measure_all
-from pytest_encperf.targets import Target
 from pytest_encperf.workloads import (
     ATTO,
     CDM,
@@ -32,46 +27,9 @@ from pytest_encperf.workloads import (
     profile_workloads,
     with_tree,
 )
+from tests.helpers.fakes import FakeEngine, measurement, mounted
 
 SEQ_READ = CDM[0]
-
-
-def measurement(mb_per_s: float = 100.0, *, mode: str = "direct", **fields) -> Measurement:
-    base = dict(
-        engine="fake", engine_version="1", bytes=int(mb_per_s * 1e6), seconds=1.0, ios=int(mb_per_s),
-        lat_p50_us=1.0, lat_p99_us=2.0, lat_p999_us=3.0, cpu_seconds=0.1, io_mode=mode,
-    )  # fmt: skip
-    base.update(fields)
-    return Measurement(**base)
-
-
-class FakeEngine:
-    """Returns the next value of ``values`` (MB/s) on every run; counts runs per file."""
-
-    name = "fake"
-
-    def __init__(self, values: list[float]) -> None:
-        self.values = itertools.cycle(values)
-        self.runs: list[tuple[str, Path]] = []
-
-    def version(self) -> str:
-        return "1"
-
-    def prepare(self, directory: Path, size: int) -> Path:
-        return directory / "f"
-
-    def io_mode(self, path: Path) -> str:
-        return "direct"
-
-    def run(self, workload, path, *, runtime, direct, observe=None) -> Measurement:
-        self.runs.append((workload.name, path))
-        return measurement(next(self.values))
-
-
-def mounted(tmp_path: Path, name: str) -> MountedVolume:
-    backend = PlainBackend(BackendSpec("plain"))
-    volume = Volume(backend, Target("directory", tmp_path, MiB), tmp_path / name)
-    return MountedVolume(backend, volume, tmp_path / name)
 
 
 def runner(tmp_path: Path, engine: FakeEngine, **kwargs) -> Runner:

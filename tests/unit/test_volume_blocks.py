@@ -14,16 +14,14 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf import storage, verdict
-from pytest_encperf.backends import BackendSpec, Volume
-from pytest_encperf.backends.plain import PlainBackend
 from pytest_encperf.gate import PASS, UNDECIDED, judge, parse_rules
 from pytest_encperf.model import Measurement, Result, RunData
 from pytest_encperf.mountedvolume import MountedVolume
 from pytest_encperf.roundplan import RoundPlan
 from pytest_encperf.runner import Runner, rounds_per_volume
 from pytest_encperf.settings import resolve
-from pytest_encperf.targets import Target
 from pytest_encperf.workloads import CDM, MiB, Workload
+from tests.helpers.fakes import FakeEngine, mounted
 
 WORKLOAD = next(w for w in CDM if w.name == "SEQ1M-Q8T1-read")
 SAVED = Path(__file__).resolve().parents[1] / "helpers" / "data" / "saved-run-before-plain-entries.json"
@@ -166,36 +164,8 @@ def test_the_rounds_are_shared_out_over_the_volumes_in_whole_blocks(
     assert rounds_per_volume(rounds, volumes) == each
 
 
-class CountingEngine:
-    """Every round measures 100 MB/s; remembers which file each ran on."""
-
-    name = "fake"
-
-    def __init__(self) -> None:
-        self.files: list[str] = []
-
-    def version(self) -> str:
-        return "1"
-
-    def prepare(self, directory: Path, size: int) -> Path:
-        return directory / "f"
-
-    def io_mode(self, path: Path) -> str:
-        return "direct"
-
-    def run(self, workload, path, *, runtime, direct, observe=None) -> Measurement:
-        self.files.append(path.parent.name)
-        return measurement(100.0)
-
-
-def mounted(tmp_path: Path, name: str) -> MountedVolume:
-    backend = PlainBackend(BackendSpec("plain"))
-    volume = Volume(backend, Target("directory", tmp_path, MiB), tmp_path / name)
-    return MountedVolume(backend, volume, tmp_path / name)
-
-
 def test_the_runner_spreads_the_rounds_over_fresh_volume_pairs_and_tags_each_round(tmp_path: Path) -> None:
-    engine, made = CountingEngine(), itertools.count()
+    engine, made = FakeEngine(), itertools.count()
     asked: list[int] = []
 
     def fresh_pair(block: int) -> tuple[MountedVolume, MountedVolume]:
@@ -218,7 +188,7 @@ def test_the_runner_spreads_the_rounds_over_fresh_volume_pairs_and_tags_each_rou
 
 
 def test_one_volume_records_no_blocks(tmp_path: Path) -> None:
-    runner = Runner(CountingEngine(), mounted(tmp_path, "vol"), mounted(tmp_path, "base"),
+    runner = Runner(FakeEngine(), mounted(tmp_path, "vol"), mounted(tmp_path, "base"),
                     RoundPlan(MiB, 0.01, 4, 0), lambda result: None)  # fmt: skip
     result = runner.run(WORKLOAD)
     assert [m.volume_block for m in result.rounds] == [None] * 4 and result.stop_reason == "4 rounds"
@@ -234,7 +204,7 @@ def test_a_fio_job_is_spread_over_the_volumes_and_a_timed_function_stays_on_one(
 
     def volumes_runner() -> Runner:
         return Runner(
-            CountingEngine(), mounted(tmp_path, "vol"), mounted(tmp_path, "base"), RoundPlan(MiB, 0.01, 4, 0),
+            FakeEngine(), mounted(tmp_path, "vol"), mounted(tmp_path, "base"), RoundPlan(MiB, 0.01, 4, 0),
             lambda result: None, volumes=2, fresh_pair=fresh_pair,
         )  # fmt: skip
 
