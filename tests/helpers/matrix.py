@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import pytest
@@ -59,8 +60,14 @@ class Matrix:
     case_ids: Sequence[str]
     per_name: int
 
+    @cached_property
+    def default_lane(self) -> set[tuple[str, Any]]:
+        """The (name, case) pairs the default lane runs (:func:`covering`), computed once: ``runs`` is
+        asked for every pair of the matrix at collection."""
+        return covering(self.names, self.cases, self.per_name)
+
     def runs(self, name: str, case: Any) -> bool:
-        return exhaustive() or (name, case) in covering(self.names, self.cases, self.per_name)
+        return exhaustive() or (name, case) in self.default_lane
 
     def params(self) -> list[Any]:
         """``pytest.param(name, *case)`` for the whole cross product, with the ids that stacked

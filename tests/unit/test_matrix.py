@@ -59,3 +59,22 @@ def test_the_uml_lane_names_the_ecryptfs_cases_that_run(monkeypatch: pytest.Monk
     assert SIGKILLS.ids_run("ecryptfs") == [
         f"ecryptfs-{point}" for point in ("create", "mount", "round", "teardown")
     ]
+
+
+def test_the_default_lane_is_computed_once_per_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Collection asks ``runs`` for every pair of every matrix: the covering set is worked out once."""
+    monkeypatch.delenv(matrix.EXHAUSTIVE_ENV, raising=False)
+    calls: list[int] = []
+    real = matrix.covering
+
+    def counting(*args: object) -> set:
+        calls.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(matrix, "covering", counting)
+    points = ["create", "mount", "round"]
+    once = matrix.Matrix(["plain", "luks2", "fscrypt"], points, points, 1)
+    once.params()
+    once.ids_run("plain")
+    assert len(calls) == 1
+    assert once.params() == matrix.Matrix(["plain", "luks2", "fscrypt"], points, points, 1).params()
