@@ -125,7 +125,7 @@ class EncperfSession:
     # ------------------------------------------------------------- hooks
 
     def start(self) -> None:
-        # Ctrl-C, SIGTERM and SIGHUP tear down instead of leaving mounts and loop devices behind
+        # Ctrl-C, SIGTERM and SIGHUP tear down (SIGINT too when the shell started us with it ignored)
         self.stop_signals.install()
         # the backends' modules register the resource kinds they add before dead runs are released
         loading_problems = backends.load_all()

@@ -2,9 +2,10 @@
 
 SIGTERM (CI cancelling a job, ``kill``) and SIGHUP (the terminal or ssh session went away) are
 raised as ``KeyboardInterrupt("signal N")``, so pytest tears down instead of leaving mounts and
-loop devices behind; a signal someone chose to ignore (nohup) stays ignored. ``StopSignals``
-installs these at the session's start and puts back what it replaced at its end; ``stopped_by``
-names what stopped the run for its incomplete reason.
+loop devices behind; a signal someone chose to ignore (nohup) stays ignored. SIGINT is given back
+Python's handler when it arrived ignored (``restores_sigint``). ``StopSignals`` installs these at
+the session's start and puts back what it replaced at its end; ``stopped_by`` names what stopped
+the run for its incomplete reason.
 """
 
 from __future__ import annotations
@@ -18,6 +19,19 @@ from typing import Any
 from .host import TEARDOWN_SIGNALS
 
 
+def restores_sigint(handler: Any, main_thread: bool) -> bool:
+    """Whether the run gives SIGINT back Python's default handler (KeyboardInterrupt).
+
+    Only when SIGINT is ignored (SIG_IGN), and only in the main thread (the only one that may set a
+    handler). A shell without job control (a script, ``setsid bash -c 'pytest ...' &``, a CI step)
+    starts its background jobs with SIGINT ignored, exec keeps that, and Python installs its
+    handler only over the default: Ctrl-C or ``kill -INT`` would not stop the run at all, so its
+    volumes would stay until SIGTERM. Ignored there, SIGINT is the shell's doing, not a choice of the
+    user's as nohup's SIGHUP is.
+    """
+    return main_thread and handler == signal.SIG_IGN
+
+
 def raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -29,8 +43,11 @@ class StopSignals:
         self._replaced: dict[int, Any] = {}
 
     def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return  # only the main thread may set a handler
+        main_thread = threading.current_thread() is threading.main_thread()
+        if restores_sigint(signal.getsignal(signal.SIGINT), main_thread):  # the shell's doing: see there
+            self._replaced[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
+        if not main_thread:
+            return
         for signum in TEARDOWN_SIGNALS[1:]:
             if signal.getsignal(signum) in (signal.SIG_DFL, None):  # ignored (nohup) stays ignored
                 self._replaced[signum] = signal.signal(signum, raise_keyboard_interrupt)

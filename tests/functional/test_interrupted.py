@@ -7,16 +7,19 @@ process, or KeyboardInterrupt raised, or a failure under -x.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from pytest_encperf import cli, host, storage
+from pytest_encperf import cli, host, journal, storage
 from pytest_encperf.benchmarkentries import measured
 from pytest_encperf.gate import EXIT_REGRESSION
 from pytest_encperf.volumes import INTERRUPTED_LOCK_WAIT, Volumes
@@ -38,6 +41,10 @@ def pytest_runtest_setup(item):
     if how == "SIGTERM":
         os.kill(os.getpid(), signal.SIGTERM)  # as CI cancelling the job
         time.sleep(30)  # the signal arrives first
+    if how == "SIGINT":
+        os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C, or `kill -INT` from another shell
+        time.sleep(10)  # the signal arrives first, unless it is ignored
+        raise AssertionError("SIGINT was ignored")
     if how == "fail":
         raise AssertionError("this test fails")
     raise KeyboardInterrupt
@@ -83,6 +90,13 @@ def session(
 
 def saved(pytester: pytest.Pytester) -> list[storage.SavedRun]:
     return storage.list_runs(pytester.path / ".encperf")
+
+
+def leftovers(directory: Path) -> list[str]:
+    """What a run left in its --encperf-dir: its private directories (volumes) and its journal."""
+    journals = directory / journal.RUNS_DIR
+    left = [path.name for path in directory.glob("encperf-*-*")]
+    return left + [path.name for path in journals.glob("*run-*")] if journals.is_dir() else left
 
 
 def encperf(pytester: pytest.Pytester, *args: str) -> int:
@@ -165,6 +179,31 @@ def test_keyboard_interrupt_in_a_test_and_a_stop_under_x_are_incomplete(
         "",
     ]
     assert storage.resolve(interruptible.path / ".encperf", "base", None)[0].number == 4
+
+
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored in the processes started meanwhile, as a shell without job control starts its
+    background jobs (`setsid bash -c 'pytest benchmarks/' &`): exec keeps an ignored signal ignored."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_a_run_started_with_sigint_ignored_is_stopped_by_it_and_tears_down(
+    interruptible: pytest.Pytester,
+) -> None:
+    """The run gives an ignored SIGINT back Python's handler when it starts (stopsignals), so Ctrl-C
+    or `kill -INT` stops it as it stops any run: torn down, saved as incomplete."""
+    with sigint_ignored():
+        stopped = session(interruptible, "--encperf-save=base", INTERRUPT_AT="2", INTERRUPT_BY="SIGINT")
+    assert stopped.ret == pytest.ExitCode.INTERRUPTED, stopped.stdout.str()
+    assert "SIGINT was ignored" not in stopped.stdout.str()
+    (run,) = saved(interruptible)
+    assert run.incomplete == "interrupted by Ctrl-C; 1 of 2 tests ran"
+    assert leftovers(interruptible.path) == []
 
 
 HOLDER = """
