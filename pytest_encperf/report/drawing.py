@@ -340,7 +340,12 @@ def draw_history(
                     )  # fmt: skip
             if change:
                 axes.axhline(0, color=FOREGROUND, linewidth=0.6)
-            axes.set_title(workload, fontsize=8)
+            unit = next((s.unit for s in series if s.workload == workload), "")
+            if change:
+                title = f"{workload}: vs plain %"
+            else:  # a task's or timed function's seconds: lower is better
+                title = f"{workload} ({unit}{', lower is better' if unit == 's' else ''})"
+            axes.set_title(title, fontsize=8)
             axes.set_xticks(range(len(runs)), [f"#{i + 1}" for i in range(len(runs))], fontsize=7)
             axes.grid(True)
         for index in range(len(workloads), rows * columns):

@@ -27,7 +27,7 @@ from . import charts
 from .charts import SWEEPS
 from .drawing import Drawing, draw_atto, draw_cpu, draw_history, draw_latency, draw_matrix, draw_overhead
 from .formats import format_percent, format_value
-from .tables import shown_profiles
+from .tables import TIMED_TITLE, shown_profiles, timed_table
 from .verdict import CHECK_LEGEND, check_table, verdict_header, verdict_messages
 
 # Nothing may be loaded when the page is viewed: no script, image, font or style from anywhere.
@@ -197,6 +197,10 @@ def machine_section(
         "CrystalDiskMark tiles",
         tiles_html(results, backends, page.skipped, profiles) or "<p>no tile profile ran</p>",
     )
+    timed = timed_table(results, tablefmt="html")
+    if timed:  # the tasks' and timed functions' seconds: no other part shows them as such
+        title = f"<p>{_e(TIMED_TITLE[0].upper() + TIMED_TITLE[1:])}</p>"
+        section("seconds", "Seconds per round", f'{title}<div class="scroll timed">{timed}</div>')
     drawn: list[tuple[str, str, Sequence[Any], Callable[[Any, list[str]], None]]] = [
         ("overhead", "Overhead against plain", charts.overhead_bars(focus),
          lambda data, out: draw_overhead(data, backends, drawing, out)),
@@ -243,7 +247,8 @@ CAPTIONS = {
     "atto": "Median MB/s against transfer size, sequential, queue depth 4; plain dashed.",
     "matrix": "iozone-style grid: each cell's median MB/s and its change against the median of the plain "
     "rounds interleaved with it (colour: orange slower, purple faster).",
-    "history": "Each workload over the runs, oldest first: the median (MB/s, IOPS for the 4K rows), then "
+    "history": "Each workload over the runs, oldest first: the median (in the unit its title names: MB/s, "
+    "IOPS for the 4K rows, files/s, or seconds for a task or timed function, lower is better), then "
     "the change against plain (median of the per-round ratios); the newest run's points are marked where "
     "the verdict found a regression (X) or could not compare (square).",
 }
@@ -266,7 +271,8 @@ figure { margin: 0.5em 0; } figure svg { width: 100%; height: auto; }
 figcaption, .legend { color: var(--muted); font-size: 0.9em; }
 table { border-collapse: collapse; } .scroll { overflow-x: auto; }
 table.kv th { text-align: left; padding-right: 1em; color: var(--muted); font-weight: normal; }
-table.grid td, table.grid th, .checks td, .checks th { border: 1px solid var(--line); padding: 2px 6px;
+table.grid td, table.grid th, .checks td, .checks th, .timed td, .timed th {
+  border: 1px solid var(--line); padding: 2px 6px;
   font-size: 0.85em; }
 table.cdm { width: 100%; } table.cdm td { vertical-align: top; padding: 3px; }
 table.cdm th.label { text-align: left; width: 9em; } th.label small { display: block; }

@@ -11,13 +11,24 @@ from ..model import Result
 from ..sweep import FamilyRanking
 from .analyses import LADDER_LEGEND, ladder_lines, sweep_notes, sweep_recommendation, sweep_table, sweep_title
 from .formats import format_value
-from .tables import INTERVAL_MEANING, compact_table, shown_profiles, speed_cells, timed_function, vs_plain
+from .tables import (
+    INTERVAL_MEANING,
+    TIMED_TITLE,
+    compact_table,
+    in_seconds,
+    shown_profiles,
+    speed_cells,
+    timed_table,
+    vs_plain,
+)
 from .verdict import CHECK_LEGEND, check_table, verdict_header, verdict_messages
 
 MARKDOWN_LIMIT = 60_000  # characters; a GitHub PR comment takes 65,536
 
 
 def results_markdown(results: list[Result]) -> str:
+    """Every result: the MB/s (or IOPS) workloads, then the tasks and timed functions in seconds
+    per round (lower is better) in a table of their own (tables.timed_table)."""
     headers = [
         "backend",
         "workload",
@@ -30,23 +41,26 @@ def results_markdown(results: list[Result]) -> str:
         "rounds",
     ]
     rows = []
-    for r in (r for r in results if r.rounds):
-        speed, _, plain_speed = speed_cells(r)  # a timed function's seconds, not 0 MB/s
-        no_bytes = timed_function(r)
+    for r in (r for r in results if r.rounds and not in_seconds(r)):
+        speed, _, plain_speed = speed_cells(r)
         rows.append([
             r.backend,
             r.workload.name,
             speed,
-            "-" if no_bytes else format_value(r.median("iops")),
-            "-" if r.workload.kind == "task" else format_value(r.median("lat_p99_us")),
-            "-" if no_bytes else format_value(r.median("cpu_s_per_gib")),
+            format_value(r.median("iops")),
+            format_value(r.median("lat_p99_us")),
+            format_value(r.median("cpu_s_per_gib")),
             plain_speed,
             vs_plain(r),
             str(len(r.rounds)),
         ])  # fmt: skip
-    if not rows:
+    parts = [tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)] if rows else []
+    timed = timed_table(results, "github")
+    if timed:
+        parts += [f"**{TIMED_TITLE[0].upper()}{TIMED_TITLE[1:]}**", timed]
+    if not parts:
         return ""
-    table = tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+    table = "\n\n".join(parts)
     return table + f"\n\nvs plain {INTERVAL_MEANING}" if any(r.overhead_interval for r in results) else table
 
 

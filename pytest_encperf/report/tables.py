@@ -92,11 +92,23 @@ def timed_function(result: Result) -> bool:
     return timed_rounds(result.rounds)
 
 
+def in_seconds(result: Result) -> bool:
+    """Whether ``result`` is measured in seconds per round, lower is better: a real-work task's
+    or a timed function's (encperf.time); the detail tables show them apart from the MB/s rows."""
+    return result.workload.kind == "task"
+
+
+TIMED_TITLE = (
+    "real-work tasks and timed functions (encperf.time): seconds per round, lower is better; "
+    "vs plain: the change in speed (negative: slower than plain)"
+)
+
+
 def speed_cells(result: Result) -> tuple[str, str, str]:
-    """The detail tables' median speed, its best and plain's median: MB/s, or for a timed function
-    its seconds (``1.23 s``; best is the fewest), as the summary shows it."""
+    """The detail tables' median, its best and plain's median: MB/s, or for a task or a timed
+    function its seconds (``1.23 s``; best is the fewest), as the summary shows it."""
     plain = bool(result.baseline_rounds)
-    if timed_function(result):
+    if in_seconds(result):
         return (
             f"{format_value(result.median('seconds'))} s",
             f"{format_value(min(m.seconds for m in result.rounds))} s",
@@ -326,9 +338,44 @@ def task_steps_table(results: Iterable[Result], workloads: Iterable[Workload]) -
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
 
+def _cpu_cells(result: Result) -> tuple[str, str, str]:
+    """CPU s/GiB, the daemons' and plain's; "-" for a timed function, which moves no bytes of its own."""
+    if timed_function(result):
+        return "-", "-", "-"
+    daemon = [m.daemon_cpu_seconds for m in result.rounds if m.daemon_cpu_seconds is not None]
+    daemon_text = "-"
+    if len(daemon) == len(result.rounds):  # every round measured its daemons
+        moved = sum(m.bytes for m in result.rounds) / GiB
+        daemon_text = format_value(sum(daemon) / moved) if moved else "-"
+    plain = format_value(result.median("cpu_s_per_gib", baseline=True)) if result.baseline_rounds else "-"
+    return format_value(result.median("cpu_s_per_gib")), daemon_text, plain
+
+
+def _context_cells(result: Result, notes: dict[str, str]) -> tuple[str, str, str, str]:
+    """The engine, the I/O mode, what reached the device and the caveats of a detail row;
+    ``notes`` gets the backends whose O_DIRECT fell back to buffered."""
+    mode, base_mode = result.io_modes
+    if not result.comparable:
+        mode = f"{mode}, plain {base_mode} (NOT COMPARED)"
+    o_direct = result.description.get("o_direct")
+    if o_direct and o_direct != "direct" and "buffered" in mode:
+        mode += "*"
+        notes[result.backend] = o_direct
+    is_read = result.workload.is_read or result.workload.kind == "files"
+    physical = _physical(result.rounds, is_read)
+    base_physical = _physical(result.baseline_rounds, is_read)
+    if "CACHED" in base_physical or result.cached_below:
+        physical += f" (plain {base_physical})"
+    engine = _engines(result.rounds)
+    if result.baseline_rounds and _engines(result.baseline_rounds) != engine:
+        engine += f", plain {_engines(result.baseline_rounds)}"
+    return engine, mode, physical, _caveats_cell(result)
+
+
 def detail_table(results: list[Result], ceilings: Mapping[str, float | None] | None = None) -> str:
     """Every backend x workload: throughput (median, best, CV), latency, CPU cost, change vs
-    plain, efficiency, the engine, I/O mode, what reached the device and the caveats.
+    plain, efficiency, the engine, I/O mode, what reached the device and the caveats; the tasks
+    and timed functions, which take seconds (lower is better), in a table of their own.
 
     ``ceilings``: MB/s of each cipher a backend names (``cipher_ceiling``, see ceiling.py);
     efficiency is shown only for a backend whose cipher has one."""
@@ -338,66 +385,57 @@ def detail_table(results: list[Result], ceilings: Mapping[str, float | None] | N
         "CPU s/GiB", "daemon", "plain MB/s", "plain CPU", "vs plain", "eff.", "engine", "I/O",
         "device/logical", "caveats", "rounds",
     ]  # fmt: skip
-    rows = []
+    timed_headers = [
+        "backend", "task", "seconds", "fewest", "CV %", "CPU s/GiB", "daemon", "plain seconds",
+        "plain CPU", "vs plain", "engine", "I/O", "device/logical", "caveats", "rounds",
+    ]  # fmt: skip
+    rows, timed_rows = [], []
     notes: dict[str, str] = {}
     caveats: set[str] = set()
     for result in results:
         if not result.rounds:
             continue
-        mode, base_mode = result.io_modes
-        if not result.comparable:
-            mode = f"{mode}, plain {base_mode} (NOT COMPARED)"
-        o_direct = result.description.get("o_direct")
-        if o_direct and o_direct != "direct" and "buffered" in mode:
-            mode += "*"
-            notes[result.backend] = o_direct
         cv = result.cv()
-        daemon = [m.daemon_cpu_seconds for m in result.rounds if m.daemon_cpu_seconds is not None]
-        daemon_text = "-"
-        if len(daemon) == len(result.rounds):  # every round measured its daemons
-            moved = sum(m.bytes for m in result.rounds) / GiB
-            daemon_text = format_value(sum(daemon) / moved) if moved else "-"
+        cv_text = "-" if cv is None else f"{cv * 100:.1f}"
+        caveats.update(result.caveats)
+        speed, best, plain_speed = speed_cells(result)
+        cpu, daemon, plain_cpu = _cpu_cells(result)
+        engine, mode, physical, caveat_cell = _context_cells(result, notes)
+        if in_seconds(result):
+            timed_rows.append([
+                result.backend, result.workload.name, speed, best, cv_text, cpu, daemon, plain_speed,
+                plain_cpu, vs_plain(result), engine, mode, physical, caveat_cell, str(len(result.rounds)),
+            ])  # fmt: skip
+            continue
         cipher = result.cipher_ceiling
         efficiency = result.efficiency(ceilings.get(cipher)) if cipher else None
-        is_read = result.workload.is_read or result.workload.kind == "files"
-        physical = _physical(result.rounds, is_read)
-        base_physical = _physical(result.baseline_rounds, is_read)
-        if "CACHED" in base_physical or result.cached_below:
-            physical += f" (plain {base_physical})"
-        caveats.update(result.caveats)
-        engine = _engines(result.rounds)
-        if result.baseline_rounds and _engines(result.baseline_rounds) != engine:
-            engine += f", plain {_engines(result.baseline_rounds)}"
-        speed, best, plain_speed = speed_cells(result)
-        no_bytes = timed_function(result)  # nothing per GiB or per I/O to show
         rows.append([
             result.backend,
             result.workload.name,
             speed,
             best,
-            "-" if no_bytes else format_value(result.median("iops")),
-            *(["-", "-"] if result.workload.kind == "task" else [  # a task has no I/O latency
-                format_value(result.median("lat_p50_us")),
-                format_value(result.median("lat_p99_us")),
-            ]),
-            "-" if cv is None else f"{cv * 100:.1f}",
-            "-" if no_bytes else format_value(result.median("cpu_s_per_gib")),
-            daemon_text,
+            format_value(result.median("iops")),
+            format_value(result.median("lat_p50_us")),
+            format_value(result.median("lat_p99_us")),
+            cv_text,
+            cpu,
+            daemon,
             plain_speed,
-            "-" if no_bytes or not result.baseline_rounds else format_value(
-                result.median("cpu_s_per_gib", baseline=True)
-            ),
+            plain_cpu,
             vs_plain(result),
             "-" if efficiency is None else f"{efficiency:.0%}",
             engine,
             mode,
             physical,
-            _caveats_cell(result),
+            caveat_cell,
             str(len(result.rounds)),
         ])  # fmt: skip
-    if not rows:
+    if not rows and not timed_rows:
         return ""
-    lines = [tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)]
+    lines = [tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)] if rows else []
+    if timed_rows:
+        lines += ["", TIMED_TITLE] if rows else [TIMED_TITLE]
+        lines.append(tabulate(timed_rows, headers=timed_headers, tablefmt="simple", disable_numparse=True))
     for backend, o_direct in notes.items():
         lines.append(
             f"* {backend}: O_DIRECT gives {o_direct} on this volume, so both sides ran buffered "
@@ -410,6 +448,21 @@ def detail_table(results: list[Result], ceilings: Mapping[str, float | None] | N
     if any(result.busy_rounds for result in results):
         lines.append(f"busy k/n: {BUSY_MEANING}")
     return "\n".join(lines)
+
+
+def timed_table(results: Iterable[Result], tablefmt: str = "github") -> str:
+    """The tasks and timed functions of ``results`` in seconds per round (lower is better), for
+    the Markdown and HTML reports: median, plain's median beside it, the change, the rounds."""
+    rows = []
+    for result in results:
+        if not result.rounds or not in_seconds(result):
+            continue
+        speed, _, plain_speed = speed_cells(result)
+        cpu, _, _ = _cpu_cells(result)
+        rounds = str(len(result.rounds))
+        rows.append([result.backend, result.workload.name, speed, cpu, plain_speed, vs_plain(result), rounds])
+    headers = ["backend", "task", "seconds", "CPU s/GiB", "plain seconds", "vs plain", "rounds"]
+    return tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True) if rows else ""
 
 
 def shown_profiles(

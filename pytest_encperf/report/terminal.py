@@ -66,8 +66,9 @@ LEGENDS = {
         "this CPU), only where that cipher was measured and both sides ran in one I/O mode. "
         "device/logical: bytes the volume's block device read (r) or wrote (w) per byte the workload "
         "moved, and the average size of its requests (KiB/req); CACHED = a read round mostly served by "
-        "the page cache. caveats: rounds of each side a caveat applies to. A timed function (encperf.time) "
-        "moves no bytes of its own: its MB/s columns show its seconds per call (best: the fewest)."
+        "the page cache. caveats: rounds of each side a caveat applies to. Real-work tasks and timed "
+        "functions (encperf.time) take seconds: their own table shows the median seconds per round, the "
+        "fewest and plain's (lower is better); a timed function moves no bytes of its own (no CPU s/GiB)."
     ),
     "lifecycle": (
         "volume life cycle, seconds (median of the cycles; benchmark volumes use a fast key derivation, "

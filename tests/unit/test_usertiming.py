@@ -4,6 +4,7 @@ test's name, the message of a function that raised, and the skip on a partition 
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from pytest_encperf.engines.observe import Observe
 from pytest_encperf.model import Measurement, Result
 from pytest_encperf.roundplan import RoundPlan
 from pytest_encperf.runner import Runner
+from pytest_encperf.workloads import CDM, REALWORK
 
 
 @dataclass
@@ -149,6 +151,63 @@ def test_the_detail_tables_show_a_timed_functions_seconds_not_mb_per_s() -> None
         assert "-33.3%" in row  # 1.5 s against 1.0 s: a third slower, as the summary says
     detail_row = next(line for line in detail_table([result]).splitlines() if "test_inserts" in line)
     assert "1.40 s" in detail_row  # best: the fewest seconds
+
+
+def rate_and_seconds_results() -> list[Result]:
+    """A sequential read (MB/s), a real-work task (12.5 s against plain's 10 s) and a timed function."""
+
+    def block(mb_per_s: float) -> Measurement:
+        return Measurement("fio", "3", int(mb_per_s * 1e6), 1.0, 100, 10.0, 20.0, 30.0, 0.5, "direct")
+
+    def task(seconds: float) -> Measurement:
+        return Measurement("tools", "1", 50_000_000, seconds, 10, 0.0, 0.0, 0.0, 0.5, "buffered")
+
+    return [
+        Result("fscrypt", CDM[0], [block(v) for v in (90, 91, 89)], [block(100)] * 3),
+        Result("fscrypt", REALWORK[0], [task(s) for s in (12.5, 12.0, 13.0)], [task(10.0)] * 3),
+        timed_result([1.5, 1.4, 1.6], [1.0, 1.0, 1.0]),
+    ]
+
+
+def test_tasks_and_timed_functions_have_a_table_of_seconds_whose_header_says_so() -> None:
+    """The terminal's detail table and the Markdown: the MB/s header stands above MB/s only; the
+    real-work tasks and timed functions are in a table of seconds per round (lower is better)."""
+    from pytest_encperf.report import detail_table, results_markdown
+    from pytest_encperf.report.tables import TIMED_TITLE
+
+    results = rate_and_seconds_results()
+    task = REALWORK[0].name
+    for table in (detail_table(results), results_markdown(results)):
+        rates, seconds = table.split(TIMED_TITLE[1:])  # the Markdown capitalizes its first letter
+        assert "MB/s" in rates.splitlines()[0] and CDM[0].name in rates
+        assert task not in rates and "test_inserts" not in rates
+        header = next(line for line in seconds.splitlines() if "backend" in line)
+        assert "seconds" in header and "plain seconds" in header and "MB/s" not in header
+        task_row = next(line for line in seconds.splitlines() if task in line)
+        assert "12.5 s" in task_row and "10.0 s" in task_row and "-20.0%" in task_row
+        timed_row = next(line for line in seconds.splitlines() if "test_inserts" in line)
+        assert "1.50 s" in timed_row and "1.00 s" in timed_row and "-33.3%" in timed_row
+    assert "lower is better" in TIMED_TITLE
+    terminal_task_row = next(line for line in detail_table(results).splitlines() if task in line)
+    assert "12.0 s" in terminal_task_row  # the fewest seconds
+
+
+def test_the_html_report_has_the_tasks_and_timed_functions_seconds_in_a_table_of_their_own() -> None:
+    pytest.importorskip(
+        "matplotlib", reason="the HTML report's charts need matplotlib (pytest-encperf[html])"
+    )
+    from html import escape
+
+    from pytest_encperf.model import RunData
+    from pytest_encperf.report import html
+    from pytest_encperf.report.tables import TIMED_TITLE
+
+    page = html.render(html.Page([RunData("this run", tuple(rate_and_seconds_results()))]))
+    part = page[page.index('data-part="seconds"') :]
+    part = part[: part.index("</section>")]
+    assert "Seconds per round" in part and escape(TIMED_TITLE[1:]) in part
+    assert re.search(r"<th>\s*seconds\s*</th>", part)
+    assert "MB/s" not in part and "test_inserts" in part and REALWORK[0].name in part and "12.5 s" in part
 
 
 def test_the_html_charts_show_a_timed_function_by_its_time_not_by_a_cpu_cost_per_gib() -> None:
