@@ -23,7 +23,7 @@ from tabulate import tabulate
 
 from . import __version__, backends, deadruns, gatescope, journal, machine, storage, sweep
 from .backends import BASELINE, BackendSpec, backend_class, known_names, make_backend, recommend
-from .gate import EXIT_REGRESSION, Verdict, judge, unknown_job_message, unknown_jobs
+from .gate import EXIT_REGRESSION, Verdict, judge, unknown_name_message, unmatched_names
 from .model import RunData
 from .optionparsers import default_directory, parse_directory, parse_html_path
 from .options import OPTIONS
@@ -40,7 +40,7 @@ from .report import (
     verdict_report,
 )
 from .targets import Target, container_size
-from .workloads import MiB
+from .workloads import TASK_NAMES, MiB
 
 
 def argument_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -131,15 +131,19 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def check_rule_jobs(args: argparse.Namespace, *runs: RunData) -> None:
-    """A --fail or --max-overhead WORKLOAD that is no built-in selector names a fio job of the
-    runs (their results' sections); exit 2 naming the jobs there are otherwise."""
+def check_rule_names(args: argparse.Namespace, *runs: RunData) -> None:
+    """A --fail or --max-overhead WORKLOAD that is no built-in selector names a fio job or a timed
+    function of the runs (a test's name selects its parametrizations); exit 2 naming the jobs and
+    functions there are otherwise."""
     results = [result for run in runs for result in run.results]
     jobs = list(dict.fromkeys(r.workload.name for r in results if r.workload.kind == "job"))
+    names = list(dict.fromkeys(r.workload.name for r in results if r.workload.kind in ("job", "task")))
+    timed = [name for name in names if name not in jobs and name.lower() not in TASK_NAMES]
     for flag, rules in (("--fail", args.fail), ("--max-overhead", args.max_overhead)):
-        unknown = unknown_jobs(rules, jobs)
+        unknown = unmatched_names(rules, jobs, names)
         if unknown:
-            print(f"encperf: error: {unknown_job_message(flag, unknown[0], jobs)}", file=sys.stderr)
+            message = unknown_name_message(flag, unknown[0], jobs, timed, "in the runs")
+            print(f"encperf: error: {message}", file=sys.stderr)
             raise SystemExit(2)
 
 
@@ -156,7 +160,7 @@ def saved_verdict(
     )  # fmt: skip
     baseline_run = baseline.run
     assert baseline_run is not None
-    check_rule_jobs(args, baseline_run, current)
+    check_rule_names(args, baseline_run, current)
     verdict = judge(
         current,
         baseline_run,

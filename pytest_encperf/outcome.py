@@ -17,14 +17,14 @@ from typing import Any
 
 from . import gatescope, machine, outputs, storage, usertiming
 from .ceiling import from_wire
-from .gate import Gate, Verdict, expected_family_size, judge_machines
+from .gate import Gate, Rule, Verdict, expected_family_size, judge_machines, named_selectors
 from .model import MachineRun, RunData
 from .report import MACHINES_NOTE, machines_table, markdown_report
 from .report import html as html_report
 from .rounds import ConfirmBudget
 from .settings import Settings
 from .sweep import FamilyRanking
-from .workloads import Workload
+from .workloads import TASK_NAMES, Workload
 
 MachineInfoAndId = tuple[dict[str, Any], str]  # this machine's info and id (session.machine_info_and_id)
 
@@ -78,6 +78,21 @@ def load_baseline(
     return loaded
 
 
+def names_measured(machine_runs: list[MachineRun]) -> list[str]:
+    """The names a rule may give beyond the built-in ones and --encperf-fio-job's, as measured on
+    any machine: the timed functions (encperf.time) and the fio jobs tests ran (encperf.run)."""
+    return [
+        result.workload.name
+        for run in machine_runs
+        for result in run.results
+        if result.rounds
+        and (
+            result.workload.kind == "job"
+            or (result.workload.kind == "task" and result.workload.task not in TASK_NAMES)
+        )
+    ]
+
+
 def did_not_finish(interrupted: str, stopped: str, planned: int, ran: int, lost_workers: int) -> str:
     """Why a run did not finish, for its saved file ("" when it did): it was interrupted (Ctrl-C,
     SIGTERM, SIGHUP), or stopped early (-x, --maxfail), or some of the tests it collected never
@@ -105,11 +120,16 @@ class Outcome:
         self._gate: Gate | None = None
         # what the collected tests measure beyond the workloads (usertiming.expected_cells)
         self.test_cells: list[tuple[str, Workload]] = []
+        # the usage errors of gate rules that named nothing this run measured (exit 4)
+        self.unknown_rule_names: list[str] = []
 
-    def expect(self, items: Iterable[Any]) -> None:
+    def expect(self, items: Iterable[Any], checks_rule_names: bool) -> list[str]:
         """The collected tests: the gate's expected family counts the cells their timed functions and
-        own workloads will measure (usertiming.expected_cells), beside the selected workloads'."""
+        own workloads will measure (usertiming.expected_cells), beside the selected workloads'; the
+        usage errors of rules naming what none of them can measure (``checks_rule_names``: not on
+        an xdist worker, the controller checks)."""
         self.test_cells = usertiming.expected_cells(items)
+        return usertiming.rule_name_refusals(self.settings, items) if checks_rule_names else []
 
     def unwritable(self) -> list[str]:
         """Why a saved-run directory or report file this run will write cannot be written."""
@@ -179,7 +199,7 @@ class Outcome:
                 len(baseline_run.history),
                 s.lifecycle_cycles,
                 noise=s.noise,
-                test_cells=self.test_cells,
+                test_cells=[*self.test_cells, *self.later_named_cells(baseline_run.run, rules)],
             )
             size *= machines  # the checks of every machine form one family (judge_machines)
             self._gate = Gate(
@@ -188,6 +208,13 @@ class Outcome:
             )  # fmt: skip
             self.confirm_budget = ConfirmBudget(s.confirm_budget)
         return self._gate
+
+    def later_named_cells(self, reference: RunData | None, rules: list[Rule]) -> list[tuple[str, Workload]]:
+        """usertiming.later_named_cells of the collected tests: what a ``name=`` may measure."""
+        workloads = [result.workload for result in reference.results] if reference else []
+        jobs = [workload.name for workload in self.settings.fio_job]
+        names = named_selectors([*rules, *self.settings.max_overhead], jobs)
+        return usertiming.later_named_cells(self.test_cells, workloads, names)
 
     def finish(
         self,
@@ -260,6 +287,11 @@ class Outcome:
             for machine_run in machine_runs
         ]
         verdicts = judge_machines(machines, s.fail, s.max_overhead, strict=s.strict, noise=s.noise)
+        if not incomplete:  # a name a rule gave must have named something measured
+            self.unknown_rule_names = s.unknown_rule_names(
+                names_measured(machine_runs), "measured by this run"
+            )
+            verdicts[0].errors += self.unknown_rule_names
         for machine_run, verdict in zip(machine_runs, verdicts, strict=True):
             baseline_run, mid = baseline_runs[machine_run.machine_id], machine_run.machine_id
             verdict.saved = saved.get(mid)

@@ -339,7 +339,7 @@ class Runner:
         baseline = self.baseline
         if baseline is None:
             usertiming.skip(usertiming.NEEDS_PLAIN)
-        workload = usertiming.user_workload(usertiming.workload_name(name or self.test_name))
+        workload = usertiming.user_workload(usertiming.timed_name(name, self.test_name))
         result = Result(
             backend=self.volume.spec,
             workload=workload,

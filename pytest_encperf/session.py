@@ -152,7 +152,9 @@ class EncperfSession:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.planned.update(item.nodeid for item in session.items)
-        self.outcome.expect(session.items)
+        refusals = self.outcome.expect(session.items, checks_rule_names=not self.is_worker)
+        if refusals:  # a rule naming what no collected test can measure
+            raise pytest.UsageError(refusals[0])
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         self.interrupted = stopped_by(excinfo.value)
@@ -220,7 +222,8 @@ class EncperfSession:
             self.merged_machine_runs, self.machine_info_and_id, self.sweep_rankings, incomplete
         )
         if failed and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = EXIT_REGRESSION
+            usage = self.outcome.unknown_rule_names  # a rule that named nothing measured
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR if usage else EXIT_REGRESSION
 
     def incomplete_reason(self, session: pytest.Session) -> str:
         """Why this run did not finish ("" when it did): see outcome.did_not_finish."""

@@ -20,14 +20,14 @@ where its value came from, the plugin turns it into ``pytest.UsageError``.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import verdict
 from .backends import BackendSpec, parse_backend_list
-from .gate import Rule, unknown_job_message, unknown_jobs
+from .gate import Rule, unknown_name_message, unmatched_names
 from .load import BUSY_SHARE
 from .options import OPTIONS, Option
 from .roundplan import RoundPlan
@@ -121,6 +121,24 @@ class Settings:
             or self.max_overhead
         )
 
+    def rule_flag(self, name: str) -> str:
+        """``--encperf-fail``, or with the place its value came from when not the command line."""
+        flag = f"--encperf-{name}"
+        source = self.sources.get(name, flag)
+        return flag if source == flag else f"{flag} (from {source})"
+
+    def unknown_rule_names(self, names: Iterable[str], where: str) -> list[str]:
+        """The usage errors of the gate rules' WORKLOAD parts that name no built-in workload, no job
+        of --encperf-fio-job and none of ``names`` (tests or timed functions ``where``: "collected",
+        "measured by this run"; a test's name selects its parametrizations), one per part."""
+        jobs = [workload.name for workload in self.fio_job]
+        known = list(names)
+        return [
+            unknown_name_message(self.rule_flag(name), token, jobs, known, where)
+            for name in ("fail", "max-overhead")
+            for token in unmatched_names(getattr(self, name.replace("-", "_")), jobs, known)
+        ]
+
     def saved_text(self) -> dict[str, str]:
         """The settings a saved run keeps, as text (what makes two runs comparable)."""
         return {name: _setting_text(getattr(self, name)) for name in SAVED_SETTINGS}
@@ -175,7 +193,6 @@ def resolve(
     check_partition_options(values)
     check_volumes(values, sources)
     check_quiet_wait(values, sources)
-    check_rule_jobs(values, sources)
     if values["sweep"]:
         swept = parse_backend_list(",".join(sweep_specs(values["sweep"])))
         given = [] if sources["backends"] == "default" else values["backends"]
@@ -257,18 +274,6 @@ def argument_files_naming(flag: str, typed: Sequence[str], depth: int = 0) -> li
         if any(_names(flag, line) for line in lines) or argument_files_naming(flag, lines, depth + 1):
             found.append(argument)
     return found
-
-
-def check_rule_jobs(values: dict[str, Any], sources: dict[str, str]) -> None:
-    """A gate rule's WORKLOAD that is no built-in selector names a job section of
-    --encperf-fio-job: a usage error naming the jobs there are when it names none of them."""
-    jobs = [workload.name for workload in values["fio_job"]]
-    for name in ("fail", "max-overhead"):
-        unknown = unknown_jobs(values[name.replace("-", "_")], jobs)
-        if unknown:
-            flag = f"--encperf-{name}"
-            where = flag if sources[name] == flag else f"{flag} (from {sources[name]})"
-            raise ValueError(unknown_job_message(where, unknown[0], jobs))
 
 
 def check_quiet_wait(values: dict[str, Any], sources: dict[str, str]) -> None:

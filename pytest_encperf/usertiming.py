@@ -15,14 +15,15 @@ import platform
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from . import host, trust
 from .engines.observe import Observe, Observer, with_caveat
+from .gate.rules import selects_name
 from .model import Measurement
-from .workloads import TASK_MODE, Workload
+from .workloads import TASK_MODE, TASK_NAMES, Workload
 
 USER_DIR = "encperf-time"  # under each side's data directory, removed after the rounds
 ENGINE = "python"  # what a user round's Measurement says ran it
@@ -67,6 +68,22 @@ def workload_name(name: str) -> str:
     return cleaned[:120]
 
 
+def timed_name(name: str | None, default: str) -> str:
+    """The workload name of ``encperf.time(fn, name=name)`` (``default``: the test's): a ``name=``
+    that a gate rule would read as something else (a metric, a built-in workload, a task, a
+    life-cycle step, a backend) or cannot carry is a ValueError, so ``NAME:20%`` always means it."""
+    if name is None:
+        return workload_name(default)
+    cleaned = workload_name(name)
+    from .backends import known_names  # the registered backends: late, as the option parsers do
+    from .gate import name_clash
+
+    clash = name_clash(cleaned, known_names())
+    if clash:
+        raise ValueError(f"encperf.time: a gate rule would read the name {name!r} as {clash}; choose another")
+    return cleaned
+
+
 def user_workload(name: str) -> Workload:
     """The workload of a timed function: a task of its own name, judged by its seconds."""
     return Workload(label=name, rw=TASK_MODE, block_size=1, task=name)
@@ -81,8 +98,7 @@ def expected_cells(items: Iterable[Any]) -> list[tuple[str, Workload]]:
     measure nothing."""
     found: dict[tuple[str, str], Workload] = {}
     for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        if "encperf" not in fixtures or "encperf_workload" in fixtures:
+        if not times_functions(item):
             continue
         if any(item.iter_markers("skip")) or any(
             m.args and m.args[0] is True for m in item.iter_markers("skipif")
@@ -96,6 +112,41 @@ def expected_cells(items: Iterable[Any]) -> list[tuple[str, Workload]]:
         for workload in own or [user_workload(test_name(item))]:
             found.setdefault((str(backend), workload.name), workload)
     return [(backend, workload) for (backend, _), workload in found.items()]
+
+
+def times_functions(item: Any) -> bool:
+    """Whether a collected test may call ``encperf.time``: it asks for the ``encperf`` fixture and
+    is not one of the built-in ``encperf_workload`` tests (which measure their workload)."""
+    fixtures = getattr(item, "fixturenames", ())
+    return "encperf" in fixtures and "encperf_workload" not in fixtures
+
+
+def rule_name_refusals(settings: Any, items: Iterable[Any]) -> list[str]:
+    """At collection: the usage errors of gate rules whose WORKLOAD names no built-in workload and
+    no fio job, when no collected test may time a function (nothing could be measured under that
+    name). When one may, its name (its test's, or a ``name=`` of its own) is known only once
+    measured: Outcome checks it at the end, and a rule that named nothing measured is an error."""
+    if any(times_functions(item) for item in items):
+        return []
+    return list(settings.unknown_rule_names([], "collected"))
+
+
+def later_named_cells(
+    test_cells: Sequence[tuple[str, Workload]], reference: Iterable[Workload], rule_names: Iterable[str]
+) -> list[tuple[str, Workload]]:
+    """Cells for the gate's expected family that the collected tests may measure under a name not
+    known before the call (``encperf.time(fn, name=...)``): on every backend a collected test times
+    a function on, each timed function of the reference and each name the rules give
+    (gate.named_selectors) that no collected test's name claims. A ``name=`` call is so counted
+    whatever its name; its test's own cell stays counted too: the family errs on the large side,
+    which only makes confirmation stricter, never a FAIL likelier."""
+    backends = list(dict.fromkeys(backend for backend, workload in test_cells if workload.kind == "task"))
+    claimed = [workload.name for _, workload in test_cells]
+    names = [w.name for w in reference if w.kind == "task" and w.task not in TASK_NAMES]
+    names += [name for name in rule_names if not any(selects_name(name, mine) for mine in claimed)]
+    taken = {name.lower() for name in claimed}
+    unclaimed = [name for name in dict.fromkeys(names) if name.lower() not in taken]
+    return [(backend, user_workload(name)) for backend in backends for name in unclaimed]
 
 
 def prepare_directory(data_dir: Path) -> Path:

@@ -88,7 +88,8 @@ GRAMMAR = (
     "expected a comma list of [BACKEND:][WORKLOAD:][METRIC:]PERCENT%, e.g. 10%, seq-read:5%, "
     "rnd4k-q1t1-write:15%, latency-p99:20%, cpu-per-gib:25%, fscrypt:seq-write:8%; "
     f"WORKLOAD is {' | '.join(WORKLOAD_CLASSES)} or a workload name such as seq1m-q8t1-read, archive or "
-    "a test's name (encperf.time: test_inserts, test_inserts[wal]) or a job section of "
+    "a timed function's name (encperf.time: its test's, test_inserts for every parametrization, "
+    "test_inserts[wal] for one, or its name=) or a job section of "
     f"{FIO_JOB_OPTION} (db-mixed); "
     f"METRIC is {' | '.join(METRICS)} (default throughput: an encrypted backend's ratio to plain, "
     "plain's own MB/s or IOPS); BACKEND is a backend name; life-cycle timings: lifecycle:50% (every "
@@ -113,14 +114,26 @@ class Rule:
 
     @property
     def specificity(self) -> int:
+        """backend 4, then a workload class 1, a name 2, a parametrized test's full id 3 (it beats
+        its test's name, which selects every parametrization); a backend beats any workload."""
         score = 4 if self.backend else 0
         if self.workload:
-            score += 1 if self.workload in WORKLOAD_CLASSES else 2
+            score += 1 if self.workload in WORKLOAD_CLASSES else (3 if "[" in self.workload else 2)
         return score
 
 
+def selects_name(selector: str, name: str) -> bool:
+    """Whether a rule's WORKLOAD names ``name``: the same name (in any case), or a test's name
+    without parameters and ``name`` one of its parametrizations (``test_sqlite`` selects
+    ``test_sqlite[wal]``, as -k selects by a function's name)."""
+    name = name.lower()
+    return name == selector or ("[" not in selector and name.startswith(selector + "["))
+
+
 def workload_matches(selector: str, workload: Workload) -> bool:
-    if selector not in WORKLOAD_CLASSES or workload.kind == "task":  # a task only by its name
+    if selector not in WORKLOAD_CLASSES:
+        return selects_name(selector, workload.name)
+    if workload.kind == "task":  # a task only by its name; a class never selects a parametrization
         return selector == workload.name.lower()
     kind = "rnd" if workload.is_random else "seq"
     return selector in (kind, workload.direction, f"{kind}-{workload.direction}")
@@ -149,14 +162,13 @@ def parse_rules(
 
 
 def builtin_selector(token: str) -> bool:
-    """Whether a lower-case WORKLOAD part names what every run may have: a class, a built-in
-    workload, a real-work task, a life-cycle step or a timed function (a test's name)."""
+    """Whether a lower-case WORKLOAD part names what a run may have without naming it anywhere
+    else: a class, a built-in workload, a real-work task or a life-cycle step."""
     return bool(
         token in WORKLOAD_CLASSES
         or _WORKLOAD_NAME.match(token)
         or token in TASK_NAMES
         or token in LIFECYCLE_SELECTORS
-        or (_USER_WORKLOAD.match(token) and (token.startswith("test") or "[" in token))
     )
 
 
@@ -178,24 +190,51 @@ def selector_clash(name: str, backend_names: Iterable[str]) -> str | None:
     return None
 
 
-def unknown_jobs(rules: Iterable[Rule], job_names: Iterable[str]) -> list[str]:
-    """The WORKLOAD parts of ``rules`` (parsed without job names) that name no built-in selector
-    and no job of ``job_names``: typos, or jobs the run does not have."""
+def named_selectors(rules: Iterable[Rule], job_names: Iterable[str]) -> list[str]:
+    """The WORKLOAD parts of ``rules`` that name no built-in selector and no job of ``job_names``:
+    a test's or a timed function's name (encperf.time), or a typo; each once, in order."""
     jobs = {job.lower() for job in job_names}
+    return list(
+        dict.fromkeys(
+            rule.workload
+            for rule in rules
+            if rule.workload is not None and not builtin_selector(rule.workload) and rule.workload not in jobs
+        )
+    )
+
+
+def unmatched_names(rules: Iterable[Rule], job_names: Iterable[str], names: Iterable[str]) -> list[str]:
+    """named_selectors of ``rules`` that select none of ``names`` (selects_name: a test's name
+    selects its parametrizations)."""
+    known = list(names)
     return [
-        rule.workload
-        for rule in rules
-        if rule.workload is not None and not builtin_selector(rule.workload) and rule.workload not in jobs
+        token
+        for token in named_selectors(rules, job_names)
+        if not any(selects_name(token, name) for name in known)
     ]
 
 
-def unknown_job_message(flag: str, token: str, job_names: Iterable[str]) -> str:
-    """The usage error of a WORKLOAD part that names no workload, naming the jobs there are."""
+def unknown_name_message(
+    flag: str, token: str, job_names: Iterable[str], names: Iterable[str], where: str
+) -> str:
+    """The usage error of a WORKLOAD part that names nothing: the fio jobs there are and the
+    names of the tests and timed functions ``where`` (e.g. "collected", "measured in the runs")."""
     jobs = ", ".join(job_names) or f"none: {FIO_JOB_OPTION} not given"
+    found = ", ".join(dict.fromkeys(names)) or "none"
     return (
         f"{flag}: unknown part {token!r}: not a backend, metric, workload or a job section of "
-        f"{FIO_JOB_OPTION} ({jobs}); {GRAMMAR}"
+        f"{FIO_JOB_OPTION} ({jobs}), nor a test, timed function or test's own workload {where} ({found}); "
+        f"{GRAMMAR}"
     )
+
+
+def name_clash(name: str, backend_names: Iterable[str]) -> str | None:
+    """What a gate rule would read a timed function's ``name`` as instead of it (selector_clash),
+    or that no rule can name it (its form); None when ``NAME:20%`` names it and only it."""
+    token = name.lower()
+    if not _USER_WORKLOAD.match(token):
+        return "nothing: a rule's WORKLOAD starts with a letter, a digit or _"
+    return selector_clash(name, backend_names)
 
 
 def _parse_rule(expression: str, names: set[str] | None, jobs: set[str] | None = None) -> Rule:

@@ -153,3 +153,76 @@ def test_under_xdist_each_workers_results_reach_the_report(user: pytest.Pytester
     assert sorted((e["params"]["backend"], e["params"]["workload"]) for e in entries) == [
         ("fakecrypt", "my-step"), ("fakecrypt", NAME), ("othercrypt", "my-step"), ("othercrypt", NAME)
     ]  # fmt: skip
+
+
+# a parametrized test and a name given in the call: what a gate rule can name (issue 27's follow-ups)
+NAMED_TESTS = """
+import time
+
+import pytest
+
+
+def work(path):
+    (path / "f").write_text("x")
+    time.sleep(0.02)  # steady beside a loaded machine's jitter
+
+
+@pytest.mark.parametrize("mode", ["wal", "delete"])
+def test_sqlite(encperf, mode):
+    assert encperf.time(work, sync=False, drop_caches=False).workload.name == f"test_sqlite[{mode}]"
+
+
+def test_named(encperf):
+    assert encperf.time(work, name="my-step", sync=False, drop_caches=False).workload.name == "my-step"
+"""
+
+
+@pytest.fixture
+def named(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    pytester.makepyfile(test_named=NAMED_TESTS)
+    pytester.makeconftest(CONFTEST)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    return pytester
+
+
+def test_a_rule_names_a_function_by_its_name_given_in_the_call_and_a_test_by_its_name(
+    named: pytest.Pytester,
+) -> None:
+    """A name given in the call (``name="my-step"``) is known only once the function ran: a rule
+    naming it is taken (before, the run refused it at the start as an unknown part), and checked at
+    the end. A test's name without parameters selects each parametrization (before, it selected
+    nothing, silently)."""
+    result = run(named, "--encperf-max-overhead=my-step:seconds:900%,test_sqlite:seconds:900%")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*fakecrypt*my-step*seconds*my-step:seconds:900%*"])
+    for mode in ("wal", "delete"):
+        result.stdout.fnmatch_lines([f"*fakecrypt*test_sqlite?{mode}?*seconds*test_sqlite:seconds:900%*"])
+
+
+def test_a_rule_that_named_nothing_measured_is_a_usage_error_at_the_end(named: pytest.Pytester) -> None:
+    result = run(named, "--encperf-max-overhead=my-stpe:seconds:900%")
+    result.assert_outcomes(passed=3)  # the tests ran: my-stpe could have been a name given in a call
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(
+        [
+            "*--encperf-max-overhead: unknown part 'my-stpe': not a backend, metric, workload or a job "
+            "section of --encperf-fio-job (none: --encperf-fio-job not given), nor a test, timed function or "
+            "test's own workload measured by this run (test_sqlite?wal?, test_sqlite?delete?, my-step)*"
+        ]
+    )
+
+
+def test_a_rule_naming_what_no_collected_test_can_measure_is_a_usage_error_at_once(
+    named: pytest.Pytester,
+) -> None:
+    named.makepyfile(test_named="def test_other():\n    pass\n")
+    result = run(named, "--encperf-fail=my-step:20%")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*--encperf-fail: unknown part 'my-step': *nor a test, timed function or test's own workload "
+            "collected (none)*"
+        ]
+    )
+    result.assert_outcomes()  # nothing ran

@@ -142,7 +142,7 @@ def test_gate_options_default_to_off() -> None:
     [
         ("autosave", "maybe", "bad switch value 'maybe'"),
         ("fail", "10", "[BACKEND:][WORKLOAD:][METRIC:]PERCENT%"),
-        ("max-overhead", "nosuch:5%", "unknown part 'nosuch'"),
+        ("max-overhead", "no such:5%", "unknown part 'no such'"),  # a well-formed name: checked later
         ("compare", "a b", "bad baseline 'a b'"),
         ("save", "a/b", "bad run name"),
     ],
