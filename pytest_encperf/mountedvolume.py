@@ -85,6 +85,7 @@ class MountedVolume:
             devices=self.devices,
             daemon_pids=self.daemon_pids,
             store_below=self.backend.store_below,
+            store_devices=tuple(device.name for device in self.backend.store_devices(self.volume)),
             caveats=self.caveats,
         )
 

@@ -171,11 +171,11 @@ class IoPlan:
     page cache is dropped before the round). A buffered read round drops the stream's cached
     pages at the start of each pass, so a pass does not read what the previous one cached (bar
     the few reads still in flight at the turn, in both engines); within a pass nothing is
-    dropped: a page the layer below read ahead for one I/O may serve a later one (that is the
-    stack's own behaviour; the report flags a read that beats plain this way, see
-    model.Result.cached_below). Random streams ask for no read-ahead on the
-    file they read (POSIX_FADV_RANDOM); sequential streams give no advice (the kernel's default
-    read-ahead, as any program gets it).
+    dropped: a page the layer below read ahead for one I/O may serve a later one (the report
+    flags a read that beats plain this way, see model.Result.cached_below). Random streams ask
+    for no read-ahead on the file they read (POSIX_FADV_RANDOM; a random read round carries it
+    to a stacked store on a loop device of ours, engines/readahead.py); sequential streams give
+    no advice (the kernel's default read-ahead, as any program gets it).
     """
 
     block_size: int

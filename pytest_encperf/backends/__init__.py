@@ -428,6 +428,17 @@ class BackendBase:
             volume.created.path(root / name)
         return root
 
+    def store_devices(self, volume: Volume) -> tuple[Path, ...]:
+        """The block devices of ours that hold the store a daemon reads through the page cache
+        below the volume (``store_below``): the container's loop device under the ext4 of a
+        stacked layer (``stack_root``). Empty elsewhere: a directory target's disk and a
+        partition are the user's, an image file (qemu-luks, dislocker) lies on the disk holding
+        the run's directory. A random read round limits their read-ahead (engines/readahead.py)."""
+        stacked = "root" in volume.state and volume.target.kind == "container"
+        if not self.store_below or not stacked or volume.device is None:
+            return ()
+        return (volume.device,)
+
     def describe(self, volume: Volume) -> dict[str, Any]:
         """What the volume is, for the saved run (tool versions, cipher, file system): every
         backend says it (``describe_target`` gives the file system part)."""

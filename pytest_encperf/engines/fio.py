@@ -27,9 +27,10 @@ from typing import Any
 
 from .. import children, host
 from ..model import LATENCY_TOTAL, Measurement
-from ..workloads import ROUND_DEFINITION, Workload, io_plan
+from ..workloads import Workload, io_plan
 from .native import NativeEngine, probe_io_mode
 from .observe import Observe, Observer, with_caveat
+from .readahead import limits_readahead, round_definition, store_readahead_limited
 from .uring import creatable
 
 # total-latency percentiles (--lat_percentiles=1); keys are formatted "%f"
@@ -309,25 +310,26 @@ class FioEngine:
             one_pass=one_pass,
             uring=uring,
         )
-        all_dropped = False
-        if mode != "direct":
-            # fio's invalidate=1 drops only the test file's own pages; a stacked file system's
-            # store (FUSE, dislocker, qemu) stays cached in the file system below and would
-            # serve every read from memory. Same drop as the native engine's buffered rounds.
-            all_dropped = host.drop_page_cache(path)
         caveats = []
-        if workload.is_read and mode != "direct" and not all_dropped:  # without root
-            caveats.append("cache-not-dropped")
         if buffered_depth_caveat(workload, mode == "direct", uring):
             caveats.append("buffered-depth-1")
-        return run_fio(
-            args,
-            what=" ".join(args),
-            direction=workload.direction,
-            runtime=runtime,
-            observe=observe,
-            version=self.version(),
-            round_definition=ROUND_DEFINITION,
-            io_mode=mode,
-            caveats=tuple(caveats),
-        )
+        below = observe.store_devices if limits_readahead(workload) else ()
+        with store_readahead_limited(below) as limited:  # before fio opens the file
+            if mode != "direct":
+                # fio's invalidate=1 drops only the test file's own pages; a stacked file system's
+                # store (FUSE, dislocker, qemu) stays cached in the file system below and would
+                # serve every read from memory. Same drop as the native engine's buffered rounds.
+                all_dropped = host.drop_page_cache(path)
+                if workload.is_read and not all_dropped:  # without root
+                    caveats.insert(0, "cache-not-dropped")
+            return run_fio(
+                args,
+                what=" ".join(args),
+                direction=workload.direction,
+                runtime=runtime,
+                observe=observe,
+                version=self.version(),
+                round_definition=round_definition(limited),
+                io_mode=mode,
+                caveats=tuple(caveats),
+            )

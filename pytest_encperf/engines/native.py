@@ -29,9 +29,10 @@ from pathlib import Path
 
 from .. import __version__, host
 from ..model import LATENCY_TOTAL, Measurement
-from ..workloads import ROUND_DEFINITION, SMALL_FILE_SIZES, IoPlan, MiB, Workload, io_plan
+from ..workloads import SMALL_FILE_SIZES, IoPlan, MiB, Workload, io_plan
 from . import TEST_FILE_NAME, aio, uring
 from .observe import Observe, Observer, busy_cpu_seconds, with_caveat
+from .readahead import limits_readahead, round_definition, store_readahead_limited
 
 __all__ = [
     "NativeEngine",
@@ -254,6 +255,16 @@ class NativeEngine:
             return run_job(workload, path, runtime=runtime, observe=observe)
         if workload.kind == "files":
             return self.run_files(workload, path.parent / SMALLFILES_DIR, runtime=runtime, observe=observe)
+        below = observe.store_devices if limits_readahead(workload) else ()
+        with store_readahead_limited(below) as limited:  # before the round opens the file
+            return self.run_block(
+                workload, path, runtime=runtime, direct=direct, observe=observe, limited=limited
+            )
+
+    def run_block(
+        self, workload: Workload, path: Path, *, runtime: float, direct: bool, observe: Observe, limited: bool
+    ) -> Measurement:
+        """One round of a block workload (``limited``: the store below reads ahead one page)."""
         mode = probe_io_mode(path) if direct else "buffered"
         truly_direct = mode == "direct"
         plan = io_plan(workload, path.stat().st_size, truly_direct)
@@ -377,7 +388,7 @@ class NativeEngine:
             lat_p99_us=percentile(merged, 0.99) / 1e3,
             lat_p999_us=percentile(merged, 0.999) / 1e3,
             latency=LATENCY_TOTAL,  # each I/O from its submission to its completion
-            round_definition=ROUND_DEFINITION,
+            round_definition=round_definition(limited),
             io_mode=mode,
             logical_read_bytes=ios * block if plan.is_read else 0,
             logical_write_bytes=0 if plan.is_read else ios * block,

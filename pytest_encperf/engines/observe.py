@@ -22,6 +22,9 @@ class Observe:
     # the data lives in a store read through the page cache below the volume (see
     # BackendBase.store_below): buffered read rounds then read at most one pass
     store_below: bool = False
+    # the block devices of ours that hold that store (a container's loop device): a random read
+    # round reads them with one page of read-ahead (engines/readahead.py)
+    store_devices: tuple[str, ...] = ()
     # model.CAVEATS keys that hold for every round on this volume (a loop device without
     # direct I/O below it); the engine adds the ones of a round (cache-not-dropped)
     caveats: tuple[str, ...] = ()
