@@ -134,6 +134,7 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
                 busy: dict[tuple[str, str], list[int]] = {}  # (busy rounds, rounds) of both sides
                 plain_values: dict[tuple[str, str], list[float]] = {}
                 modes: set[str] = set()
+                definitions: set[str] = set()  # a random read on a store below: its read-ahead limited
                 for repeat in range(args.repeats):
                     order = both if repeat % 2 == 0 else both[::-1]
                     for workload in workloads:
@@ -145,6 +146,7 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
                             ).run(workload)  # fmt: skip
                             result = results[0]
                             modes.update(result.io_modes)
+                            definitions.update(m.round_definition for m in result.rounds)
                             key = (workload.name, engine.name)
                             changes.setdefault(key, []).append(result.change_percent or 0.0)
                             flagged[key] = flagged.get(key, 0) + result.cached_below
@@ -158,7 +160,7 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
                 print(
                     f"\nplain vs {spec}, {args.size >> 20} MiB, {args.runtime:g} s rounds, {args.rounds} "
                     f"rounds per side, {args.repeats} repeats, engines alternating, "
-                    f"I/O mode {'/'.join(sorted(modes))}"
+                    f"I/O mode {'/'.join(sorted(modes))}, round definitions {', '.join(sorted(definitions))}"
                 )
                 print(
                     f"{'workload':22} {'fio overhead':>13} {'native overhead':>16} {'diff':>6}"
