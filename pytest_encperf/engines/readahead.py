@@ -15,7 +15,8 @@ container's loop device under the ext4 a stacked layer's store lives on) reads a
 each read of the store is still read whole, in one request, but nothing beyond it, as the advice
 gives plain. The kernel copies the setting into a file's read-ahead state when the file is opened
 (the daemon opens its store file when the round opens the test file), so it is set before the
-round opens the file and restored after the round has closed it.
+round opens the file and restored after the round has closed it. A run killed inside a round leaves
+the setting on its own loop device only, which the kernel sets afresh when it is attached again.
 """
 
 from __future__ import annotations

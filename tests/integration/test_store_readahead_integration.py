@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,3 +110,26 @@ def test_a_random_read_round_reads_the_gocryptfs_store_from_the_device_one_page_
     # runs on the machine may drop caches too: only the bound is asserted)
     assert after <= m.ios * 3 * PAGE
     assert m.physical_read_bytes is not None and m.physical_read_bytes >= 0.9 * m.bytes
+
+
+def test_a_setting_left_on_a_loop_device_of_a_killed_run_goes_with_the_device() -> None:
+    # a run killed inside a round leaves one page of read-ahead on its own loop device only: the
+    # kernel sets a loop device's read-ahead afresh when a file is attached to it again
+    backing = Path(host.run(["mktemp", f"{disk_dir()}/encperf-test-XXXXXX"]).strip())
+    try:
+        os.truncate(backing, 8 * MiB)
+        loop = host.attach_loop(backing)
+        setting = Path("/sys/block") / loop.name / "queue" / "read_ahead_kb"
+        default = setting.read_text().strip()
+        setting.write_text(f"{ROUND_READAHEAD_KB}\n")  # what the killed round left
+        assert host.detach_loop(loop.path, backing)
+        try:
+            host.run(["losetup", "--direct-io=on", str(loop.path), str(backing)])
+        except host.HostError:
+            pytest.skip(f"{loop.path} was taken by someone else before it could be attached again")
+        try:
+            assert setting.read_text().strip() == default != str(ROUND_READAHEAD_KB)
+        finally:
+            host.detach_loop(loop.path, backing)
+    finally:
+        backing.unlink()
