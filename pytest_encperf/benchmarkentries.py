@@ -21,6 +21,7 @@ round of both sides, storage.results_of).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,15 +57,34 @@ def unit_of(rounds: Sequence[Measurement]) -> str:
     return CALL_UNIT if rounds and all(m.engine == usertiming.ENGINE for m in rounds) else UNIT
 
 
+def _stat_values(rounds: Sequence[Measurement]) -> list[float | None]:
+    """Each round's value for the stats (seconds per GiB, or per call), None where it has none:
+    a round that moved nothing takes forever per GiB, which no mean or standard deviation takes
+    (Python's statistics.stdev raises AttributeError on an infinity)."""
+    per_call = unit_of(rounds) == CALL_UNIT
+    values = (m.seconds if per_call else m.seconds_per_gib for m in rounds)
+    return [value if math.isfinite(value) and value >= 0 else None for value in values]
+
+
 def seconds_per_gib_stats(rounds: Sequence[Measurement]) -> dict[str, Any]:
     """pytest-benchmark's stats of the rounds, in seconds per GiB moved ({} without rounds); a
-    timed function's in seconds per call (unit_of)."""
+    timed function's in seconds per call (unit_of). A round without a finite value (it moved
+    nothing) is left out of them; stats_left_out says which."""
     stats = Stats()
-    per_call = unit_of(rounds) == CALL_UNIT
-    for measurement in rounds:
-        stats.update(measurement.seconds if per_call else measurement.seconds_per_gib)
+    for value in _stat_values(rounds):
+        if value is not None:
+            stats.update(value)
     # "iterations" is what pytest-benchmark adds to Stats.as_dict(); its compare table needs it
     return {**stats.as_dict(), "iterations": 1, "data": list(stats.data)} if stats else {}
+
+
+def stats_left_out(rounds: Sequence[Measurement]) -> list[str]:
+    """The rounds seconds_per_gib_stats leaves out, each counted from 1 with why."""
+    return [
+        f"round {index} moved nothing: no time per GiB" if not m.bytes else f"round {index}: no finite time"
+        for index, (m, value) in enumerate(zip(rounds, _stat_values(rounds), strict=True), start=1)
+        if value is None
+    ]
 
 
 def plain_entry(result: Result) -> dict[str, Any] | None:
@@ -89,6 +109,7 @@ def plain_entry(result: Result) -> dict[str, Any] | None:
             "cpu_s_per_gib": result.median("cpu_s_per_gib", baseline=True),
             "latency": LATENCY_MEANING,
             "busy_rounds": sum(m.busy for m in result.baseline_rounds),
+            "stats_left_out": stats_left_out(result.baseline_rounds),
         },
     }
 

@@ -583,7 +583,9 @@ class MachineRun:
 
 
 def coefficient_of_variation(values: list[float]) -> float | None:
-    if len(values) < 2:
+    """stdev / mean; None with fewer than two values, or with one that is not finite (Python's
+    statistics.stdev raises AttributeError on an infinity)."""
+    if len(values) < 2 or not all(math.isfinite(value) for value in values):
         return None
     mean = statistics.fmean(values)
     return statistics.stdev(values) / mean if mean else None

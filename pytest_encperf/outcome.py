@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +109,30 @@ def did_not_finish(interrupted: str, stopped: str, planned: int, ran: int, lost_
     if lost_workers:
         return f"the results of {lost_workers} xdist worker(s) are missing"
     return ""
+
+
+def unexpected_error(exc: BaseException) -> str:
+    """An exception nobody caught, for the verdict's errors: its type and message, then where it
+    came from, each frame of its traceback as ``file:line function`` (outermost first; encperf's
+    files from the package, an installed library's from its package, the standard library's by
+    name), so a report of it says which line raised without a rerun."""
+    frames = " > ".join(
+        f"{_short_path(frame.filename)}:{frame.lineno} {frame.name}"
+        for frame in traceback.extract_tb(exc.__traceback__)
+    )
+    return f"{type(exc).__name__}: {exc}" + (f" (traceback: {frames})" if frames else "")
+
+
+def _short_path(filename: str) -> str:
+    """``pytest_encperf/gate/checks.py``, ``pytest_benchmark/stats.py``, ``statistics.py``."""
+    path = Path(filename)
+    for marker in ("site-packages", "dist-packages"):
+        if marker in path.parts:
+            return "/".join(path.parts[path.parts.index(marker) + 1 :])
+    package = Path(__file__).parent
+    if path.is_relative_to(package):
+        return str(Path(package.name) / path.relative_to(package))
+    return path.name
 
 
 class Outcome:
@@ -227,8 +252,8 @@ class Outcome:
         of the run); whether the gate failed. Never raises: what went wrong is the verdict's error."""
         try:
             self.verdicts = self._judge(merged_machine_runs(), machine_info_and_id, rankings, incomplete)
-        except Exception as exc:  # never a traceback at the end of a run: say what went wrong
-            self.verdicts = {"": Verdict(errors=[f"{type(exc).__name__}: {exc}"])}
+        except Exception as exc:  # never a traceback at the end of a run: say what went wrong, and where
+            self.verdicts = {"": Verdict(errors=[unexpected_error(exc)])}
         self.verdict = next(iter(self.verdicts.values())) if len(self.verdicts) == 1 else None
         return any(v.failed for v in self.verdicts.values())
 

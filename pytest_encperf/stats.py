@@ -353,14 +353,15 @@ class MeanInterval:
 
 
 def mean_interval(values: Sequence[float], confidence: float = 0.95) -> MeanInterval | None:
-    """The mean of ``values`` with its two-sided t interval on n - 1 df; None for fewer than two.
+    """The mean of ``values`` with its two-sided t interval on n - 1 df; None for fewer than two,
+    or when one is not finite.
 
     For the log ratios of A B B A pairs over whole blocks, the mean cancels a linear drift of the
     machine and a constant order effect (each favours the side run second, which alternates),
     where a median need not; their alternation widens the spread, so the interval stays honest.
     """
     n = len(values)
-    if n < 2:
+    if n < 2 or not all(math.isfinite(value) for value in values):  # stdev raises on an infinity
         return None
     mean = statistics.fmean(values)
     half = t_ppf(1 - (1 - confidence) / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)

@@ -151,6 +151,8 @@ def benchmark_entry(result: Result) -> dict[str, Any]:
             "cached_below": result.cached_below,
             # rounds of both sides during which others kept the machine busy (Measurement.busy)
             "busy_rounds": result.busy_rounds,
+            # rounds left out of "stats" (a round that moved nothing has no time per GiB)
+            "stats_left_out": benchmarkentries.stats_left_out(result.rounds),
             "device_per_logical": {
                 "volume": result.device_per_logical().to_dict(),
                 "plain": result.device_per_logical(baseline=True).to_dict(),
