@@ -35,7 +35,17 @@ CAVEATS = {
     "dropped, not the page cache below it (/proc/sys/vm/drop_caches needs root)",
     "buffered-depth-1": "a buffered round at queue depth 1: the kernel refused io_uring "
     "(kernel.io_uring_disabled), so fio could not keep the workload's I/Os in flight",
+    "moved-nothing": "the engine completed no I/O in the round, in every one of its attempts "
+    "(rounds.EMPTY_ROUND_ATTEMPTS): kept as measured, a round of 0 MB/s has no time per GiB and no "
+    "ratio to plain, so the gate decides no check from its cell (invalid) and the saved stats leave it out",
+    "measured-again": "the engine's first attempt at the round completed no I/O; the round is a "
+    "later attempt, which did (rounds.EMPTY_ROUND_ATTEMPTS)",
 }
+# Caveats that say how a round came about, not what it measured: two runs' cells are compared
+# across them (gate.cells.Cell.setup); every other caveat must match.
+HOW_MEASURED_CAVEATS = frozenset({"measured-again"})
+# What a timed function's rounds (usertiming) say ran them: they move no bytes of their own.
+TIMED_FUNCTION_ENGINE = "python"
 
 # What a round's latency percentiles measure (``latency`` of each round; "" in runs saved before
 # it was recorded, when fio's figures were completion latency, clat).
@@ -95,6 +105,15 @@ class Measurement:
     # freshly made ones, the plain side's likewise); None: one volume, or saved before it was
     # recorded. A reference's blocks give its own between-volume spread (verdict.volume_groups)
     volume_block: int | None = None
+    # How many times the round was run: one that moved nothing is run again (rounds.RoundMeter)
+    attempts: int = 1
+
+    @property
+    def moved_nothing(self) -> bool:
+        """A round of I/O that completed none (no bytes, no I/Os): not a measurement of the
+        storage, whose I/Os, however slow, an engine waits for and counts. A timed function's
+        round moves no bytes of its own and never counts as empty."""
+        return self.bytes <= 0 and self.ios <= 0 and self.engine != TIMED_FUNCTION_ENGINE
 
     @property
     def cached(self) -> bool | None:

@@ -22,11 +22,11 @@ from typing import Any, NoReturn
 from . import host, trust
 from .engines.observe import Observe, Observer, with_caveat
 from .gate.rules import selects_name
-from .model import Measurement
+from .model import TIMED_FUNCTION_ENGINE, Measurement
 from .workloads import TASK_MODE, TASK_NAMES, Workload
 
 USER_DIR = "encperf-time"  # under each side's data directory, removed after the rounds
-ENGINE = "python"  # what a user round's Measurement says ran it
+ENGINE = TIMED_FUNCTION_ENGINE  # what a user round's Measurement says ran it
 STEP_TIMEOUT = 3600.0
 NEEDS_PLAIN = (
     "encperf.time needs the plain volume beside the volume to run the function on both sides in "

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
 
-from ..model import BASELINE, Measurement, Result, io_mode_problem, round_ratios
+from ..model import BASELINE, HOW_MEASURED_CAVEATS, Measurement, Result, io_mode_problem, round_ratios
 from ..workloads import MiB, Workload
 from .rules import Metric
 
@@ -64,10 +64,11 @@ class Cell:
     def setup(self, metric: Metric) -> dict[str, str]:
         """What has to match for two cells to be compared on ``metric``."""
         rounds = [*self.rounds, *(self.baseline_rounds if metric.paired and not self.plain else ())]
+        caveats = {c for m in rounds for c in m.caveats} - HOW_MEASURED_CAVEATS  # what they measured
         setup = {
             "engine": "/".join(sorted({m.engine for m in rounds})) or "-",
             "I/O mode": "/".join(sorted({m.io_mode for m in rounds})) or "-",
-            "caveats": "/".join(sorted({c for m in rounds for c in m.caveats})) or "none",
+            "caveats": "/".join(sorted(caveats)) or "none",
             **_workload_fields(self.workload),
         }
         if self.workload.kind == "block":  # what a round of the workload does (workloads.io_plan)

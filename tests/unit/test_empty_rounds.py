@@ -1,6 +1,6 @@
 """A round that moved nothing (0 bytes in its window) and statistics on values that are zero or not
-finite: the run is still saved and judged, each check of such a cell says why it decided nothing, and
-an error nobody expected names where it came from."""
+finite: the run is still saved and judged, each check of such a cell says why it decided nothing, a
+round is run again before it is kept as empty, and an error nobody expected names where it came from."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from pytest_encperf.gate import judge, parse_rules
 from pytest_encperf.model import MachineRun, Measurement, Result, RunData, coefficient_of_variation
 from pytest_encperf.outcome import Outcome, unexpected_error
 from pytest_encperf.report import detail_table, markdown_report, summary_table
+from pytest_encperf.rounds import EMPTY_ROUND_ATTEMPTS, PairedRounds, RoundMeter, measure_rounds
 from pytest_encperf.settings import resolve
+from pytest_encperf.usertiming import ENGINE as TIMED_ENGINE
 from pytest_encperf.workloads import CDM
 
 RANDOM_WRITE = next(w for w in CDM if w.name == "RND4K-Q32T1-write")
@@ -156,6 +158,69 @@ def test_statistics_on_values_that_are_not_finite_give_no_number_instead_of_rais
     assert seconds_per_gib_stats([measurement(10.0), measurement(12.0, seconds=bad)])["rounds"] == (
         1 if not math.isfinite(bad) else 2
     )
+
+
+# ----------------------------------------------------------------------------- a round that moved nothing
+
+
+class Rounds:
+    """A side whose rounds move ``values`` MB/s in turn (0: nothing); counts them."""
+
+    def __init__(self, *values: float, engine: str = "fio") -> None:
+        self.values, self.engine, self.calls = list(values), engine, 0
+
+    def __call__(self, runtime: float = 1.5) -> Measurement:
+        value = self.values[min(self.calls, len(self.values) - 1)]
+        self.calls += 1
+        return measurement(value, engine=self.engine)
+
+
+def test_a_round_that_moved_nothing_is_run_again_and_the_round_kept_says_so() -> None:
+    side = Rounds(0.0, 12.0)
+    kept = RoundMeter().measure(side)
+    assert side.calls == 2
+    assert (kept.bytes > 0, kept.attempts, kept.caveats) == (True, 2, ("measured-again",))
+
+
+def test_a_round_that_moves_nothing_every_time_is_kept_as_measured_with_a_caveat() -> None:
+    side = Rounds(0.0)
+    kept = RoundMeter().measure(side)
+    assert side.calls == EMPTY_ROUND_ATTEMPTS
+    assert (kept.bytes, kept.attempts, kept.caveats) == (0, EMPTY_ROUND_ATTEMPTS, ("moved-nothing",))
+
+
+def test_a_round_that_moved_something_and_a_timed_function_are_run_once() -> None:
+    """A timed function (encperf.time) moves no bytes of its own: its round is never empty."""
+    for side in (Rounds(12.0), Rounds(0.0, engine=TIMED_ENGINE)):
+        kept = RoundMeter().measure(side)
+        assert (side.calls, kept.attempts, kept.caveats) == (1, 1, ())
+
+
+def test_the_paired_rounds_of_any_engine_run_an_empty_round_again_on_its_own_side() -> None:
+    """The measuring loop (rounds.measure_rounds) runs every round through RoundMeter, so the fio
+    and the native engine alike: the backend's empty round is run again, plain's rounds are not."""
+    plain, backend = Rounds(200.0), Rounds(10.0, 0.0, 10.0)
+    measured = measure_rounds(
+        Result("gocryptfs", RANDOM_WRITE), PairedRounds(plain, backend), runtime=1.5, rounds=4
+    )
+    assert (plain.calls, backend.calls) == (4, 5)
+    assert all(m.bytes > 0 for m in measured.rounds)
+    assert [m.attempts for m in measured.rounds] == [1, 2, 1, 1]
+    assert measured.caveats == {"measured-again": (1, 0)}
+
+
+def test_a_round_measured_again_keeps_its_cell_comparable_with_a_saved_one() -> None:
+    """How a round came about is no difference in what it measured (model.HOW_MEASURED_CAVEATS); a
+    cell kept with an empty round differs from one without."""
+    again = result(steady())
+    again.rounds[2] = measurement(10.0, 1, attempts=2, caveats=("measured-again",))
+    verdict = judge(RunData("now", (again,)), RunData("ref", (result(steady()),)), parse_rules("10%"))
+    assert {c.status for c in verdict.checks if c.backend == "gocryptfs"} != {"not comparable"}
+    empty = result(with_empty_round())
+    empty.rounds[3] = measurement(0.0, 2, caveats=("moved-nothing",))
+    verdict = judge(RunData("now", (empty,)), RunData("ref", (result(steady()),)), parse_rules("10%"))
+    (check,) = [c for c in verdict.checks if c.backend == "gocryptfs"]
+    assert check.status == "not comparable" and "moved-nothing" in check.reason
 
 
 # ----------------------------------------------------------------------------- an error nobody expected
