@@ -110,10 +110,10 @@ class Measurement:
 
     @property
     def moved_nothing(self) -> bool:
-        """A round of I/O that completed none (no bytes, no I/Os): not a measurement of the
-        storage, whose I/Os, however slow, an engine waits for and counts. A timed function's
-        round moves no bytes of its own and never counts as empty."""
-        return self.bytes <= 0 and self.ios <= 0 and self.engine != TIMED_FUNCTION_ENGINE
+        """A round that moved no bytes: not a measurement of the storage, whose I/Os, however
+        slow, an engine waits for and counts. A timed function's round moves no bytes of its own
+        and never counts as empty."""
+        return self.bytes <= 0 and self.engine != TIMED_FUNCTION_ENGINE
 
     @property
     def cached(self) -> bool | None:

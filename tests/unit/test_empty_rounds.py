@@ -196,6 +196,11 @@ def test_a_round_that_moved_something_and_a_timed_function_are_run_once() -> Non
         assert (side.calls, kept.attempts, kept.caveats) == (1, 1, ())
 
 
+def test_a_round_of_no_bytes_is_empty_whatever_ios_it_counted() -> None:
+    assert measurement(0.0, ios=3).moved_nothing and measurement(0.0).moved_nothing
+    assert not measurement(0.0, engine=TIMED_ENGINE).moved_nothing and not measurement(0.001).moved_nothing
+
+
 def test_the_paired_rounds_of_any_engine_run_an_empty_round_again_on_its_own_side() -> None:
     """The measuring loop (rounds.measure_rounds) runs every round through RoundMeter, so the fio
     and the native engine alike: the backend's empty round is run again, plain's rounds are not."""
