@@ -82,10 +82,12 @@ def test_a_run_with_a_round_that_moved_nothing_is_saved_and_its_stats_leave_the_
     """The crash of a saving run on a busy machine: pytest-benchmark's stats of the rounds' seconds
     per GiB took the empty round's infinity, and statistics.stdev raised AttributeError ('float'
     object has no attribute 'numerator') while the document was built, before anything was saved."""
-    out = outcome(tmp_path, save="gate-bars")
+    reports = {kind: str(tmp_path / f"report.{kind}") for kind in ("json", "markdown", "html")}
+    out = outcome(tmp_path, save="gate-bars", **reports)
     assert finish(out, machine_run(with_empty_round())) is False
     assert out.verdict is not None and out.verdict.errors == []
     assert out.verdict.saved is not None
+    assert all(Path(path).stat().st_size for path in reports.values())  # every report written
     doc = json.loads(Path(out.verdict.saved).read_text())
     json.dumps(doc, allow_nan=False)  # strict JSON: no Infinity anywhere
     (entry,) = [e for e in doc["benchmarks"] if e["params"]["backend"] == "gocryptfs"]
