@@ -9,7 +9,9 @@ Benchmarks give few rounds (3 to 20), so the tests here are exact where that mat
   differences) with the distribution-free interval that inverts the same test;
 - a family of checks is corrected with Holm's step-down procedure;
 - a value is compared with a history of run medians through Student's t prediction interval;
-- the mean of paired log ratios gets Student's t confidence interval (mean_interval).
+- the mean of paired log ratios gets Student's t confidence interval (mean_interval);
+- the power of a t test (the change a check detects) comes from the noncentral t
+  (noncentral_t_sf, noncentrality_for), which counts that the standard error is estimated too.
 """
 
 from __future__ import annotations
@@ -287,6 +289,65 @@ def t_ppf(q: float, df: float) -> float:
             low = middle
         else:
             high = middle
+    return (low + high) / 2
+
+
+# Simpson's rule over S = sqrt(chi2_df / df): this many intervals over +-12 of its (approximate)
+# standard deviations, 1 / sqrt(2 df), around 1: the noncentral t's tail to about 1e-5 (1e-7 above 1 df)
+_CHI_INTERVALS = 400
+
+
+@cache
+def _scaled_chi(df: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Nodes and weights (Simpson's rule times the density) over which E[g(S)] is a sum, for
+    S = sqrt(chi2_df / df), the standard error's ratio to its true value in a t statistic."""
+    spread = 12 / math.sqrt(2 * df)
+    low, high = max(0.0, 1 - spread), 1 + spread + (8 / df if df < 8 else 0.0)
+    step = (high - low) / _CHI_INTERVALS
+    log_front = math.log(2) + df / 2 * math.log(df / 2) - math.lgamma(df / 2)
+    nodes, weights = [], []
+    for index in range(_CHI_INTERVALS + 1):
+        s = low + index * step
+        if s > 0:
+            density = math.exp(log_front + (df - 1) * math.log(s) - df * s * s / 2)
+        else:  # s^(df - 1) at 0: 1 for df = 1 (the half-normal), 0 above
+            density = math.exp(log_front) if df == 1 else 0.0
+        simpson = 1 if index in (0, _CHI_INTERVALS) else 4 if index % 2 else 2
+        nodes.append(s)
+        weights.append(simpson * step / 3 * density)
+    total = sum(weights)  # the density's mass over the range (1 up to the rule's error)
+    return tuple(nodes), tuple(w / total for w in weights)
+
+
+def noncentral_t_sf(t: float, df: float, delta: float) -> float:
+    """P(T > t) for the noncentral t with ``df`` degrees of freedom and noncentrality ``delta``:
+    T = (Z + delta) / S, S = sqrt(chi2_df / df), so P(T > t) = E[Phi(delta - t S)] (numerical
+    integration over S; delta 0 gives t_sf)."""
+    nodes, weights = _scaled_chi(df)
+    return min(1.0, sum(w * _normal_sf(t * s - delta) for s, w in zip(nodes, weights, strict=True)))
+
+
+@cache
+def noncentrality_for(critical: float, df: float, power: float) -> float:
+    """The noncentrality at which a noncentral t on ``df`` degrees of freedom exceeds ``critical``
+    with probability ``power``: a test that rejects beyond ``critical`` then has that power
+    against a true change of this many standard errors (the standard error itself estimated on
+    ``df`` degrees of freedom, which the sum of two t quantiles leaves out; cached)."""
+    if not 0 < power < 1:
+        raise ValueError(f"power must be in (0, 1), got {power}")
+    low, high = critical + _normal_ppf(power) - 1, critical + _normal_ppf(power) + 1
+    while noncentral_t_sf(critical, df, low) > power:
+        low -= 2 * (high - low)
+    while noncentral_t_sf(critical, df, high) < power:
+        high += 2 * (high - low)
+    for _ in range(100):
+        middle = (low + high) / 2
+        if noncentral_t_sf(critical, df, middle) < power:
+            low = middle
+        else:
+            high = middle
+        if high - low < 1e-9 * max(1.0, high):
+            break
     return (low + high) / 2
 
 

@@ -220,8 +220,12 @@ def p_pass(worse: float, tau: float, se: float, df: int) -> float:
 
 def resolution(se: float, df: int, level: float) -> float:
     """How far beyond a boundary a true change must lie to be shown beyond it (at ``level``,
-    one-sided) in DETECT_POWER of runs: (t(1 - level) + t(DETECT_POWER)) x se."""
-    return (stats.t_ppf(1 - level, df) + stats.t_ppf(DETECT_POWER, df)) * se
+    one-sided) in DETECT_POWER of runs: the noncentrality at which a noncentral t on ``df``
+    exceeds t(1 - level) in that share of runs, x se. The sum t(1 - level) + t(DETECT_POWER) that
+    it replaces leaves out that the standard error is itself estimated: on few degrees of freedom
+    (a reference's volume blocks) it overstated the power (4 df: 10.6 se where 12.8 are needed)."""
+    critical = stats.t_ppf(1 - level, df)
+    return stats.noncentrality_for(critical, df, DETECT_POWER) * se
 
 
 def detectable_percent(tau: float, se: float, df: int, level: float, higher_is_better: bool) -> float:

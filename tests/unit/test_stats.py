@@ -17,6 +17,8 @@ from pytest_encperf.stats import (
     mann_whitney_u,
     median,
     min_p_value,
+    noncentral_t_sf,
+    noncentrality_for,
     predict,
     shift_interval,
     t_ppf,
@@ -177,6 +179,47 @@ def test_t_sf_matches_scipy(t: float, df: int, expected: float) -> None:
 @pytest.mark.parametrize(("q", "df", "expected"), T_PPF)
 def test_t_ppf_matches_scipy(q: float, df: int, expected: float) -> None:
     assert t_ppf(q, df) == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize(("t", "df"), [(2.0, 5), (-1.3, 3), (12.9, 2), (3.2, 16), (6.0, 1), (0.5, 1000)])
+def test_the_noncentral_t_without_noncentrality_is_students_t(t: float, df: int) -> None:
+    assert noncentral_t_sf(t, df, 0.0) == pytest.approx(t_sf(t, df), abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("t", "df", "delta"), [(3.0, 1, 4.0), (10.0, 2, 14.0), (9.0, 4, 12.0), (-1.0, 3, 0.5)]
+)
+def test_the_noncentral_t_is_the_distribution_of_a_shifted_normal_over_an_estimated_sd(
+    t: float, df: int, delta: float
+) -> None:
+    """(Z + delta) / sqrt(chi2_df / df), drawn: 40,000 draws, binomial sd of the share <= 0.0025."""
+    rng = random.Random(7)
+    draws = 40_000
+    above = sum(
+        (rng.gauss(0, 1) + delta) / math.sqrt(sum(rng.gauss(0, 1) ** 2 for _ in range(df)) / df) > t
+        for _ in range(draws)
+    )
+    assert noncentral_t_sf(t, df, delta) == pytest.approx(above / draws, abs=0.01)
+
+
+def test_the_noncentral_t_of_many_degrees_of_freedom_is_the_shifted_normal() -> None:
+    assert noncentral_t_sf(3.0, 1000, 4.0) == pytest.approx(
+        0.5 * math.erfc((3.0 - 4.0) / math.sqrt(2)), abs=2e-3
+    )
+
+
+@pytest.mark.parametrize("df", [1, 2, 4, 9, 30, 1000])
+def test_the_noncentrality_for_a_power_reaches_it_and_exceeds_the_sum_of_two_t_quantiles(df: int) -> None:
+    critical = t_ppf(1 - 0.01 / 24, df)
+    needed = noncentrality_for(critical, df, 0.9)
+    assert noncentral_t_sf(critical, df, needed) == pytest.approx(0.9, abs=1e-6)
+    # the sum of quantiles leaves out that the standard error is estimated: it asks for too little
+    # on few degrees of freedom (4 df: 10.6 where 12.8 are needed), about the same on many
+    assert needed > critical + t_ppf(0.9, df) - 0.01
+    if df <= 4:
+        assert needed > 1.15 * (critical + t_ppf(0.9, df))
+    if df >= 1000:
+        assert needed == pytest.approx(critical + t_ppf(0.9, df), rel=0.01)
 
 
 def test_prediction_against_a_history() -> None:
