@@ -202,7 +202,7 @@ def measure_rounds(
             result, pairs, runtime, steady_cv, precision, steady_budget, steady_clock
         )
     if gate is not None and budget is not None:
-        result.stop_reason = _confirm(result, pairs, runtime, gate, budget)
+        result.stop_reason = confirm(result, pairs, runtime, gate, budget)
     return result
 
 
@@ -289,10 +289,11 @@ def _reached(result: Result) -> str:
     return f" (±{interval.half_width:.1f})" if interval is not None else ""
 
 
-def _confirm(
+def confirm(
     result: Result, pairs: PairedRounds, runtime: float, gate: Confirmer, budget: ConfirmBudget
 ) -> str:
-    """More pairs while a check of this workload is undecided; says how the rounds were decided."""
+    """More pairs (whole A B B A blocks, measured by ``pairs``) while a check of this workload is
+    undecided; says how the rounds were decided (``result.stop_reason`` and what was added)."""
     measured = result.stop_reason
     while True:
         added = result.confirm_rounds

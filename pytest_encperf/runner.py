@@ -27,6 +27,7 @@ from .rounds import (
     QuietAgain,
     RoundMeter,
     Side,
+    confirm,
     measure_rounds,
     whole_blocks,
 )
@@ -185,6 +186,7 @@ class Runner:
                         meter=self._round_meter(self.volume, baseline),
                     ),
                     self.volume_plan,
+                    with_confirmation=not self.spread_over_volumes,  # fresh volumes: after them all
                 )
             if self.spread_over_volumes:
                 self._on_fresh_volumes(result, lambda mounted, path: on(mounted, path, mounted.observe()))
@@ -215,20 +217,27 @@ class Runner:
         return QuietAgain(wait, self.quiet_wait)
 
     def _on_fresh_volumes(self, result: Result, on: Callable[[MountedVolume, Path], Side]) -> None:
-        """--encperf-volumes N: after this pair's rounds (block 0), the same number of rounds in
-        whole A B B A blocks, after the warm-up, on each of N-1 fresh volume pairs (blocks 1..N-1);
-        every round records its block (Measurement.volume_block), so a saved run carries its own
-        between-volume spread (verdict.volume_groups). The rounds of a block are of one pair."""
+        """--encperf-volumes N: after this pair's rounds (block 0), each of N-1 fresh volume pairs
+        (blocks 1..N-1) measures its share with the same round settings as this pair: its own
+        warm-up, the counted rounds in whole A B B A blocks, busy blocks again after quiet, steady
+        state and precision on its own rounds (each pair with its own steady budget). Every round
+        records its block (Measurement.volume_block), so a saved run carries its own between-volume
+        spread (verdict.volume_groups). Confirmation comes last, once, on all blocks' rounds (what
+        the gate judges), its blocks on the last pair. The rounds of a block are of one pair."""
         assert self.fresh_pair is not None
         plan = self.volume_plan
 
         def tagged(rounds: list[Measurement], block: int) -> list[Measurement]:
             return [dataclasses.replace(m, volume_block=block) for m in rounds]
 
+        def of_block(side: Side, block: int) -> Side:
+            return lambda runtime: dataclasses.replace(side(runtime), volume_block=block)
+
         result.rounds[:], result.baseline_rounds[:] = (
             tagged(result.rounds, 0),
             tagged(result.baseline_rounds, 0),
         )
+        reasons: list[str] = []
         for block in range(1, self.volumes):
             plain, volume = self.fresh_pair(block)  # made beside no measurement (Volumes.open)
             with self.between_measurements() as waited_to_prepare:
@@ -237,20 +246,36 @@ class Runner:
             measured = Result(backend=result.backend, workload=result.workload)
             with self.lock() as waited:
                 pairs = PairedRounds(
-                    on(plain, plain_file), on(volume, volume_file), meter=self._round_meter(volume, plain)
+                    of_block(on(plain, plain_file), block),
+                    of_block(on(volume, volume_file), block),
+                    meter=self._round_meter(volume, plain),
                 )
-                measure_rounds(
-                    measured, pairs, runtime=plan.runtime, rounds=plan.rounds, warmup=plan.warmup,
-                    warmup_runtime=plan.warmup_runtime, quiet_again=self._quiet_again(pairs),
-                )  # fmt: skip
+                self._wait_for_quiet(measured, volume, plain)
+                self._measure_rounds(measured, pairs, plan, with_confirmation=False)
+                result.rounds += measured.rounds
+                result.baseline_rounds += measured.baseline_rounds
+                result.quiet_wait += measured.quiet_wait
+                result.busy_remeasured += measured.busy_remeasured
+                reasons.append(measured.stop_reason)
+                if block == self.volumes - 1:
+                    result.stop_reason += fresh_volumes_reason(reasons)
+                    if self.gate is not None and self.confirm_budget is not None:
+                        result.stop_reason = confirm(
+                            result, pairs, plan.runtime, self.gate, self.confirm_budget
+                        )
             result.lock_wait += waited_to_prepare + waited
-            result.rounds += tagged(measured.rounds, block)
-            result.baseline_rounds += tagged(measured.baseline_rounds, block)
-        result.stop_reason += f"; {plan.rounds} rounds on each of {self.volumes - 1} more fresh volume pairs"
 
-    def _measure_rounds(self, result: Result, pair: PairedRounds, plan: RoundPlan | None = None) -> None:
+    def _measure_rounds(
+        self,
+        result: Result,
+        pair: PairedRounds,
+        plan: RoundPlan | None = None,
+        *,
+        with_confirmation: bool = True,
+    ) -> None:
         """The paired rounds of ``result`` with this runner's round settings (block, files and
-        task workloads alike); ``plan``: another plan than the run's (a volume pair's share)."""
+        task workloads alike); ``plan``: another plan than the run's (a volume pair's share);
+        ``with_confirmation``: False leaves the confirmation rounds to the caller (fresh volumes)."""
         plan = plan or self.plan
         measure_rounds(
             result,
@@ -261,7 +286,7 @@ class Runner:
             warmup_runtime=plan.warmup_runtime,
             steady_cv=self.steady_cv,
             steady_budget=self.steady_budget,
-            gate=self.gate,
+            gate=self.gate if with_confirmation else None,
             budget=self.confirm_budget,
             precision=self.precision,
             quiet_again=self._quiet_again(pair),
@@ -403,6 +428,14 @@ class Runner:
         result.stop_reason = f"{self.plan.rounds} rounds (partition: no confirmation rounds)"
         self.record(result)
         return result
+
+
+def fresh_volumes_reason(reasons: list[str]) -> str:
+    """What the stop reason adds for the fresh volume pairs, given each pair's own: one phrase
+    when they agree ("; 4 rounds on each of 2 more fresh volume pairs"), else each pair's."""
+    if len(set(reasons)) == 1:
+        return f"; {reasons[0]} on each of {len(reasons)} more fresh volume pairs"
+    return "".join(f"; fresh volume pair {block}: {reason}" for block, reason in enumerate(reasons, 1))
 
 
 def rounds_per_volume(rounds: int, volumes: int) -> int:

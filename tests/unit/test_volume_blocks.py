@@ -18,6 +18,7 @@ from pytest_encperf.gate import PASS, UNDECIDED, judge, parse_rules
 from pytest_encperf.model import Measurement, Result, RunData
 from pytest_encperf.mountedvolume import MountedVolume
 from pytest_encperf.roundplan import RoundPlan
+from pytest_encperf.rounds import ConfirmBudget
 from pytest_encperf.runner import Runner, rounds_per_volume
 from pytest_encperf.settings import resolve
 from pytest_encperf.workloads import CDM, MiB, Workload
@@ -214,3 +215,56 @@ def test_a_fio_job_is_spread_over_the_volumes_and_a_timed_function_stays_on_one(
         (tmp_path / directory).mkdir()
     timed = volumes_runner().time(lambda path: None, name="noop", sync=False, drop_caches=False)
     assert len(timed.rounds) == 4 and {m.volume_block for m in timed.rounds} == {None}
+
+
+class AskingGate:
+    """Asks for more pairs until the workload has ``wanted`` pairs; remembers each question's blocks."""
+
+    def __init__(self, wanted: int) -> None:
+        self.wanted = wanted
+        self.asked: list[list[int | None]] = []
+
+    def pending(self, result: Result, extra_possible: int) -> tuple[bool, str]:
+        self.asked.append([m.volume_block for m in result.rounds])
+        more = len(result.rounds) < self.wanted
+        return more, "undecided" if more else ""
+
+
+def test_each_fresh_volume_pair_gets_the_round_settings_and_confirmation_comes_after_all(
+    tmp_path: Path,
+) -> None:
+    def fresh_pair(block: int) -> tuple[MountedVolume, MountedVolume]:
+        return mounted(tmp_path, f"plain{block}"), mounted(tmp_path, f"vol{block}")
+
+    gate = AskingGate(wanted=12 + 4)
+    runner = Runner(
+        FakeEngine(), mounted(tmp_path, "vol"), mounted(tmp_path, "base"), RoundPlan(MiB, 0.01, 10, 0),
+        lambda result: None, volumes=3, fresh_pair=fresh_pair, precision=1.0, gate=gate,
+        confirm_budget=ConfirmBudget(60.0),
+    )  # fmt: skip
+    result = runner.run(WORKLOAD)
+    # precision (at least PRECISION_MIN_PAIRS = 4 pairs) held on every pair, not only the session's
+    # ... and the gate asked first once every block was measured, about all of them
+    assert gate.asked[0] == [0] * 4 + [1] * 4 + [2] * 4
+    # confirmation's whole A B B A blocks ran on the last pair, tagged with its block
+    assert [m.volume_block for m in result.rounds] == [0] * 4 + [1] * 4 + [2] * 8
+    assert [m.pair_position for m in result.baseline_rounds[-4:]] == [1, 2, 1, 2]
+    assert result.confirm_rounds == 4
+    assert result.stop_reason == (
+        "4 rounds, within ±1 (±0.0); 4 rounds, within ±1 (±0.0) on each of 2 more fresh volume pairs"
+        " + 4 to confirm, decided"
+    )
+
+
+def test_a_fresh_volume_pair_keeps_adding_blocks_until_its_own_rounds_are_precise(tmp_path: Path) -> None:
+    def fresh_pair(block: int) -> tuple[MountedVolume, MountedVolume]:
+        return mounted(tmp_path, f"plain{block}"), mounted(tmp_path, f"vol{block}")
+
+    runner = Runner(
+        FakeEngine(), mounted(tmp_path, "vol"), mounted(tmp_path, "base"), RoundPlan(MiB, 0.01, 10, 0),
+        lambda result: None, volumes=5, fresh_pair=fresh_pair, precision=1.0,
+    )  # fmt: skip
+    result = runner.run(WORKLOAD)
+    # 10 rounds over 5 pairs are 2 each; precision needs 4 pairs on each pair's own rounds
+    assert [m.volume_block for m in result.rounds] == [b for b in range(5) for _ in range(4)]
+    assert "on each of 4 more fresh volume pairs" in result.stop_reason
