@@ -325,18 +325,8 @@ class Result:
 
     @property
     def order_problem(self) -> str | None:
-        """Why the paired rounds are not whole A B B A blocks (as many pairs with plain first as
-        with the backend first); None when they are, or when the order was not recorded."""
-        positions = [m.pair_position for m in self.baseline_rounds]
-        if self.before_after or not positions or None in positions:
-            return None
-        plain_first = positions.count(1)
-        if plain_first * 2 == len(positions):
-            return None
-        return (
-            f"{plain_first} pairs with plain first and {len(positions) - plain_first} with the backend "
-            "first: not whole A B B A blocks, so an order effect does not cancel"
-        )
+        """Why the paired rounds are not whole A B B A blocks (pair_order_problem)."""
+        return None if self.before_after else pair_order_problem(self.baseline_rounds)
 
     @property
     def change_percent(self) -> float | None:
@@ -474,6 +464,22 @@ def io_mode_problem(rounds: Sequence[Measurement], baseline_rounds: Sequence[Mea
     if rounds and baseline_rounds and len({*mine, *plain}) > 1:
         return f"I/O mode {'/'.join(mine)} vs plain {'/'.join(plain)}"
     return None
+
+
+def pair_order_problem(plain_rounds: Sequence[Measurement]) -> str | None:
+    """Why paired rounds, given by their plain rounds, are not whole A B B A blocks: not as many
+    pairs with plain first as with the backend first, so a constant order effect (the side run
+    second finds a warmer cache) does not cancel. None when they are, or the order was not recorded."""
+    positions = [m.pair_position for m in plain_rounds]
+    if not positions or None in positions:
+        return None
+    plain_first = positions.count(1)
+    if plain_first * 2 == len(positions):
+        return None
+    return (
+        f"{plain_first} pairs with plain first and {len(positions) - plain_first} with the backend "
+        "first: not whole A B B A blocks, so an order effect does not cancel"
+    )
 
 
 def speed_change(value: float, plain: float, lower_is_better: bool = False) -> float | None:

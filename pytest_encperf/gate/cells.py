@@ -7,7 +7,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
 
-from ..model import BASELINE, HOW_MEASURED_CAVEATS, Measurement, Result, io_mode_problem, round_ratios
+from ..model import (
+    BASELINE,
+    HOW_MEASURED_CAVEATS,
+    Measurement,
+    Result,
+    io_mode_problem,
+    pair_order_problem,
+    round_ratios,
+)
 from ..workloads import MiB, Workload
 from .rules import Metric
 
@@ -60,6 +68,15 @@ class Cell:
         if not self.baseline_rounds:
             return "no plain rounds"
         return io_mode_problem(self.rounds, self.baseline_rounds)
+
+    @property
+    def order_problem(self) -> str | None:
+        """Why this cell's paired rounds are not whole A B B A blocks (model.pair_order_problem: its
+        plain rounds' recorded pair positions; plain's cell: its own rounds'), e.g. after busy pairs
+        were left out; None when they are, unrecorded, or on the partition target (no pairs)."""
+        if self.before_after:
+            return None
+        return pair_order_problem(self.rounds if self.plain else self.baseline_rounds)
 
     def setup(self, metric: Metric) -> dict[str, str]:
         """What has to match for two cells to be compared on ``metric``."""

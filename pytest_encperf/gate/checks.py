@@ -84,6 +84,7 @@ class Check:
     confirm_rounds: int = 0  # pairs added to the current rounds because the check was undecided
     unreachable: bool = False  # UNDECIDED (more rounds may decide it; strict fails)
     busy: int = 0  # rounds of this run (both sides) left out because the machine was busy
+    order: str = ""  # why its rounds (this run's, the reference's) are not whole A B B A blocks
 
     @property
     def failed(self) -> bool:
@@ -157,6 +158,14 @@ def _direction(metric: Metric, log_change: float) -> float:
     """Worsening in percent for a change of ``log_change`` (log of current / reference)."""
     ratio = math.exp(log_change)
     return (1 - ratio) * 100 if metric.higher_is_better else (ratio - 1) * 100
+
+
+def order_note(now: Cell, reference: Cell | None = None) -> str:
+    """Why the rounds a check compares are not in whole A B B A blocks, run by run ("" when they
+    are, or the order was not recorded): its change may then carry an order effect."""
+    found = [(side, cell.order_problem) for side, cell in (("this run", now), ("the reference", reference))
+             if cell is not None]  # fmt: skip
+    return "; ".join(f"{side}: {problem}" for side, problem in found if problem)
 
 
 def check_name(cell: Cell, metric: Metric) -> str:
@@ -350,6 +359,8 @@ def decide(check: Check, p_adjusted: float, family: int = 1, alpha: float = FAIL
             status, reason = MACHINE_BUSY, f"{check.busy} busy rounds left out; {reason}"
     if check.evidence == RUN_PRIOR and status != PASS:  # plain: the machine, not the encryption
         reason += "; plain itself: a finding about the machine (disk, kernel, load), not the encryption"
+    if check.order:
+        reason += f"; {check.order}"
     return replace(
         check, status=status, reason=reason, p_adjusted=p_adjusted, detectable=detect, tightest=tightest,
         unreachable=status not in (PASS, FAIL),
@@ -428,13 +439,12 @@ def cell_checks(
             if metric.paired and not cell.plain:
                 differences += [f"this run: {m}" for m in [cell.pairing_problem()] if m]
                 differences += [f"reference: {m}" for m in [old.pairing_problem()] if m]
-            checks.append(
-                assess(
-                    "baseline", cell, metric, cell.samples(metric), old.samples(metric), rule,
-                    history=history_of(cell.backend, metric), differences=differences, noise=noise,
-                    reference_blocks=old.volume_blocks,
-                )
+            check = assess(
+                "baseline", cell, metric, cell.samples(metric), old.samples(metric), rule,
+                history=history_of(cell.backend, metric), differences=differences, noise=noise,
+                reference_blocks=old.volume_blocks,
             )  # fmt: skip
+            checks.append(replace(check, order=order_note(cell, old)))
     return checks
 
 
@@ -525,4 +535,4 @@ def overhead_check(cell: Cell, name: str, rule: Rule | None) -> Check:
         "overhead", cell, metric, cell.samples(metric), plain.samples(metric), rule,
         differences=[mismatch] if mismatch else [],
     )  # fmt: skip
-    return replace(check, metric=name)  # named as the rule names it
+    return replace(check, metric=name, order=order_note(cell))  # named as the rule names it

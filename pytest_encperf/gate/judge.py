@@ -130,6 +130,11 @@ def judge_machines(
     decided = iter(decide_family([check for checks in families for check in checks], alpha))
     for verdict, checks in zip(verdicts, families, strict=True):
         verdict.checks = [next(decided) for _ in checks]
+        verdict.notes += [  # a decision that may carry an order effect is never silent
+            f"{c.backend} {c.workload} {c.metric} ({c.status}): {c.order}"
+            for c in verdict.checks
+            if c.order and c.gated
+        ]
     if len(machines) > 1:
         size = sum(check.gated for verdict in verdicts for check in verdict.checks)
         for verdict in verdicts:
