@@ -216,7 +216,7 @@ def test_unchanged_runs_fail_at_most_one_percent_of_the_time(name: str, saved: i
     assert rates.failed <= 0.01
 
 
-def power_with_history(name: str, slower: int, volumes: int = 1, detectable: bool = True) -> dict[int, float]:
+def power_with_history(name: str, slower: int, volumes: int = 1) -> dict[int, float]:
     """Runs FAILed with 1, 3 and 5 saved runs (each on ``volumes`` volume blocks), the share of
     checks that could detect the slowdown and did checked on the way."""
     power = {}
@@ -225,7 +225,7 @@ def power_with_history(name: str, slower: int, volumes: int = 1, detectable: boo
         on = f", {volumes} volume blocks each" if volumes > 1 else ""
         show(f"{name}: {slower}% slower, {saved} saved run(s){on}", rates)
         for key, share in rates.caught.items():
-            if detectable and rates.detectable[key] <= slower:
+            if rates.detectable[key] <= slower:
                 assert share >= 0.90, key
         power[saved] = rates.failed
     return power
@@ -257,10 +257,10 @@ def test_a_reference_on_fresh_volumes_fails_unchanged_runs_at_most_one_percent(
 
 @pytest.mark.parametrize("name", VOLUME_SCENARIOS)
 def test_a_reference_on_fresh_volumes_and_its_history_add_power(name: str) -> None:
-    for slower in (20, 50):
-        # not checked here: against blocks (few degrees of freedom) a check's median "detects >=
-        # X%" overstates its power (a quiet runner's 20%: caught in 85% of 150 runs; open)
-        power = power_with_history(name, slower, volumes=5, detectable=False)
+    # 25%: just beyond what the blocks' checks claim on a quiet runner (21-34%), so the claim is held
+    # to 90% where it is tight (150 runs: a binomial sd of 2.4 points at 90%)
+    for slower in (20, 25):
+        power = power_with_history(name, slower, volumes=5)
         assert power[3] >= power[1] - 0.02 and power[5] >= power[3] - 0.02, power
 
 
