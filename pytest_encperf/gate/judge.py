@@ -3,15 +3,18 @@ all of them), decided, with what the gate could not check; the one Verdict build
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..model import RunData
 from ..verdict import NoisePrior
 from .checks import (
+    FAIL,
     INVALID,
     MACHINE_BUSY,
     NOT_COMPARABLE,
+    PASS,
     UNDECIDED,
     Check,
     baseline_checks,
@@ -135,8 +138,45 @@ def judge_machines(
             for c in verdict.checks
             if c.order and c.gated
         ]
+        verdict.notes += unreachable_note(verdict.checks, strict)
     if len(machines) > 1:
         size = sum(check.gated for verdict in verdicts for check in verdict.checks)
         for verdict in verdicts:
             verdict.family_size = size
     return verdicts
+
+
+def _span(values: Sequence[float]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.0f}%" if round(low) == round(high) else f"{low:.0f}-{high:.0f}%"
+
+
+def unreachable_note(checks: Sequence[Check], strict: bool) -> list[str]:
+    """One header note when gated checks cannot pass an unchanged run at their threshold (their
+    tightest passable threshold is above it, the "too noisy" checks of ``decide``): under
+    --encperf-strict every run then fails, without it those checks never pass and FAIL only a
+    change beyond their "detects >= X%". A per-check reason alone hides that it is the setup
+    (prior, rounds, threshold), not this run, that decides it."""
+    stuck = [
+        check
+        for check in checks
+        if check.gated
+        and check.status not in (PASS, FAIL)
+        and check.threshold is not None
+        and not math.isnan(check.tightest)
+        and check.tightest > check.threshold
+    ]
+    if not stuck:
+        return []
+    thresholds = [check.threshold for check in stuck if check.threshold is not None]
+    count = f"{len(stuck)} check{'s' if len(stuck) > 1 else ''}"
+    tightest = _span([check.tightest for check in stuck])
+    facts = f"{count} cannot pass an unchanged run at {_span(thresholds)} here (tightest {tightest})"
+    remedy = (
+        "raise the threshold, save the baseline with --encperf-volumes=N, or give --encperf-noise=FILE "
+        "measured on this runner (benchmarks/noise.py)"
+    )
+    if strict:
+        return [f"--encperf-strict: {facts}: every run fails; {remedy}"]
+    detects = _span([check.detectable for check in stuck])  # decide figured it for every gated check
+    return [f"{facts}: they never pass and FAIL only a change beyond {detects} ('detects >= X%'); {remedy}"]
