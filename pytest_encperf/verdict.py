@@ -387,18 +387,27 @@ def read_noise_prior(text: str, source: str) -> NoisePrior:
     )
 
 
-def prior_note(noise: NoisePrior | None = None) -> str:
+def prior_note(noise: NoisePrior | None = None, history_runs: int = 0) -> str:
     """The line under the gate's header when a check used a prior: which one (the user's
-    ``noise``, None for the built-in one), and where from."""
+    ``noise``, None for the built-in one), and where from; ``history_runs``: the most saved runs a
+    check's history pooled with it (from MIN_HISTORY on, the built-in prior is kept beside them)."""
     active = _in_use(noise)
     note = f"between-run prior: {active.origin}"
-    if not active.measured_here:
-        note += (
-            "; against one reference it decides only changes far beyond that machine's noise: measure "
-            "this runner with benchmarks/noise.py and give --encperf-noise=FILE, or save the baseline "
-            "with --encperf-volumes=N (N >= 2: its own between-volume spread then replaces it)"
+    if active.measured_here:
+        return note
+    if history_runs >= MIN_HISTORY:
+        return note + (
+            f"; a history of {history_runs} saved one-volume runs is pooled with it, not put in its "
+            "place: runs saved while the machine was quiet cannot show how far a busier hour moves a "
+            "run (their spread alone failed 17-19% of unchanged runs in a simulation where 30% of "
+            "checking runs were loaded; docs/explanation/statistics.md); measure this runner with "
+            "benchmarks/noise.py and give --encperf-noise=FILE, or save the baseline with --encperf-volumes=N"
         )
-    return note
+    return note + (
+        "; against one reference it decides only changes far beyond that machine's noise: measure "
+        "this runner with benchmarks/noise.py and give --encperf-noise=FILE, or save the baseline "
+        "with --encperf-volumes=N (N >= 2: its own between-volume spread then replaces it)"
+    )
 
 
 def prior_for(backend: str, workload: str, noise: NoisePrior | None = None) -> Prior | None:
@@ -440,9 +449,15 @@ def history_prior(
     always stays. The built-in prior (another machine's) stays beside a history of one-volume
     runs, since it decided the reference alone: the runs then only add groups and a centre of
     several runs, and never decide less than the reference did (a few runs' spread alone, on its
-    few degrees of freedom, did). It is left out when the reference was measured on fresh volumes
-    (``volume_blocks``: its own between-volume spread replaces it), and for a life-cycle step (it
-    has none)."""
+    few degrees of freedom, did). Saved runs of a quiet hour cannot show a busier one either: in
+    the statistics review's regime-mix simulation (history quiet, 30% of checking runs loaded,
+    gocryptfs x 8 workloads at 10%, docs/explanation/statistics.md) the history's spread alone
+    FAILed 17.4% +- 0.8 of 2000 unchanged runs at 5 saved runs (0.7% at 3), this pooling 0.1%;
+    with only quiet runs neither FAILed any, the spread alone passed 15-26% of checks, this
+    pooling none: the price, every check UNDECIDED at 10% on that machine (gate.judge's
+    unreachable_note says so in the header). It is left out when the reference was measured on
+    fresh volumes (``volume_blocks``: its own between-volume spread replaces it), and for a
+    life-cycle step (it has none)."""
     active = _in_use(noise)
     if backend is None:
         return None

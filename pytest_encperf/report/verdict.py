@@ -161,6 +161,14 @@ def verdict_messages(verdict: Verdict) -> list[tuple[str, str]]:
     out += [("yellow", note) for note in verdict.notes]
     if any(check.gated and not check.history_runs and "prior" in check.between for check in verdict.checks):
         out.append(("", gate_model.prior_note(verdict.noise)))
+    else:  # a history pooled with the built-in prior: say it is still there, and why
+        pooled = [
+            check.history_runs
+            for check in verdict.checks
+            if check.gated and check.history_runs and gate_model.PRIOR_SOURCE in check.between
+        ]
+        if pooled:
+            out.append(("", gate_model.prior_note(verdict.noise, max(pooled))))
     if verdict.machine_differences:
         out.append(
             ("yellow", f"this machine differs from the baseline's: {'; '.join(verdict.machine_differences)}")

@@ -1,5 +1,6 @@
-"""The header note when checks cannot pass an unchanged run at their threshold: under
---encperf-strict every run then fails, and the verdict says so once, with what to change."""
+"""The header notes that make the between-run model's consequence visible: checks that cannot
+pass an unchanged run at their threshold (under --encperf-strict every run then fails, and the
+verdict says so once, with what to change), and a history pooled with the built-in prior."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pytest_encperf import verdict as verdict_model
 from pytest_encperf.gate import FAIL, PASS, UNDECIDED, Check, judge, parse_rules
 from pytest_encperf.gate.judge import unreachable_note
 from pytest_encperf.model import Measurement, Result, RunData
+from pytest_encperf.report.verdict import verdict_messages
 from pytest_encperf.workloads import CDM, MiB
 from tests.helpers.priors import quiet_prior, table  # noqa: F401 (autouse: a quiet machine's between-run prior)
 
@@ -68,3 +70,12 @@ def test_the_verdict_of_a_too_noisy_rule_carries_the_note(monkeypatch: pytest.Mo
     assert any(note.startswith("2 checks cannot pass an unchanged run at 10%") for note in lenient.notes)
     roomy = f"{max(c.tightest for c in stuck) + 20:.0f}%"
     assert not [n for n in judge(now, reference, parse_rules(roomy), strict=True).notes if "cannot pass" in n]
+
+
+def test_a_history_pooled_with_the_built_in_prior_is_named_under_the_header() -> None:
+    history = [run(f"h{i}", spread(50 * f, 10)) for i, f in enumerate((1.0, 1.01, 0.99, 1.005))]
+    decided = judge(run("now", spread(50, 4)), history[0], parse_rules("10%"), history=history)
+    assert all(c.history_runs == 4 for c in decided.checks if c.gated)
+    lines = [text for _, text in verdict_messages(decided)]
+    assert verdict_model.prior_note(history_runs=4) in lines
+    assert "a history of 4 saved one-volume runs is pooled with it, not put in its place" in " ".join(lines)

@@ -212,6 +212,17 @@ def test_the_prior_in_use_is_the_users_and_stays_beside_a_history() -> None:
     assert "development machine" in verdict.prior_note()
 
 
+def test_the_prior_note_says_a_history_of_one_volume_runs_does_not_replace_the_built_in_prior() -> None:
+    alone = verdict.prior_note()
+    pooled = verdict.prior_note(history_runs=verdict.MIN_HISTORY)
+    assert pooled.startswith(f"between-run prior: {verdict.PRIOR_ORIGIN}; a history of 3 saved one-volume")
+    assert "not put in its place" in pooled and "30% of checking runs were loaded" in pooled
+    assert "statistics.md" in pooled and "--encperf-noise=FILE" in pooled and pooled != alone
+    assert verdict.prior_note(history_runs=verdict.MIN_HISTORY - 1) == alone  # no history yet
+    users = verdict.read_noise_prior(json.dumps(NOISE_DOC), "noise-runner.json")
+    assert verdict.prior_note(users, 5) == verdict.prior_note(users)  # the user's: measured here
+
+
 def test_the_noise_option_follows_the_precedence_and_names_itself_for_a_bad_file(tmp_path: Path) -> None:
     files = {}
     for name, sd in (("cli", 1.0), ("env", 2.0), ("ini", 3.0)):
