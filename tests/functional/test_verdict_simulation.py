@@ -21,6 +21,11 @@ measured). ``shared`` (0 unless stated) gives the share of the between-run varia
 blocks have in common, which the blocks then do not see (the assumption's failure mode).
 
 The figures each test prints (with -s) are the README's table ("What decides a check").
+
+Cases that differ only in the slowdown or the number of runs draw the same saved runs (a slowdown
+changes no draw, and 150 runs are the first 150 of 500): each scenario's saved runs are drawn once
+per process for all the cases the tests ask of them (``plan``), with the figures of drawing each
+case alone.
 """
 
 from __future__ import annotations
@@ -29,13 +34,15 @@ import json
 import math
 import os
 import random
-from dataclasses import dataclass, replace
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 import pytest
 
 from pytest_encperf import verdict
-from pytest_encperf.gate import FAIL, UNDECIDED, judge, parse_rules
+from pytest_encperf.gate import FAIL, UNDECIDED, Verdict, judge, parse_rules
 from pytest_encperf.model import Measurement, Result, RunData
 from pytest_encperf.runner import rounds_per_volume
 from pytest_encperf.workloads import CDM, Workload
@@ -82,12 +89,12 @@ QUIET = Model(
 )
 
 
-def measurement(mb_per_s: float, workload: Workload) -> Measurement:
+def measurement(mb_per_s: float, workload: Workload, block: int | None) -> Measurement:
     moved = mb_per_s * 1e6
     return Measurement(
         engine="simulated", engine_version="1", bytes=int(moved), seconds=1.0,
         ios=int(moved // workload.block_size), lat_p50_us=1.0, lat_p99_us=1.0, lat_p999_us=1.0,
-        cpu_seconds=0.1, io_mode="direct",
+        cpu_seconds=0.1, io_mode="direct", volume_block=block,
     )  # fmt: skip
 
 
@@ -125,8 +132,8 @@ def simulated_run(
                         plain_levels[workload.name][block] + rng.gauss(0, plain_within)
                     )
                     ratio = math.exp(offsets[block] + rng.gauss(0, model.within[key]))
-                    result.baseline_rounds.append(replace(measurement(plain, workload), volume_block=tag))
-                    result.rounds.append(replace(measurement(plain * ratio, workload), volume_block=tag))
+                    result.baseline_rounds.append(measurement(plain, workload, tag))
+                    result.rounds.append(measurement(plain * ratio, workload, tag))
             results.append(result)
     return RunData(label, tuple(results), SETTINGS)
 
@@ -139,44 +146,96 @@ class Rates:
     detectable: dict[tuple[str, str], float]  # per gocryptfs check: median "detects >= X%"
 
 
-def simulate(
-    model: Model,
-    saved: int,
-    slowdown: float = 1.0,
-    runs: int = RUNS,
-    seed: int = 1,
-    prior_table: dict[tuple[str, str], tuple[float, float]] | None = None,
-    noise: verdict.NoisePrior | None = None,
-    volumes: int = 1,
-    shared: float = 0.0,
-) -> Rates:
-    """``model`` is the truth; the gate's built-in prior is ``prior_table`` (default: the truth);
+@dataclass
+class Tally:
+    """The verdicts of one slowdown's checking runs so far."""
+
+    runs: int = 0
+    failed: int = 0
+    undecided: int = 0
+    gated: int = 0
+    caught: dict[tuple[str, str], int] = field(default_factory=dict)
+    detect: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+
+    def add(self, result: Verdict) -> None:
+        self.runs += 1
+        self.failed += result.failed
+        for check in result.checks:
+            self.gated += check.gated
+            self.undecided += check.status == UNDECIDED
+            if check.backend == "gocryptfs":
+                key = (check.backend, check.workload)
+                self.caught[key] = self.caught.get(key, 0) + (check.status == FAIL)
+                self.detect.setdefault(key, []).append(check.detectable)
+
+    def rates(self) -> Rates:
+        return Rates(
+            self.failed / self.runs,
+            self.undecided / self.gated,
+            {k: v / self.runs for k, v in self.caught.items()},
+            {k: sorted(v)[len(v) // 2] for k, v in self.detect.items()},
+        )
+
+
+Wanted = tuple[float, int]  # (slowdown, runs): a case's checking runs
+
+
+class Simulation:
+    """The cases ``wanted`` of one model, each a (slowdown, runs): run i's saved runs are drawn
+    once and judged with the checking run i of every slowdown. A slowdown changes no draw (it
+    multiplies gocryptfs's rounds), so each checking run is drawn from the same generator state,
+    and a case of fewer runs is the first runs of a longer one: the figures are those of drawing
+    each case alone. Drawn as far as asked (``advance``), and on from there when asked for more.
+
+    ``model`` is the truth; the gate's built-in prior is ``prior_table`` (default: the truth);
     ``noise``: the user's prior the gate is given (--encperf-noise); the saved runs are measured
     on ``volumes`` volume blocks (``shared``: see simulated_run)."""
-    rng = random.Random(seed)
-    failed = undecided = gated = 0
-    caught: dict[tuple[str, str], int] = {}
-    detect: dict[tuple[str, str], list[float]] = {}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(verdict, "PRIOR", model.between if prior_table is None else prior_table)
-        for _ in range(runs):
-            history = [simulated_run(rng, model, 10, f"saved{i}", 1.0, volumes, shared) for i in range(saved)]
-            now = simulated_run(rng, model, 4, "now", slowdown)
-            result = judge(now, history[0], RULES, history=history if saved > 1 else (), noise=noise)
-            failed += result.failed
-            for check in result.checks:
-                gated += check.gated
-                undecided += check.status == UNDECIDED
-                if check.backend == "gocryptfs":
-                    key = (check.backend, check.workload)
-                    caught[key] = caught.get(key, 0) + (check.status == FAIL)
-                    detect.setdefault(key, []).append(check.detectable)
-    return Rates(
-        failed / runs,
-        undecided / gated,
-        {k: v / runs for k, v in caught.items()},
-        {k: sorted(v)[len(v) // 2] for k, v in detect.items()},
-    )
+
+    def __init__(
+        self,
+        model: Model,
+        saved: int,
+        wanted: Collection[Wanted],
+        seed: int = 1,
+        prior_table: dict[tuple[str, str], tuple[float, float]] | None = None,
+        noise: verdict.NoisePrior | None = None,
+        volumes: int = 1,
+        shared: float = 0.0,
+    ) -> None:
+        self.model, self.saved, self.wanted = model, saved, set(wanted)
+        self.prior = model.between if prior_table is None else prior_table
+        self.noise, self.volumes, self.shared = noise, volumes, shared
+        self.rng = random.Random(seed)
+        self.last = {
+            slowdown: max(runs for s, runs in self.wanted if s == slowdown) for slowdown, _ in self.wanted
+        }
+        self.tallies = {slowdown: Tally() for slowdown in self.last}
+        self.found: dict[Wanted, Rates] = {}
+        self.drawn = 0  # runs drawn so far
+
+    def rates(self, case: Wanted) -> Rates:
+        if case not in self.found:
+            self.advance(case[1])
+        return self.found[case]
+
+    def advance(self, runs: int) -> None:
+        model, saved, rng = self.model, self.saved, self.rng
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(verdict, "PRIOR", self.prior)
+            for run in range(self.drawn, min(runs, max(self.last.values(), default=0))):
+                history = [
+                    simulated_run(rng, model, 10, f"saved{i}", 1.0, self.volumes, self.shared)
+                    for i in range(saved)
+                ]
+                before = rng.getstate()
+                for slowdown, tally in self.tallies.items():
+                    if run < self.last[slowdown]:
+                        rng.setstate(before)  # every slowdown's checking run from the same draws
+                        now = simulated_run(rng, model, 4, "now", slowdown)
+                        against = history if saved > 1 else ()
+                        tally.add(judge(now, history[0], RULES, history=against, noise=self.noise))
+                self.drawn = run + 1
+                self.found |= {(s, n): self.tallies[s].rates() for s, n in self.wanted if n == self.drawn}
 
 
 def show(name: str, rates: Rates) -> None:
@@ -198,14 +257,72 @@ SCENARIOS = {  # name: (the truth, the gate's prior, the user's prior or the bui
 }
 
 
+@dataclass(frozen=True)
+class Stream:
+    """A scenario's saved runs: ``saved`` of them for each checking run, on ``volumes`` volume
+    blocks (``shared``: see simulated_run), drawn from one seed."""
+
+    name: str
+    saved: int
+    volumes: int = 1
+    shared: float = 0.0
+
+
+def slower(*percents: int) -> set[Wanted]:
+    return {(1 - percent / 100, POWER_RUNS) for percent in percents}
+
+
+A_A = (1.0, RUNS)
+
+
+@cache
+def plan() -> dict[Stream, set[Wanted]]:
+    """What this module's tests ask of each stream, drawn together (see Simulation): a test's
+    figures are the same whichever test drew them."""
+    quiet = "built-in prior, a quiet runner"
+    wanted: dict[Stream, set[Wanted]] = {}
+    for name in SCENARIOS:
+        for saved in (1, 3, 5):  # A/A; a slowdown, with history
+            wanted[Stream(name, saved)] = {A_A, *slower(10, 20, 50)}
+    for name in VOLUME_SCENARIOS:
+        for volumes in (3, 5):  # A/A against a reference on fresh volumes
+            wanted.setdefault(Stream(name, 1, volumes), set()).add(A_A)
+        for saved in (1, 3, 5):  # a slowdown against them, with history
+            wanted.setdefault(Stream(name, saved, 5), set()).update(slower(20, 50))
+    wanted[Stream(quiet, 1)].add((1.0, POWER_RUNS))  # what the built-in prior leaves undecided ...
+    wanted[Stream(quiet, 1, 5)].add((1.0, POWER_RUNS))  # ... and 5 volume blocks decide
+    wanted[Stream(quiet, 1, 5, 0.5)] = {A_A}
+    return wanted
+
+
+@cache
+def drawn(stream: Stream) -> Simulation:
+    """The cases planned on ``stream``, drawn together once per process, as far as the tests
+    have asked: the first test that asks draws for the others."""
+    return simulation(stream, plan().get(stream, set()))
+
+
+def simulation(stream: Stream, wanted: Collection[Wanted]) -> Simulation:
+    truth, table, users = SCENARIOS[stream.name]
+    noise = verdict.NoisePrior(table, "noise.json", "noise.json", True) if users else None
+    return Simulation(
+        truth,
+        stream.saved,
+        wanted,
+        prior_table=table,
+        noise=noise,
+        volumes=stream.volumes,
+        shared=stream.shared,
+    )
+
+
 def scenario_rates(
     name: str, saved: int, slowdown: float = 1.0, runs: int = RUNS, volumes: int = 1, shared: float = 0.0
 ) -> Rates:
-    truth, table, users = SCENARIOS[name]
-    noise = verdict.NoisePrior(table, "noise.json", "noise.json", True) if users else None
-    return simulate(
-        truth, saved, slowdown, runs, prior_table=table, noise=noise, volumes=volumes, shared=shared
-    )
+    stream, case = Stream(name, saved, volumes, shared), (slowdown, runs)
+    if case in drawn(stream).wanted:
+        return drawn(stream).rates(case)
+    return simulation(stream, [case]).rates(case)  # a case outside the plan: drawn alone
 
 
 @pytest.mark.parametrize("saved", [1, 3, 5])
