@@ -11,7 +11,9 @@ someone else's volume with a volume and password file from ``tests.helpers.suppo
 shared BitLocker image; for tcrypt a VeraCrypt-format volume, the shared ones being too small
 for a file system); veracrypt also as the program (``tool=cli``, the stand-in where the real
 one is missing). The dm-crypt based ones (marked ``dmcrypt``) need device-mapper: where the
-host has none they run in the UML lane (``tests/integration/test_uml_lane.py``).
+host has none they run in the UML lane (``tests/integration/test_uml_lane.py``). They and eCryptfs
+(which the lane runs too) are scanned in one session, a scan of each backend in it, and each test
+checks its backend's part (``shared_scan``).
 
 A backend's secret material is found where backends keep it: bytes in ``volume.state`` (e.g.
 fscrypt's ``raw_key``, dm-crypt's ``key``), strings under ``passphrase`` / ``password`` /
@@ -21,16 +23,21 @@ fscrypt's ``raw_key``, dm-crypt's ``key``), strings under ``passphrase`` / ``pas
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from pytest_encperf import backends
-from pytest_encperf.backends import BASELINE, parse_backend_list
+from pytest_encperf.backends import BASELINE, BackendSpec, parse_backend_list
 from pytest_encperf.backends.dmcrypt import CryptsetupBackend
 from pytest_encperf.benchmarkentries import measured
 from tests.helpers.support import (
@@ -93,7 +100,8 @@ def run_files():
 def test_no_secret_in_processes_journal_or_run_directory(encperf, encperf_workload, encperf_volume):
     encperf.run(encperf_workload)
     secrets = material(encperf_volume.volume)
-    (HERE / "secrets.hex").write_text("\n".join(secret.hex() for secret in secrets))
+    name = encperf_volume.backend.name  # several backends may share a session: a file each
+    (HERE / f"secrets-{name}.hex").write_text("\n".join(secret.hex() for secret in secrets))
     (HERE / "session.pid").write_text(str(os.getpid()))
     leaks = []
     for proc in Path("/proc").iterdir():
@@ -117,7 +125,7 @@ def test_no_secret_in_processes_journal_or_run_directory(encperf, encperf_worklo
         scanned += 1
     assert scanned, "no file of the run directory was scanned"
     daemons = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in encperf_volume.daemon_pids]
-    (HERE / "daemons.json").write_text(json.dumps([d.decode().split(chr(0)) for d in daemons]))
+    (HERE / f"daemons-{name}.json").write_text(json.dumps([d.decode().split(chr(0)) for d in daemons]))
     assert not leaks, f"secret exposed in: {leaks}"
 """
 
@@ -156,14 +164,63 @@ def pytest_testnodedown(node, error):
 """
 
 
+def session_options(spec: str) -> list[str]:
+    """The scanned session's options: the scan of ``spec``'s backends (one test each), every report."""
+    return [
+        f"--encperf-backends={spec}",
+        "--encperf-size=2MiB",
+        "--encperf-runtime=0.05",
+        "--encperf-rounds=1",
+        "--encperf-verify=yes",
+        "--junitxml=report.xml",
+        "--encperf-json=results.json",
+        "--encperf-markdown=report.md",
+        "-rA",
+        "-k",
+        "SEQ1M-Q1T1-write",
+        "-p",
+        "no:cacheprovider",
+    ]
+
+
+def left_behind(run_dir: Path, directory: Path) -> list[str]:
+    """What a scanned session, run in ``directory`` with volumes under ``run_dir``, left that it must not."""
+    left = [f"run directory {path}" for path in run_dir.glob("encperf-*")]
+    left += [f"journal {path}" for path in run_dir.glob(".encperf-runs/*.json")]
+    pid = directory / "session.pid"
+    if pid.exists():
+        left += [f"secret directory {path}" for path in secret_dirs(int(pid.read_text()))]
+    return left
+
+
+def findings(directory: Path, stdout: str, stderr: str) -> tuple[dict[str, list[bytes]], dict[str, bytes]]:
+    """The secrets each backend's scan found (by backend name), and what the session wrote: its
+    terminal output and every file in ``directory`` but the secrets' own lists."""
+    secrets = {
+        path.name.removeprefix("secrets-").removesuffix(".hex"): [
+            bytes.fromhex(line) for line in path.read_text().split()
+        ]
+        for path in directory.glob("secrets-*.hex")
+    }
+    written = {"stdout": stdout.encode(), "stderr": stderr.encode()}
+    for path in directory.rglob("*"):
+        if path.is_file() and not SECRET_LISTS.fullmatch(path.name):
+            written[str(path)] = path.read_bytes()
+    return secrets, written
+
+
+SECRET_LISTS = re.compile(r"(given-)?secrets(-.+)?\.hex")
+
+
 def scanned_session(
     pytester: pytest.Pytester,
     monkeypatch: pytest.MonkeyPatch,
     spec: str,
     user_secrets: list[str],
     *extra: str,
-) -> tuple[pytest.RunResult, list[bytes], dict[str, bytes]]:
-    """Run the scan in a session of ``spec``; its outcome, the secrets found, the files it wrote."""
+) -> tuple[pytest.RunResult, dict[str, list[bytes]], dict[str, bytes]]:
+    """Run the scan in a session of ``spec``; its outcome, the secrets found (by backend name), the
+    files it wrote."""
     run_dir = Path(tempfile.mkdtemp(prefix="encperf-secrets-", dir=workspace()))
     try:
         pytester.makepyfile(test_scan=SCAN)
@@ -171,34 +228,89 @@ def scanned_session(
             pytester.makeconftest(WORKER_OUTPUT)
         (pytester.path / "given-secrets.hex").write_text("\n".join(s.encode().hex() for s in user_secrets))
         monkeypatch.setenv("ENCPERF_DIR", str(run_dir))
-        result = pytester.runpytest_subprocess(
-            f"--encperf-backends={spec}",
-            "--encperf-size=2MiB",
-            "--encperf-runtime=0.05",
-            "--encperf-rounds=1",
-            "--encperf-verify=yes",
-            "--junitxml=report.xml",
-            "--encperf-json=results.json",
-            "--encperf-markdown=report.md",
-            "-rA",
-            "-k",
-            "SEQ1M-Q1T1-write",
-            "-p",
-            "no:cacheprovider",
-            *extra,
-        )
-        assert list(run_dir.glob("encperf-*")) == [], "run directory left behind"
-        assert list(run_dir.glob(".encperf-runs/*.json")) == [], "journal left behind"
+        result = pytester.runpytest_subprocess(*session_options(spec), *extra)
+        left = left_behind(run_dir, pytester.path)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-    secrets = [bytes.fromhex(line) for line in (pytester.path / "secrets.hex").read_text().split()]
-    written = {"stdout": result.stdout.str().encode(), "stderr": result.stderr.str().encode()}
-    for path in pytester.path.rglob("*"):
-        if path.is_file() and path.name not in ("secrets.hex", "given-secrets.hex"):
-            written[str(path)] = path.read_bytes()
-    pid = int((pytester.path / "session.pid").read_text())
-    assert secret_dirs(pid) == [], "a secret directory outlived its run"
+    assert left == [], "left behind"
+    secrets, written = findings(pytester.path, result.stdout.str(), result.stderr.str())
     return result, secrets, written
+
+
+# The dm-crypt based backends and eCryptfs scan in one session, a test each in it: where they run
+# (the UML lane, one virtual CPU; a host with device-mapper) a session of their own cost each
+# about 30 s, most of it the session's start and plain's volume (issue 26: the suite's long pole).
+def shares_a_session(name: str) -> bool:
+    return name == "ecryptfs" or issubclass(backends.backend_class(name), CryptsetupBackend)
+
+
+@dataclass
+class SharedScan:
+    """The session that scanned the backends that share one (those that can run here)."""
+
+    problems: dict[str, list[str]]  # backend name -> why it cannot run here (then not in the session)
+    outcomes: dict[str, str]  # backend name -> its scan's outcome in the session (JUnit)
+    secrets: dict[str, list[bytes]]  # backend name -> what its scan found
+    written: dict[str, bytes]
+    left: list[str]
+    output: str  # the session's terminal output, for a failure's message
+
+
+def junit_outcome(case: ET.Element) -> str:
+    found = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
+    return found[-1] if found else "passed"
+
+
+@pytest.fixture(scope="module")
+def shared_scan(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedScan]:
+    given = Path(tempfile.mkdtemp(prefix="encperf-given-", dir=workspace()))
+    try:
+        specs: dict[str, str] = {}
+        problems: dict[str, list[str]] = {}
+        user_secrets: list[str] = []
+        for name in (n for n in backends.known_names() if n != "luks" and shares_a_session(n)):
+            own = given / name  # spec_for names its files alike for every backend
+            own.mkdir()
+            spec, gives = spec_for(name, own)
+            spec = "veracrypt:tool=native" if name == "veracrypt" else spec
+            problems[name] = problems_here(spec, workspace())
+            if not problems[name]:
+                specs[name], user_secrets = spec, user_secrets + gives
+        if not specs:
+            yield SharedScan(problems, {}, {}, {}, [], "")
+            return
+        directory = tmp_path_factory.mktemp("shared-scan")
+        (directory / "test_scan.py").write_text(SCAN)
+        (directory / "given-secrets.hex").write_text("\n".join(s.encode().hex() for s in user_secrets))
+        run_dir = Path(tempfile.mkdtemp(prefix="encperf-secrets-", dir=workspace()))
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "TOX_ENV_DIR")}
+        path = os.pathsep.join(filter(None, [str(directory), env.get("PYTHONPATH", "")]))
+        env |= {"ENCPERF_DIR": str(run_dir), "HOME": str(directory), "PY_COLORS": "0", "PYTHONPATH": path}
+        try:
+            argv = [sys.executable, "-m", "pytest", f"--basetemp={directory / 'basetemp'}"]
+            done = subprocess.run(
+                [*argv, *session_options(",".join(specs.values()))],
+                cwd=directory, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            )  # fmt: skip
+            left = left_behind(run_dir, directory)
+        finally:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        report = directory / "report.xml"
+        cases = ET.parse(report).getroot().iter("testcase") if report.exists() else iter(())
+        by_name = {case.get("name", ""): junit_outcome(case) for case in cases}
+        outcomes = {
+            name: by_name.get(f"{SCAN_TEST}[{BackendSpec.parse(spec)}-SEQ1M-Q1T1-write]", "missing")
+            for name, spec in specs.items()
+        }
+        secrets, written = findings(directory, done.stdout, done.stderr)
+        yield SharedScan(
+            problems, outcomes, secrets, written, left, done.stdout[-6000:] + done.stderr[-2000:]
+        )
+    finally:
+        shutil.rmtree(given)
+
+
+SCAN_TEST = "test_no_secret_in_processes_journal_or_run_directory"
 
 
 def leaks_in_written(written: dict[str, bytes], secrets: list[bytes]) -> list[str]:
@@ -213,21 +325,35 @@ def leaks_in_written(written: dict[str, bytes], secrets: list[bytes]) -> list[st
 
 @pytest.mark.parametrize(("name", "cli"), cases())
 def test_secret_is_never_exposed(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, given: Path, name: str, cli: bool
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    given: Path,
+    request: pytest.FixtureRequest,
+    name: str,
+    cli: bool,
 ) -> None:
-    if cli:
-        if shutil.which("veracrypt") is None:
-            for key, value in with_veracrypt_standin(given).items():
-                monkeypatch.setenv(key, value)
-        spec, user_secrets = "veracrypt:tool=cli,mode=fuse", []
+    if not cli and shares_a_session(name):
+        shared: SharedScan = request.getfixturevalue("shared_scan")  # only where such a backend runs
+        if shared.problems[name]:
+            pytest.skip(f"{name}: {'; '.join(shared.problems[name])}")
+        assert shared.left == [], "left behind"
+        assert shared.outcomes[name] == "passed", shared.output
+        secrets, written = shared.secrets.get(name, []), shared.written
     else:
-        spec, user_secrets = spec_for(name, given)
-        spec = "veracrypt:tool=native" if name == "veracrypt" else spec
-    problems = problems_here(spec, workspace())
-    if problems:
-        pytest.skip(f"{name}: {'; '.join(problems)}")
-    result, secrets, written = scanned_session(pytester, monkeypatch, spec, user_secrets)
-    result.assert_outcomes(passed=1)
+        user_secrets: list[str] = []
+        if cli:
+            if shutil.which("veracrypt") is None:
+                for key, value in with_veracrypt_standin(given).items():
+                    monkeypatch.setenv(key, value)
+            spec = "veracrypt:tool=cli,mode=fuse"
+        else:
+            spec, user_secrets = spec_for(name, given)
+        problems = problems_here(spec, workspace())
+        if problems:
+            pytest.skip(f"{name}: {'; '.join(problems)}")
+        result, found, written = scanned_session(pytester, monkeypatch, spec, user_secrets)
+        result.assert_outcomes(passed=1)
+        secrets = found.get(BackendSpec.parse(spec).name, [])
     if name != BASELINE:
         assert secrets, f"{name}: no secret material found to scan for (see this module's docstring)"
     assert {"report.xml", "results.json", "report.md"} <= {Path(p).name for p in written}
@@ -251,11 +377,13 @@ def test_a_recovery_password_goes_to_argv_only_with_consent(
     problems = problems_here(spec, workspace())
     if problems:
         pytest.skip(f"bitlocker: {'; '.join(problems)}")
-    result, secrets, written = scanned_session(pytester, monkeypatch, spec, [recovery])
+    result, found, written = scanned_session(pytester, monkeypatch, spec, [recovery])
     result.assert_outcomes(passed=1)
-    (daemon, *_) = json.loads((pytester.path / "daemons.json").read_text())
+    (daemon, *_) = json.loads((pytester.path / "daemons-bitlocker.json").read_text())
     assert daemon[0] == "dislocker-fuse" and f"-p{'X' * len(recovery)}" in daemon, daemon
-    assert leaks_in_written(written, secrets) == [], "the recovery password reached a report or log"
+    assert leaks_in_written(written, found["bitlocker"]) == [], (
+        "the recovery password reached a report or log"
+    )
     (document,) = measured(json.loads(written[str(pytester.path / "results.json")])["benchmarks"])
     assert document["extra_info"]["encperf"]["description"]["secret_in_argv"] is True
 
@@ -367,8 +495,9 @@ def test_what_a_worker_sends_to_the_controller_carries_no_secret(
     problems = problems_here(name, workspace())
     if problems:
         pytest.skip(f"{name}: {'; '.join(problems)}")
-    result, secrets, written = scanned_session(pytester, monkeypatch, name, [], "-n", "1")
+    result, found, written = scanned_session(pytester, monkeypatch, name, [], "-n", "1")
     result.assert_outcomes(passed=1)
+    secrets = found.get(name, [])
     assert secrets, f"{name}: no secret material found to scan for"
     sent = json.loads(written[str(pytester.path / "workeroutput.json")])
     assert sent["encperf_machine"]["results"], "the worker sent no results"
