@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host
+from pytest_encperf import host, inplace, kdf
 from pytest_encperf.backends import BackendSpec, Volume, make_backend
 from pytest_encperf.backends.dmcrypt import CryptsetupBackend, device_mapper_problems, status
 from pytest_encperf.model import LIFECYCLE_STEPS
 from pytest_encperf.mountedvolume import close_volume, open_volume
+from pytest_encperf.report.timings import inplace_table, kdf_table
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
 from tests.helpers import matrix, uml
@@ -32,8 +33,6 @@ from tests.helpers.support import (
     bitlk_passwords,
     disk_dir,
     extract,
-    inplace_session,
-    kdf_session,
     mounts_and_loops_left,
     tiny_session,
 )
@@ -393,35 +392,34 @@ def test_life_cycle_is_timed_and_a_cascade_leaves_no_mapping(
     assert not [name for name in layers if (Path("/dev/mapper") / name).exists()], "mapping left behind"
 
 
-def test_kdf_profile_luks2_default_opens_slower_than_fast(pytester: pytest.Pytester, scratch: Path) -> None:
-    """The kdf profile on LUKS2: cryptsetup's default (argon2id) against the benchmark's PBKDF2
-    with 1000 iterations. The lane prints the table (UML: not a performance figure)."""
-    out = pytester.path / "kdf.json"
-    result = kdf_session(pytester, scratch, "--encperf-backends=luks2", f"--encperf-json={out}")
-    result.assert_outcomes(passed=2)
-    row = json.loads(out.read_text())["encperf"]["kdf"]["luks2"]
+def test_kdf_profile_luks2_default_opens_slower_than_fast(scratch: Path) -> None:
+    """The kdf profile's timing of LUKS2 (kdf.measure, what the profile runs for each backend):
+    cryptsetup's default (argon2id) against the benchmark's PBKDF2 with 1000 iterations. The
+    profile's session (its test per backend, JSON and table) is tested on the host with gocryptfs
+    and qemu-luks (test_kdf_integration.py); here, in UML, one function instead of a session
+    (about 60 s less). The lane prints the table (UML: not a performance figure)."""
+    spec, target = BackendSpec("luks2"), Target("container", scratch, container_size(2 * MiB))  # as 2MiB
+    row = kdf.measure(spec, target, scratch / "run" / "kdf-luks2").to_dict()
     fast, default = row["settings"]["fast"], row["settings"]["default"]
     assert default["mount"] > fast["mount"] > 0
     assert "argon2id" in default["label"] and "benchmark only" in fast["label"]
     assert list(Path("/dev/mapper").glob("encperf-*")) == [], "mapping left behind"
-    start = next(i for i, line in enumerate(result.stdout.lines) if line.startswith("key derivation [kdf]"))
     if uml.in_guest():  # the lane prints it from its output directory
-        table = "\n".join(result.stdout.lines[start : start + 5]) + "\n"
-        (Path(uml.GUEST_OUTPUT_DIR) / "kdf-session.txt").write_text(table)
+        (Path(uml.GUEST_OUTPUT_DIR) / "kdf-luks2.txt").write_text(kdf_table({str(spec): row}) + "\n")
 
 
-def test_luks2_in_place_encryption_keeps_the_data(pytester: pytest.Pytester, scratch: Path) -> None:
-    """cryptsetup reencrypt --encrypt of a filled plain ext4: a rate, the volume opens as LUKS2
-    and the file reads back unchanged. The lane prints the table (UML: not a performance figure)."""
-    out = pytester.path / "inplace.json"
-    result = inplace_session(pytester, scratch, "--encperf-backends=luks2", f"--encperf-json={out}")
-    result.assert_outcomes(passed=2)
-    row = json.loads(out.read_text())["encperf"]["inplace"]["luks2"]
+def test_luks2_in_place_encryption_keeps_the_data(scratch: Path) -> None:
+    """cryptsetup reencrypt --encrypt of a filled plain ext4 (inplace.measure, what
+    --encperf-inplace runs for each backend): a rate, the volume opens as LUKS2 and the file reads
+    back unchanged. The option's session is tested on the host (test_inplace_integration.py);
+    here one function instead of a session. The lane prints the table (UML: not a performance
+    figure)."""
+    spec, target = BackendSpec("luks2"), Target("container", scratch, container_size(4 * MiB))  # as 4MiB
+    row = inplace.measure(spec, target, scratch / "run" / "inplace-luks2", 4 * MiB).to_dict()
     assert row["method"] == "cryptsetup reencrypt --encrypt"
     assert row["mb_per_s"] > 0 and row["bytes"] > 4 * MiB  # the whole data area, not just the file
     assert row["intact"] is True and row["format_after"] == "LUKS2"
     assert list(Path("/dev/mapper").glob("encperf-*")) == [], "mapping left behind"
-    start = next(i for i, line in enumerate(result.stdout.lines) if line.startswith("in-place encryption"))
     if uml.in_guest():
-        table = "\n".join(result.stdout.lines[start : start + 5]) + "\n"
-        (Path(uml.GUEST_OUTPUT_DIR) / "inplace-session.txt").write_text(table)
+        table = inplace_table({str(spec): row}, project_size=1000**4)
+        (Path(uml.GUEST_OUTPUT_DIR) / "inplace-luks2.txt").write_text(table + "\n")
