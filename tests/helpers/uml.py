@@ -44,6 +44,7 @@ UML_MODULES = Path("/usr/lib/uml/modules")
 GUEST_DISK_DIR = "/srv"  # exists on Debian; the guest mounts its scratch disk over it
 GUEST_OUTPUT_DIR = "/mnt"
 IN_GUEST_ENV = "ENCPERF_IN_UML"
+TESTDATA_ENV = "ENCPERF_CRYPTSETUP_TESTDATA"  # the shared test images, where the host has them (support.py)
 # Loaded up front: the guest kernel's own module requests do not reach our module tree.
 # Block layer, device-mapper targets (zero: BitLocker's metadata areas), the userspace crypto
 # API cryptsetup uses for header keys, and the ciphers, modes and hashes of the test volumes.
@@ -141,8 +142,12 @@ export GLIBC_TUNABLES={glibc}
 export OPENSSL_ia32cap={openssl}
 # Scratch space lives on a tmpfs at /run, not /tmp: the project (and its venv) may itself be
 # under /tmp on the host, and a tmpfs there would hide it from the guest.
-export {in_guest}=1 {exhaustive}={exhaustive_value} PYTHONDONTWRITEBYTECODE=1 HOME=/run/home TMPDIR=/run/tmp
-export ENCPERF_TEST_DIR={disk_dir} ENCPERF_DIR={disk_dir}
+export {in_guest}=1 {exhaustive}={exhaustive_value} HOME=/run/home TMPDIR=/run/tmp
+# Byte code, and pytest's rewritten test modules and plugins, to a RAM cache the guest's processes
+# share: compiled once per boot, not by every session (the root is read only). Each pytest session
+# imports hypothesis (its plugin's summary), rewritten: without the cache ~40 s a session here.
+export PYTHONPYCACHEPREFIX=/run/pycache
+export ENCPERF_TEST_DIR={disk_dir} ENCPERF_DIR={disk_dir}{testdata}
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mountpoint -q /dev || mount -t devtmpfs devtmpfs /dev
@@ -205,6 +210,9 @@ def run_pytest(
             in_guest=IN_GUEST_ENV,
             exhaustive=matrix.EXHAUSTIVE_ENV,
             exhaustive_value=int(matrix.exhaustive()),  # the guest's lane as the host's
+            testdata=f" {TESTDATA_ENV}={shlex.quote(testdata)}"
+            if (testdata := os.environ.get(TESTDATA_ENV))
+            else "",
             disk_dir=GUEST_DISK_DIR,
             output=shlex.quote(str(output)),
             output_dir=GUEST_OUTPUT_DIR,

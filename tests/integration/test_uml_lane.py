@@ -83,6 +83,20 @@ MUST_PASS = [
 ]
 
 
+# the guest's slowest tests, printed by the lane: the lane is the suite's long pole (issue 26)
+DURATIONS = ["--durations=20", "--durations-min=5"]
+
+
+def slowest(console: str) -> str:
+    """The guest's ``--durations`` section (from its heading to the summary line)."""
+    lines = console.splitlines()
+    start = next((i for i, line in enumerate(lines) if "slowest" in line and "durations" in line), None)
+    if start is None:
+        return "UML lane: no durations in the guest's output"
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("=")), len(lines))
+    return "\n".join(lines[start:end])
+
+
 def junit_outcomes(path: Path) -> dict[str, str]:
     outcomes = {}
     for case in ET.parse(path).getroot().iter("testcase"):
@@ -106,16 +120,17 @@ def test_dm_crypt_tests_pass_inside_user_mode_linux(record_property: pytest.Reco
     with tempfile.TemporaryDirectory(prefix="encperf-uml-", dir=base) as workdir:
         # 57 tests in an emulated kernel beside the rest of the suite: about 900 s on the 2-core
         # machine since rounds come in whole A B B A blocks (4 by default); room for a busy one
-        result = uml.run_pytest(["-q", *LANE_TESTS], Path(workdir), cwd=REPO, timeout=1800)
+        result = uml.run_pytest(["-q", *DURATIONS, *LANE_TESTS], Path(workdir), cwd=REPO, timeout=1800)
         record_property("uml_lane_seconds", round(result.seconds, 1))
         print(f"UML lane: {result.seconds:.1f} s wall time")
+        print(slowest(result.console))  # where the guest's time went (shown with -s or -rP)
         detail = (
             f"\n--- guest console ---\n{result.console[-6000:]}\n--- kernel ---\n{result.kernel_log[-3000:]}"
         )
         assert result.exitcode == 0, f"pytest in the guest exited {result.exitcode}{detail}"
         outcomes = junit_outcomes(result.junit)
         # what the guest's sessions measured (UML, one virtual CPU: not performance figures)
-        for table in sorted(result.junit.parent.glob("*-session.txt")):
+        for table in sorted(result.junit.parent.glob("*.txt")):
             print(f"--- {table.name} (UML: not a performance figure) ---\n{table.read_text()}")
     not_passed = {name: outcomes.get(name, "missing") for name in MUST_PASS if outcomes.get(name) != "passed"}
     assert not_passed == {}, f"{not_passed}{detail}"
