@@ -19,6 +19,10 @@ import cryptography.hazmat.primitives.ciphers  # noqa: F401
 # run in that process saying that matplotlib is not installed.
 with contextlib.suppress(ImportError):
     import matplotlib.figure  # noqa: F401
+# And hypothesis: its pytest plugin imports it in every session's terminal summary, so each
+# in-process pytester run imported it again, every module rewritten by pytest's assertion hook
+# (about 2.5 s a run on the development machine, where 5 empty runs took 13 s; 0.4 s with this).
+import hypothesis  # noqa: F401
 import pytest
 
 from pytest_encperf import host, mounting
