@@ -288,7 +288,7 @@ def plan() -> dict[Stream, set[Wanted]]:
         for volumes in (3, 5):  # A/A against a reference on fresh volumes
             wanted.setdefault(Stream(name, 1, volumes), set()).add(A_A)
         for saved in (1, 3, 5):  # a slowdown against them, with history
-            wanted.setdefault(Stream(name, saved, 5), set()).update(slower(20, 50))
+            wanted.setdefault(Stream(name, saved, 5), set()).update(slower(20, 25))
     wanted[Stream(quiet, 1)].add((1.0, POWER_RUNS))  # what the built-in prior leaves undecided ...
     wanted[Stream(quiet, 1, 5)].add((1.0, POWER_RUNS))  # ... and 5 volume blocks decide
     wanted[Stream(quiet, 1, 5, 0.5)] = {A_A}
