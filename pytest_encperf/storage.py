@@ -32,7 +32,8 @@ from typing import Any
 from pytest_benchmark.utils import get_commit_info
 
 from . import __version__, benchmarkentries, machine
-from .model import LATENCY_MEANING, Result, RunData, lifecycle_samples
+from .lifecycledata import lifecycle_samples
+from .model import LATENCY_MEANING, Result, RunData
 
 FORMAT = 1  # extra_info["encperf"]["format"]
 _FILE = re.compile(r"^(\d{4})_(.+)\.json$")

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .. import verdict
-from ..model import BASELINE, LIFECYCLE_STEPS, Result, RunData
+from ..lifecycledata import LIFECYCLE_STEPS
+from ..model import BASELINE, Result, RunData
 from ..workloads import Workload
 from .cells import Cell, cells_of, quiet_rounds
 from .checks import (

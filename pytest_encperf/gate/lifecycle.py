@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from .. import stats, verdict
-from ..model import LIFECYCLE_STEPS, RunData
+from ..lifecycledata import LIFECYCLE_STEPS
+from ..model import RunData
 from ..workloads import Workload
 from .cells import Cell, setting_differences
 from .checks import HISTORY, NOT_GATED, ROUNDS, Check, History, assess, log_values

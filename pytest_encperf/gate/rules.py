@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .. import verdict
-from ..model import LIFECYCLE_STEPS
+from ..lifecycledata import LIFECYCLE_STEPS
 from ..workloads import TASK_NAMES, Workload
 
 ALPHA = verdict.PASS_ALPHA  # the one-sided error of a pass (and the life cycles' minimum cycles)

@@ -7,7 +7,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from ..model import BASELINE, LIFECYCLE_STEPS, lifecycle_medians, lifecycle_samples
+from ..lifecycledata import LIFECYCLE_STEPS, lifecycle_medians, lifecycle_samples
+from ..model import BASELINE
 from .formats import format_seconds, format_size
 
 

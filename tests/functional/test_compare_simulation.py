@@ -13,7 +13,8 @@ import random
 import pytest
 
 from pytest_encperf.gate import ALPHA, judge, parse_rules
-from pytest_encperf.model import LIFECYCLE_STEPS, RunData
+from pytest_encperf.lifecycledata import LIFECYCLE_STEPS
+from pytest_encperf.model import RunData
 
 RUNS = 2000
 

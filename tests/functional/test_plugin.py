@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf.model import LIFECYCLE_STEPS
+from pytest_encperf.lifecycledata import LIFECYCLE_STEPS
 
 # plugin behaviour, not engines: the in-process engine, no warm-up (fio's start-up per round
 # would make these runs ten times longer; tests/integration/test_profiles_integration.py runs fio)

@@ -22,7 +22,7 @@ import pytest
 from pytest_encperf import host, inplace, kdf
 from pytest_encperf.backends import BackendSpec, Volume, make_backend
 from pytest_encperf.backends.dmcrypt import CryptsetupBackend, device_mapper_problems, status
-from pytest_encperf.model import LIFECYCLE_STEPS
+from pytest_encperf.lifecycledata import LIFECYCLE_STEPS
 from pytest_encperf.mountedvolume import close_volume, open_volume
 from pytest_encperf.report.timings import inplace_table, kdf_table
 from pytest_encperf.targets import Target, container_size

@@ -13,7 +13,7 @@ import pytest
 from pytest_encperf import host, mounting
 from pytest_encperf.backends import BackendBase, BackendSpec, make_backend
 from pytest_encperf.backends.fscrypt import key_status, policy_status
-from pytest_encperf.model import LIFECYCLE_STEPS
+from pytest_encperf.lifecycledata import LIFECYCLE_STEPS
 from pytest_encperf.mountedvolume import close_volume, open_volume
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB

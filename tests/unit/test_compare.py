@@ -47,7 +47,8 @@ from pytest_encperf.gate import (
     select_rule,
     workload_matches,
 )
-from pytest_encperf.model import LIFECYCLE_STEPS, Measurement, Result, RunData
+from pytest_encperf.lifecycledata import LIFECYCLE_STEPS
+from pytest_encperf.model import Measurement, Result, RunData
 from pytest_encperf.workloads import CDM, ROUND_DEFINITION, MiB, Workload
 from tests.helpers.priors import quiet_prior, table  # noqa: F401 (autouse: a quiet machine's between-run prior)
 

@@ -65,7 +65,7 @@ def test_a_task_is_compared_by_speed_and_keeps_its_steps_in_json() -> None:
 
 
 def test_lifecycle_samples_read_one_float_per_step_as_one_cycle_and_lists_as_cycles() -> None:
-    from pytest_encperf.model import lifecycle_medians, lifecycle_samples
+    from pytest_encperf.lifecycledata import lifecycle_medians, lifecycle_samples
 
     old = {"plain": {"create": 0.5, "mount": 1}}  # saved before --encperf-lifecycle-cycles
     assert lifecycle_samples(old) == {"plain": {"create": [0.5], "mount": [1.0]}}
