@@ -27,7 +27,7 @@ from .gate import EXIT_REGRESSION, Verdict, judge, unknown_name_message, unmatch
 from .model import RunData
 from .optionparsers import default_directory, parse_directory, parse_html_path
 from .options import OPTIONS
-from .outcome import load_baseline
+from .outcome import load_reference
 from .parsing import parse_bool, parse_choice, parse_path, parse_text
 from .parsing import parse_path as parse_path_param
 from .report import (
@@ -153,32 +153,32 @@ def saved_verdict(
     """The gate's verdict on ``current_run`` against ``base_run`` (named ``ref``), with the
     history of saved runs before it, as the pytest run would judge it; and the current run."""
     current = storage.load_run(current_run)
-    baseline = load_baseline(
+    reference = load_reference(
         args.storage, base_run, ref, args.history, current.machine_info,
         allow_other_hardware=args.allow_other_hardware, gated=bool(args.fail),
         flag="--allow-other-hardware", leave_out=current_run.path, unreadable_history=False,
     )  # fmt: skip
-    baseline_run = baseline.run
-    assert baseline_run is not None
-    check_rule_names(args, baseline_run, current)
+    reference_run = reference.run
+    assert reference_run is not None
+    check_rule_names(args, reference_run, current)
     verdict = judge(
         current,
-        baseline_run,
+        reference_run,
         args.fail,
         args.max_overhead,
-        baseline.history,
+        reference.history,
         strict=args.strict,
         noise=args.noise,
     )
-    if machine.same_hardware(baseline_run.machine_info, current.machine_info):
-        verdict.machine_differences = baseline.machine_differences
+    if machine.same_hardware(reference_run.machine_info, current.machine_info):
+        verdict.machine_differences = reference.machine_differences
     else:
         verdict.notes.append(
             f"warning: the runs come from different machines ({base_run.machine_id}, "
             f"{current_run.machine_id}): differences may be the machines', not the code's"
         )
-    verdict.notes += baseline.notes
-    verdict.unchecked += baseline.unchecked
+    verdict.notes += reference.notes
+    verdict.unchecked += reference.unchecked
     verdict.not_gated = gatescope.ungated_in_document(storage.load(current_run.path)[0])
     return verdict, current
 

@@ -1,9 +1,9 @@
-"""The run's outcome: the baseline it is compared with, the gate, the verdicts, the written outputs.
+"""The run's outcome: the reference run it is compared with, the gate, the verdicts, the written outputs.
 
-``load_baseline`` reads a saved run and its history the one way both the pytest run and
+``load_reference`` reads a saved run and its history the one way both the pytest run and
 ``encperf compare`` judge with. ``Outcome`` is built from the settings; the machine, the merged
 machine runs and the sweeps' rankings are handed to it when asked: it saves each machine's run,
-writes the JSON, Markdown and HTML reports, and judges every machine against its own baseline.
+writes the JSON, Markdown and HTML reports, and judges every machine against its own reference run.
 """
 
 from __future__ import annotations
@@ -31,18 +31,18 @@ MachineInfoAndId = tuple[dict[str, Any], str]  # this machine's info and id (ses
 
 
 @dataclass
-class BaselineRun:
+class ReferenceRun:
     """The saved run this session compares with, its history, and what went wrong finding it."""
 
     run: RunData | None = None
-    history: list[RunData] = field(default_factory=list)  # the baseline run first, newest first
+    history: list[RunData] = field(default_factory=list)  # the reference run first, newest first
     machine_differences: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     unchecked: list[str] = field(default_factory=list)  # --encperf-fail could not be checked
     errors: list[str] = field(default_factory=list)
 
 
-def load_baseline(
+def load_reference(
     directory: Path,
     run: storage.SavedRun,
     ref: str,
@@ -54,18 +54,18 @@ def load_baseline(
     flag: str = gatescope.ALLOW_OTHER_HARDWARE,
     leave_out: Path | None = None,
     unreadable_history: bool = True,
-) -> BaselineRun:
-    """The saved ``run`` (named ``ref``) as the baseline of a run on the machine ``info``, with up
+) -> ReferenceRun:
+    """The saved ``run`` (named ``ref``) as the reference run of a run on the machine ``info``, with up
     to ``history`` saved runs before it (never ``leave_out``: the run being judged), the
     differences of the machines, and what other hardware leaves unchecked (gatescope). An
     unreadable run of the history is left out with a note, or with ``unreadable_history=False``
     raises its StorageError (``encperf compare`` stops on it)."""
-    baseline_run = storage.load_run(run)
-    loaded = BaselineRun(run=baseline_run)
+    reference_run = storage.load_run(run)
+    loaded = ReferenceRun(run=reference_run)
     loaded.notes, loaded.unchecked = gatescope.other_hardware(
-        baseline_run.label, baseline_run.machine_info, info, allow_other_hardware, gated=gated, flag=flag
+        reference_run.label, reference_run.machine_info, info, allow_other_hardware, gated=gated, flag=flag
     )
-    loaded.machine_differences = machine.differences(baseline_run.machine_info, info)
+    loaded.machine_differences = machine.differences(reference_run.machine_info, info)
     for saved in storage.history(directory, run, ref, history)[1:]:
         if saved.path == leave_out:
             continue
@@ -75,7 +75,7 @@ def load_baseline(
             if not unreadable_history:
                 raise
             loaded.notes.append(f"history: left out {exc}")
-    loaded.history.insert(0, baseline_run)
+    loaded.history.insert(0, reference_run)
     return loaded
 
 
@@ -141,7 +141,7 @@ class Outcome:
         self.verdict: Verdict | None = None  # the verdict of a run on one machine
         self.verdicts: dict[str, Verdict] = {}  # every machine's (one family: gate.judge_machines)
         self.confirm_budget: ConfirmBudget | None = None
-        self._baseline_run: BaselineRun | None = None
+        self._reference_run: ReferenceRun | None = None
         self._gate: Gate | None = None
         # what the collected tests measure beyond the workloads (usertiming.expected_cells)
         self.test_cells: list[tuple[str, Workload]] = []
@@ -166,30 +166,30 @@ class Outcome:
         asked += [(option, path, "file") for option, path in reports if path is not None]
         return outputs.output_problems(asked)
 
-    def baseline_run(self, machine_info_and_id: Callable[[], MachineInfoAndId]) -> BaselineRun:
+    def reference_run(self, machine_info_and_id: Callable[[], MachineInfoAndId]) -> ReferenceRun:
         """The saved run to compare with and its history, loaded once: before this run saves, so
         ``latest`` is never this run itself (``machine``: this machine's info and id, read late)."""
-        if self._baseline_run is None:
-            self._baseline_run = self._load_baseline_run(*machine_info_and_id())
-        return self._baseline_run
+        if self._reference_run is None:
+            self._reference_run = self._load_reference_run(*machine_info_and_id())
+        return self._reference_run
 
-    def baseline_run_for(
+    def reference_run_for(
         self, machine_run: MachineRun, machine_info_and_id: Callable[[], MachineInfoAndId]
-    ) -> BaselineRun:
-        """The baseline run of one machine of the run (another machine of a fleet: its own)."""
+    ) -> ReferenceRun:
+        """The reference run of one machine of the run (another machine of a fleet: its own)."""
         info, machine_id = machine_info_and_id()
         if machine_run.machine_id == machine_id and machine_run.machine_info.get("node") == info.get("node"):
-            return self.baseline_run(machine_info_and_id)
-        return self._load_baseline_run(machine_run.machine_info, machine_run.machine_id)
+            return self.reference_run(machine_info_and_id)
+        return self._load_reference_run(machine_run.machine_info, machine_run.machine_id)
 
-    def _load_baseline_run(self, info: dict[str, Any], machine_id: str) -> BaselineRun:
+    def _load_reference_run(self, info: dict[str, Any], machine_id: str) -> ReferenceRun:
         s = self.settings
         wanted = s.compare or ("latest" if s.fail else None)  # --encperf-fail alone: vs latest
         if not wanted:
-            return BaselineRun()
+            return ReferenceRun()
         try:
             run, warning = storage.resolve(s.storage, wanted, machine_id, info)
-            loaded = load_baseline(
+            loaded = load_reference(
                 s.storage, run, wanted, s.history, info,
                 allow_other_hardware=s.allow_other_hardware, gated=bool(s.fail),
             )  # fmt: skip
@@ -198,9 +198,9 @@ class Outcome:
                 f"no baseline to compare with: {exc}; nothing was gated "
                 "(save one with --encperf-save=NAME or --encperf-autosave)"
             )
-            return BaselineRun(unchecked=[message]) if s.fail else BaselineRun(notes=[message])
+            return ReferenceRun(unchecked=[message]) if s.fail else ReferenceRun(notes=[message])
         except storage.StorageError as exc:
-            return BaselineRun(errors=[f"cannot use the baseline: {exc}"])
+            return ReferenceRun(errors=[f"cannot use the baseline: {exc}"])
         if warning:
             loaded.notes.insert(0, f"warning: {warning}")
         return loaded
@@ -213,23 +213,23 @@ class Outcome:
         if not (s.fail or s.max_overhead) or s.confirm_budget <= 0 or s.one_volume_at_a_time:
             return None
         if self._gate is None:
-            baseline_run = self.baseline_run(machine_info_and_id)
-            rules = s.fail if baseline_run.run else []
+            reference_run = self.reference_run(machine_info_and_id)
+            rules = s.fail if reference_run.run else []
             size = expected_family_size(
                 s.backend_specs,
                 s.workloads,
                 rules,
                 s.max_overhead,
-                baseline_run.run,
-                len(baseline_run.history),
+                reference_run.run,
+                len(reference_run.history),
                 s.lifecycle_cycles,
                 noise=s.noise,
-                test_cells=[*self.test_cells, *self.later_named_cells(baseline_run.run, rules)],
+                test_cells=[*self.test_cells, *self.later_named_cells(reference_run.run, rules)],
             )
             size *= machines  # the checks of every machine form one family (judge_machines)
             self._gate = Gate(
-                baseline_run.run, tuple(rules), tuple(s.max_overhead), s.saved_text(), size,
-                history=tuple(baseline_run.history), noise=s.noise,
+                reference_run.run, tuple(rules), tuple(s.max_overhead), s.saved_text(), size,
+                history=tuple(reference_run.history), noise=s.noise,
             )  # fmt: skip
             self.confirm_budget = ConfirmBudget(s.confirm_budget)
         return self._gate
@@ -264,13 +264,13 @@ class Outcome:
         rankings: Callable[[MachineRun], list[FamilyRanking]],
         incomplete: str,
     ) -> dict[str, Verdict]:
-        """Each machine against its own baseline run, loaded before anything is saved; one verdict
+        """Each machine against its own reference run, loaded before anything is saved; one verdict
         per machine, their gated checks one family (gate.judge_machines)."""
         s = self.settings
         now = dt.datetime.now(dt.UTC)
         fleet = len(machine_runs) > 1
-        baseline_runs = {
-            machine_run.machine_id: self.baseline_run_for(machine_run, machine_info_and_id)
+        reference_runs = {
+            machine_run.machine_id: self.reference_run_for(machine_run, machine_info_and_id)
             for machine_run in machine_runs
         }
         commit = storage.commit_info() if (s.save or s.autosave or s.json) else {}
@@ -306,8 +306,8 @@ class Outcome:
                     machine_run.machine_info,
                     machine_run.lifecycle,
                 ),
-                baseline_runs[machine_run.machine_id].run,
-                baseline_runs[machine_run.machine_id].history,
+                reference_runs[machine_run.machine_id].run,
+                reference_runs[machine_run.machine_id].history,
             )
             for machine_run in machine_runs
         ]
@@ -318,12 +318,12 @@ class Outcome:
             )
             verdicts[0].errors += self.unknown_rule_names
         for machine_run, verdict in zip(machine_runs, verdicts, strict=True):
-            baseline_run, mid = baseline_runs[machine_run.machine_id], machine_run.machine_id
+            reference_run, mid = reference_runs[machine_run.machine_id], machine_run.machine_id
             verdict.saved = saved.get(mid)
-            verdict.notes = [*baseline_run.notes, *notes[mid], *verdict.notes]
-            verdict.errors = [*baseline_run.errors, *errors[mid], *verdict.errors]
-            verdict.unchecked = [*baseline_run.unchecked, *verdict.unchecked]
-            verdict.machine_differences = baseline_run.machine_differences
+            verdict.notes = [*reference_run.notes, *notes[mid], *verdict.notes]
+            verdict.errors = [*reference_run.errors, *errors[mid], *verdict.errors]
+            verdict.unchecked = [*reference_run.unchecked, *verdict.unchecked]
+            verdict.machine_differences = reference_run.machine_differences
             verdict.machine = machine_run.label if fleet else ""
             if s.fail or s.max_overhead or s.compare:  # a gate: it says what it never checks
                 verdict.not_gated = gatescope.ungated_timings(
@@ -331,7 +331,7 @@ class Outcome:
                 )
         if s.html:
             try:
-                self.write_html(s.html, machine_runs, baseline_runs, verdicts)
+                self.write_html(s.html, machine_runs, reference_runs, verdicts)
             except Exception as exc:  # the verdict stands; the report that failed is an error
                 verdicts[0].errors.append(
                     f"could not write the HTML report {s.html}: {type(exc).__name__}: {exc}"
@@ -419,7 +419,7 @@ class Outcome:
     def write_html(
         path: Path,
         machine_runs: list[MachineRun],
-        baseline_runs: dict[str, BaselineRun],
+        reference_runs: dict[str, ReferenceRun],
         verdicts: list[Verdict],
     ) -> None:
         """The HTML report of this run: a section per machine (a fleet has several), each with
@@ -428,8 +428,8 @@ class Outcome:
         for machine_run, verdict in zip(machine_runs, verdicts, strict=True):
             info = {**machine_run.machine_info, "machine_id": machine_run.machine_id}
             now = RunData("this run", tuple(machine_run.results), machine_run.settings, info)
-            sections.append([*reversed(baseline_runs[machine_run.machine_id].history), now])
-            if verdict.baseline or verdict.checks or verdict.errors or verdict.unchecked:
+            sections.append([*reversed(reference_runs[machine_run.machine_id].history), now])
+            if verdict.reference or verdict.checks or verdict.errors or verdict.unchecked:
                 judged[machine_run.machine_id] = verdict
             skipped.update({spec: why for spec, why in machine_run.skipped.items() if spec not in skipped})
             prefix = f"{machine_run.label}: " if len(machine_runs) > 1 else ""

@@ -13,17 +13,17 @@ uncertainty has two parts, in the one-way random-effects model ``y = mu + run + 
   machine's runs (``PRIOR``, ``builtin_prior``). With at least ``MIN_HISTORY``
   comparable saved runs it comes from them, per workload (never pooled over workloads): how the
   workload's saved run means spread, combined by degrees of freedom with the prior (the user's,
-  else the built-in one, which decided the reference alone: ``history_prior``). A saved run measured
+  else the built-in one, which decided one saved run alone: ``history_prior``). A saved run measured
   on several fresh volumes (``--encperf-volumes``, ``Measurement.volume_block``) is a group per
-  volume block: a reference with at least ``MIN_BLOCKS`` of them measures its own between-volume
+  volume block: a saved run with at least ``MIN_BLOCKS`` of them measures its own between-volume
   spread, which stands for ``b`` as a history's does (the built-in prior then left out, the
   user's kept).
 
 Groups are the saved runs, each split by volume block when it has several ("a run's level is its
 volume's": a fresh volume draws the between-run part, the assumption the simulation states).
-Estimate = this run's mean minus the mean of the groups' means (one reference: its mean).
-Variance = ``w / n_now + b + (b + w * mean(1 / n_saved)) / runs``; with one reference that is
-``w / n_now + w / n_ref + 2 b``; with groups, ``S2 (1 + 1 / groups) + w max(0, 1 / n_now - mean(1
+Estimate = this run's mean minus the mean of the groups' means (one saved run: its mean).
+Variance = ``w / n_now + b + (b + w * mean(1 / n_saved)) / runs``; with one saved run that is
+``w / n_now + w / n_saved + 2 b``; with groups, ``S2 (1 + 1 / groups) + w max(0, 1 / n_now - mean(1
 / n_group))`` where ``S2``, the variance of the group means, estimates ``b + w mean(1 / n_group)``
 (so nothing is truncated at 0; groups of fewer rounds than this run's make it conservative).
 Degrees of freedom by Satterthwaite, rounded down. Against a threshold ``T`` (a tolerance): FAIL
@@ -48,7 +48,7 @@ PASS_ALPHA = 0.05  # one-sided error of each pass
 ALPHA = PASS_ALPHA
 DETECT_POWER = 0.90  # "detects >= X%": the slowdown a check FAILs in this share of runs
 MIN_HISTORY = 3  # comparable saved runs needed before their spread enters the model
-MIN_BLOCKS = 2  # volume blocks of one reference needed before their spread enters the model
+MIN_BLOCKS = 2  # volume blocks of one saved run needed before their spread enters the model
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class Estimate:
     df: int
     within_var: float  # w: what more rounds of this run shrink (w / n_now)
     between_var: float  # b
-    runs: int  # saved runs the estimate used (1: the reference alone)
+    runs: int  # saved runs the estimate used (1: one saved run, the reference run alone)
     rounds_now: int
     between: str  # where b came from, for the report
     groups: int = 0  # groups whose spread gave b (saved runs, or their volume blocks); 0: a prior
@@ -116,12 +116,12 @@ def estimate(
     blocks: Sequence[Sequence[int | None]] = (),
 ) -> Estimate | None:
     """The change of ``now`` (log values of this run's rounds) against ``saved`` (each saved
-    run's log values, the reference first; ``blocks``: each one's volume block per value, when
+    run's log values, the reference run first; ``blocks``: each one's volume block per value, when
     recorded). The spread of the groups (the saved runs, each split by volume block) is used with
-    at least MIN_HISTORY saved runs, or with a reference of at least MIN_BLOCKS volume blocks
-    (else the reference alone and ``prior``), combined with ``prior`` by degrees of freedom (the
-    caller then passes ``history_prior``'s). None when the model has no between-run variance (no
-    prior, too few groups) or no within-run variance (single rounds)."""
+    a history of at least MIN_HISTORY saved runs, or with one saved run of at least MIN_BLOCKS
+    volume blocks (else that one saved run alone and ``prior``), combined with ``prior`` by
+    degrees of freedom (the caller then passes ``history_prior``'s). None when the model has no
+    between-run variance (no prior, too few groups) or no within-run variance (single rounds)."""
     labels = list(blocks) if len(blocks) == len(saved) else [()] * len(saved)
     runs = [(list(g), list(b)) for g, b in zip(saved, labels, strict=True) if g]
     if not now or not runs:
@@ -223,7 +223,7 @@ def resolution(se: float, df: int, level: float) -> float:
     one-sided) in DETECT_POWER of runs: the noncentrality at which a noncentral t on ``df``
     exceeds t(1 - level) in that share of runs, x se. The sum t(1 - level) + t(DETECT_POWER) that
     it replaces leaves out that the standard error is itself estimated: on few degrees of freedom
-    (a reference's volume blocks) it overstated the power (4 df: 10.6 se where 12.8 are needed)."""
+    (one saved run's volume blocks) it overstated the power (4 df: 10.6 se where 12.8 are needed)."""
     critical = stats.t_ppf(1 - level, df)
     return stats.noncentrality_for(critical, df, DETECT_POWER) * se
 
@@ -401,7 +401,8 @@ def prior_note(noise: NoisePrior | None = None, history_runs: int = 0) -> str:
             "place: runs saved while the machine was quiet cannot show how far a busier hour moves a "
             "run (their spread alone failed 17-19% of unchanged runs in a simulation where 30% of "
             "checking runs were loaded; docs/explanation/statistics.md); measure this runner with "
-            "benchmarks/noise.py and give --encperf-noise=FILE, or save the baseline with --encperf-volumes=N"
+            "benchmarks/noise.py and give --encperf-noise=FILE, or save the baseline with "
+            "--encperf-volumes=N"
         )
     return note + (
         "; against one reference it decides only changes far beyond that machine's noise: measure "
@@ -443,19 +444,19 @@ def history_prior(
     noise: NoisePrior | None = None,
     volume_blocks: bool = False,
 ) -> Prior | None:
-    """What the spread of a workload's saved groups (a history's runs, a reference's volume
+    """What the spread of a workload's saved groups (a history's runs, one saved run's volume
     blocks) is combined with: the cell's prior (``backend`` None: a metric without one; ``exact``:
     only the user's file's own cell, as for a life-cycle step). The user's prior (``noise``)
     always stays. The built-in prior (another machine's) stays beside a history of one-volume
-    runs, since it decided the reference alone: the runs then only add groups and a centre of
-    several runs, and never decide less than the reference did (a few runs' spread alone, on its
+    runs, since it decided one saved run alone: the runs then only add groups and a centre of
+    several runs, and never decide less than one saved run did (a few runs' spread alone, on its
     few degrees of freedom, did). Saved runs of a quiet hour cannot show a busier one either: in
     the statistics review's regime-mix simulation (history quiet, 30% of checking runs loaded,
     gocryptfs x 8 workloads at 10%, docs/explanation/statistics.md) the history's spread alone
     FAILed 17.4% +- 0.8 of 2000 unchanged runs at 5 saved runs (0.7% at 3), this pooling 0.1%;
     with only quiet runs neither FAILed any, the spread alone passed 15-26% of checks, this
     pooling none: the price, every check UNDECIDED at 10% on that machine (gate.judge's
-    unreachable_note says so in the header). It is left out when the reference was measured on
+    unreachable_note says so in the header). It is left out when the saved run was measured on
     fresh volumes (``volume_blocks``: its own between-volume spread replaces it), and for a
     life-cycle step (it has none)."""
     active = _in_use(noise)

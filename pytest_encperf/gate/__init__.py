@@ -1,7 +1,9 @@
 """The CI gate: regression rules, the checks they give, and the one Verdict builder (no pytest).
 
-A *check* compares one metric of one backend x workload ("cell") of this run with a reference.
-What counts as evidence depends on the metric and on what the reference offers:
+A *check* compares one metric of one backend x workload ("cell") of this run with the reference run
+(the saved run the gate compares with, and its history of saved runs) or, for
+``--encperf-max-overhead``, with plain's rounds in this run. What counts as evidence depends on the
+metric and on what is compared with:
 
 - ``paired ratios`` (the default for an encrypted backend): each backend round divided by the
   plain round measured beside it. Whole-run drift (a busy neighbour, a warmer disk) moves both
@@ -11,7 +13,7 @@ What counts as evidence depends on the metric and on what the reference offers:
   reference saved with --encperf-volumes measures it from its own volume blocks instead).
 - ``paired ratios + history``: the same, with at least MIN_HISTORY comparable saved runs, whose
   spread adds to the prior (per workload).
-- ``rounds + run prior``: plain's own throughput against the reference's plain, with plain's
+- ``rounds + run prior``: plain's own throughput against the reference run's plain, with plain's
   between-run prior (a machine that got slower: not the encryption's fault, shown as such).
 - ``history``: other absolute numbers (latency, CPU, an encrypted backend's MB/s, life-cycle
   steps) have no prior: they are gated only with at least MIN_HISTORY comparable saved runs.
@@ -53,16 +55,17 @@ from .checks import (
     NOT_COMPARABLE,
     NOT_GATED,
     NOT_SIGNIFICANT,
+    OVERHEAD,
     PAIRED,
     PAIRED_HISTORY,
     PASS,
     ROUNDS,
     RUN_PRIOR,
+    SAVED,
     UNDECIDED,
     Check,
     History,
     assess,
-    baseline_checks,
     busy_problem,
     cell_checks,
     cell_metrics,
@@ -72,6 +75,7 @@ from .checks import (
     is_gated,
     overhead_check,
     overhead_checks,
+    saved_checks,
 )
 from .confirmation import (
     CHECK_CONFIRM_PAIRS,
@@ -146,11 +150,13 @@ __all__ = [
     "NOT_GATED",
     "NOT_SIGNIFICANT",
     "NO_EVIDENCE",
+    "OVERHEAD",
     "PAIRED",
     "PAIRED_HISTORY",
     "PASS",
     "ROUNDS",
     "RUN_PRIOR",
+    "SAVED",
     "UNDECIDED",
     "WORKLOAD_CLASSES",
     "Cell",
@@ -162,7 +168,6 @@ __all__ = [
     "Rule",
     "Verdict",
     "assess",
-    "baseline_checks",
     "busy_problem",
     "cell_checks",
     "cell_differences",
@@ -187,6 +192,7 @@ __all__ = [
     "overhead_checks",
     "parse_rules",
     "quiet_rounds",
+    "saved_checks",
     "select_lifecycle_rule",
     "select_rule",
     "selector_clash",

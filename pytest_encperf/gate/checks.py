@@ -1,6 +1,6 @@
-"""Checks: one metric of one cell against its reference (a saved run, its history, or plain in
-this run), the words of their outcomes and evidence, which checks are gated, and the family
-correction that decides them (no pytest)."""
+"""Checks: one metric of one cell against what it is compared with (the reference run, the
+history of saved runs, or plain in this run), the words of their outcomes and evidence, which
+checks are gated, and the family correction that decides them (no pytest)."""
 
 from __future__ import annotations
 
@@ -44,28 +44,33 @@ PAIRED, BEFORE_AFTER, HISTORY, PAIRED_HISTORY, RUN_PRIOR, IN_RUN, ROUNDS, NO_EVI
     "ratios to plain before/after",  # the partition target: one volume on the device at a time
     "history",
     "paired ratios + history",
-    "rounds + run prior",  # plain's own throughput against the reference's, with plain's prior
+    "rounds + run prior",  # plain's own throughput against the reference run's, with plain's prior
     "this run's plain rounds",
     "rounds of both runs",  # absolute numbers without a history: reported, never gated
     "-",
 )
+# What a check compares this run with (Check.kind; never written to a file): the reference run
+# (and its history), or plain's rounds interleaved in this run (--encperf-max-overhead).
+SAVED, OVERHEAD = "saved", "overhead"
 
 
 @dataclass(frozen=True)
 class Check:
-    kind: str  # "baseline" (vs a saved run) or "overhead" (vs plain in this run)
+    kind: str  # SAVED (vs the reference run) or OVERHEAD (vs plain in this run)
     backend: str
     workload: str
     metric: str
     unit: str
     evidence: str  # PAIRED, HISTORY, PAIRED_HISTORY, RUN_PRIOR, IN_RUN, ROUNDS, or NO_EVIDENCE
-    reference: float  # geometric mean of the reference samples (with a history: of its runs' means)
-    current: float  # geometric mean of this run's samples
-    change_percent: float  # estimated current / reference - 1, in percent (signed)
-    worse_percent: float  # positive = worse than the reference by that much (direction-aware)
-    interval: tuple[float, float]  # 95% interval of current / reference
+    # the reports' "before" and "now" columns: geometric means of the samples compared with (the
+    # reference run's; with a history: of its runs' means; OVERHEAD: plain's in this run) and of this run's
+    before: float
+    now: float
+    change_percent: float  # estimated now / before - 1, in percent (signed)
+    worse_percent: float  # positive = worse than before by that much (direction-aware)
+    interval: tuple[float, float]  # 95% interval of now / before
     p_value: float  # one-sided, for "worse by at most the threshold"; before the family correction
-    rounds: tuple[int, int]  # (current, reference)
+    rounds: tuple[int, int]  # (now, before)
     threshold: float | None
     rule: str
     status: str
@@ -100,7 +105,7 @@ class Check:
 @dataclass(frozen=True)
 class History:
     """The comparable saved runs of one backend x metric: per workload, each run's log samples
-    (the reference first; verdict.estimate uses them from MIN_HISTORY runs on)."""
+    (the reference run first; verdict.estimate uses them from MIN_HISTORY runs on)."""
 
     samples: dict[str, list[list[float]]]
     blocks: dict[str, list[list[int | None]]] = field(default_factory=dict)  # each sample's volume block
@@ -142,20 +147,20 @@ def _saved_blocks(
     workload: str,
     history: History | None,
     history_runs: int,
-    reference_blocks: Sequence[int | None],
+    before_blocks: Sequence[int | None],
     own: str | None,
     kind: str,
 ) -> list[list[int | None]]:
     """The volume blocks of what verdict.estimate gets as saved runs: a history's, else the
-    reference's for a check that has a prior (paired ratios, plain's throughput), whose
+    reference run's for a check that has a prior (paired ratios, plain's throughput), whose
     between-run part its blocks may then measure instead; [] for none."""
     if history is not None and history_runs >= MIN_HISTORY:
         return history.blocks.get(workload, [])
-    return [list(reference_blocks)] if own and kind != "overhead" and reference_blocks else []
+    return [list(before_blocks)] if own and kind != OVERHEAD and before_blocks else []
 
 
 def _direction(metric: Metric, log_change: float) -> float:
-    """Worsening in percent for a change of ``log_change`` (log of current / reference)."""
+    """Worsening in percent for a change of ``log_change`` (log of now / before)."""
     ratio = math.exp(log_change)
     return (1 - ratio) * 100 if metric.higher_is_better else (ratio - 1) * 100
 
@@ -182,7 +187,7 @@ def _unevaluated(
     nan = math.nan
     return Check(
         kind=kind, backend=cell.backend, workload=check_name(cell, metric), metric=metric.name,
-        unit=metric.unit_for(cell.workload, cell.plain), evidence=NO_EVIDENCE, reference=nan, current=nan,
+        unit=metric.unit_for(cell.workload, cell.plain), evidence=NO_EVIDENCE, before=nan, now=nan,
         change_percent=nan, worse_percent=nan, interval=(nan, nan), p_value=nan, rounds=rounds,
         threshold=rule.threshold if rule else None, rule=rule.text if rule else "", status=status,
         reason=reason, stop=cell.stop_reason, confirm_rounds=cell.confirm_rounds, busy=cell.busy,
@@ -204,27 +209,29 @@ def assess(
     kind: str,
     cell: Cell,
     metric: Metric,
-    current: Sequence[float],
-    reference: Sequence[float],
+    now: Sequence[float],
+    before: Sequence[float],
     rule: Rule | None,
     *,
     history: History | None = None,
     differences: Sequence[str] = (),
     noise: verdict.NoisePrior | None = None,
-    reference_blocks: Sequence[int | None] = (),
+    before_blocks: Sequence[int | None] = (),
 ) -> Check:
-    """One check before the family correction: evidence, change, interval and raw p-value.
-    ``reference_blocks``: the volume block of each reference sample (verdict.volume_groups).
+    """One check before the family correction: evidence, change, interval and raw p-value of this
+    run's samples (``now``) against ``before``: the reference run's (``kind`` SAVED) or plain's in
+    this run (OVERHEAD). ``before_blocks``: the volume block of each of them (verdict.volume_groups).
 
     The status is provisional (``decide_family`` sets the final one): invalid samples, settings
     that differ, no rule or no gating evidence are final here. ``noise``: the user's between-run
     prior (--encperf-noise), None for the built-in one.
     """
-    rounds = (len(current), len(reference))
+    rounds = (len(now), len(before))
     name = check_name(cell, metric)  # one name for the history, the prior and the check
     if differences:
         return _unevaluated(kind, cell, metric, rule, NOT_COMPARABLE, "; ".join(differences), rounds)
-    for side, values in (("this run", current), ("the reference", reference)):
+    against = "the reference"
+    for side, values in (("this run", now), (against, before)):
         problems = stats.invalid_values(values) if values else ["no rounds"]
         if problems:
             reason = (
@@ -232,34 +239,34 @@ def assess(
                 f"({', '.join(problems)}); a ratio needs positive finite values"
             )
             return _unevaluated(kind, cell, metric, rule, INVALID, reason, rounds)
-    log_cur, log_ref = log_values(current), log_values(reference)
-    paired_evidence = kind == "overhead" or (metric.paired and not cell.plain)
+    log_now, log_before = log_values(now), log_values(before)
+    paired_evidence = kind == OVERHEAD or (metric.paired and not cell.plain)
     history_runs = history.runs(name) if history else 0
-    saved = history.samples[name] if history and history_runs >= MIN_HISTORY else [log_ref]
+    saved = history.samples[name] if history and history_runs >= MIN_HISTORY else [log_before]
     own = _own_prior(kind, cell, metric)
-    blocks = _saved_blocks(name, history, history_runs, reference_blocks, own, kind)
-    volumes = kind != "overhead" and verdict.has_blocks(reference_blocks)  # --encperf-volumes
-    if kind == "overhead":  # both sides in this run: no between-run part
+    blocks = _saved_blocks(name, history, history_runs, before_blocks, own, kind)
+    volumes = kind != OVERHEAD and verdict.has_blocks(before_blocks)  # --encperf-volumes
+    if kind == OVERHEAD:  # both sides in this run: no between-run part
         prior: verdict.Prior | None = verdict.Prior(0.0, 1e9, "one run")
     elif (history and history_runs >= MIN_HISTORY) or (own and volumes):
-        # the saved runs' spread (or the reference's volume blocks'), per workload
+        # the saved runs' spread (or the reference run's volume blocks'), per workload
         lifecycle = metric.name == LIFECYCLE_METRIC  # a step: only its own cell of the user's file
         prior = verdict.history_prior(
             own or (cell.backend if lifecycle else None), name, lifecycle, noise, volumes
         )
     else:  # the user's prior (--encperf-noise), else the built-in one; none for other numbers
         prior = verdict.prior_for(own, name, noise) if own else None
-    found = verdict.estimate(log_cur, saved, prior, blocks)
+    found = verdict.estimate(log_now, saved, prior, blocks)
     if found is None:
         evidence, log_change, interval = (
             ROUNDS,
-            statistics.fmean(log_cur) - statistics.fmean(log_ref),
+            statistics.fmean(log_now) - statistics.fmean(log_before),
             (math.nan,) * 2,
         )
         p_value = p_pass = se = within_var = math.nan
-        df, between, shown_reference = 0, "", math.exp(statistics.fmean(log_ref))
+        df, between, shown_before = 0, "", math.exp(statistics.fmean(log_before))
     else:
-        if kind == "overhead":
+        if kind == OVERHEAD:
             evidence = IN_RUN
         elif paired_evidence:
             evidence = (
@@ -278,7 +285,7 @@ def assess(
         tau = verdict.boundary(rule.threshold, metric.higher_is_better) if rule else 0.0
         p_value, p_pass = verdict.p_fail(worse, tau, se, df), verdict.p_pass(worse, tau, se, df)
         within_var, between = found.within_var, found.between
-        shown_reference = math.exp(statistics.fmean(log_cur) - log_change)
+        shown_before = math.exp(statistics.fmean(log_now) - log_change)
 
     # found is None (evidence ROUNDS): no between-run model, or rounds it cannot use (single ones)
     gated = found is not None and is_gated(kind, cell, metric, rule, history_runs, noise)
@@ -300,8 +307,8 @@ def assess(
         metric=metric.name,
         unit=metric.unit_for(cell.workload, cell.plain),
         evidence=evidence,
-        reference=shown_reference,
-        current=math.exp(statistics.fmean(log_cur)),
+        before=shown_before,
+        now=math.exp(statistics.fmean(log_now)),
         change_percent=(math.exp(log_change) - 1) * 100,
         worse_percent=_direction(metric, log_change),
         interval=interval,
@@ -383,7 +390,7 @@ def _metric_names(rules: Sequence[Rule]) -> list[str]:
     return list(dict.fromkeys([DEFAULT_METRIC, *named]))
 
 
-def baseline_checks(
+def saved_checks(
     reference: RunData,
     current: RunData,
     rules: Sequence[Rule],
@@ -391,7 +398,7 @@ def baseline_checks(
     noise: verdict.NoisePrior | None = None,
 ) -> tuple[list[Check], list[str], list[str]]:
     """Every cell present in both runs, for throughput and each metric a rule names; plus the
-    cells only in the reference and only in this run (``backend workload``)."""
+    cells only in the reference run and only in this run (``backend workload``)."""
     ref_cells, cur_cells = cells_of(reference.results, True), cells_of(current.results, True)
     histories: dict[tuple[str, str], History] = {}
 
@@ -418,7 +425,7 @@ def cell_checks(
     *,
     noise: verdict.NoisePrior | None = None,
 ) -> list[Check]:
-    """The checks of every current cell that the reference also has (``noise``: the user's
+    """The checks of every current cell that the reference run also has (``noise``: the user's
     between-run prior, None for the built-in one)."""
     run_differences = setting_differences(ref_settings, cur_settings)
     checks = []
@@ -431,18 +438,18 @@ def cell_checks(
             if busy:  # undecided if it was to be gated; an absolute number without history is not
                 history = history_of(cell.backend, metric)
                 runs = history.runs(cell.workload.name) if history is not None else 0
-                gated = is_gated("baseline", cell, metric, rule, runs, noise)
+                gated = is_gated(SAVED, cell, metric, rule, runs, noise)
                 status = MACHINE_BUSY if gated else NOT_GATED if rule else INFO
-                checks.append(_unevaluated("baseline", cell, metric, rule, status, busy))
+                checks.append(_unevaluated(SAVED, cell, metric, rule, status, busy))
                 continue
             differences = [*run_differences, *cell_differences(old, cell, metric)]
             if metric.paired and not cell.plain:
                 differences += [f"this run: {m}" for m in [cell.pairing_problem()] if m]
                 differences += [f"reference: {m}" for m in [old.pairing_problem()] if m]
             check = assess(
-                "baseline", cell, metric, cell.samples(metric), old.samples(metric), rule,
+                SAVED, cell, metric, cell.samples(metric), old.samples(metric), rule,
                 history=history_of(cell.backend, metric), differences=differences, noise=noise,
-                reference_blocks=old.volume_blocks,
+                before_blocks=old.volume_blocks,
             )  # fmt: skip
             checks.append(replace(check, order=order_note(cell, old)))
     return checks
@@ -458,7 +465,7 @@ def _own_prior(kind: str, cell: Cell, metric: Metric) -> str | None:
     backend's for its ratio to plain (paired evidence); None for an absolute number, which has none."""
     if _plain_throughput(cell, metric):
         return BASELINE
-    return cell.backend if kind == "overhead" or (metric.paired and not cell.plain) else None
+    return cell.backend if kind == OVERHEAD or (metric.paired and not cell.plain) else None
 
 
 def is_gated(
@@ -471,7 +478,7 @@ def is_gated(
 ) -> bool:
     """Whether a check of ``cell`` on ``metric`` joins the family that can fail the run: a rule
     asks for it and the model has a between-run part for it: both sides in this run (``kind``
-    "overhead"), at least MIN_HISTORY comparable saved runs of its workload (``history_runs``), or
+    OVERHEAD), at least MIN_HISTORY comparable saved runs of its workload (``history_runs``), or
     a prior of its own (an encrypted backend's ratio to plain, plain's own throughput; ``noise``:
     the user's, None for the built-in one). An absolute number without a history is reported,
     not gated. The one rule for the family confirmation expects (``expected_family_size``) and
@@ -479,7 +486,7 @@ def is_gated(
     cannot use, and life-cycle steps with too few cycles)."""
     if rule is None:
         return False
-    if kind == "overhead" or history_runs >= MIN_HISTORY:
+    if kind == OVERHEAD or history_runs >= MIN_HISTORY:
         return True
     own = _own_prior(kind, cell, metric)
     return own is not None and verdict.prior_for(own, check_name(cell, metric), noise) is not None
@@ -528,11 +535,11 @@ def overhead_check(cell: Cell, name: str, rule: Rule | None) -> Check:
         name = metric.name
     busy = busy_problem(cell, "this run")
     if busy:
-        return replace(_unevaluated("overhead", cell, metric, rule, MACHINE_BUSY, busy), metric=name)
+        return replace(_unevaluated(OVERHEAD, cell, metric, rule, MACHINE_BUSY, busy), metric=name)
     mismatch = cell.pairing_problem()
     plain = Cell(BASELINE, cell.workload, cell.baseline_rounds)
     check = assess(
-        "overhead", cell, metric, cell.samples(metric), plain.samples(metric), rule,
+        OVERHEAD, cell, metric, cell.samples(metric), plain.samples(metric), rule,
         differences=[mismatch] if mismatch else [],
     )  # fmt: skip
     return replace(check, metric=name, order=order_note(cell))  # named as the rule names it

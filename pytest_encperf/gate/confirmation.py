@@ -17,6 +17,7 @@ from .checks import (
     NO_EVIDENCE,
     PAIRED,
     PAIRED_HISTORY,
+    SAVED,
     Check,
     History,
     cell_checks,
@@ -190,9 +191,9 @@ def expected_family_size(
     size = 0
     for backend, workload in planned.values():
         cell = Cell(backend, workload, ())
-        if (backend, workload.name) in ref_cells:  # as baseline_checks checks
+        if (backend, workload.name) in ref_cells:  # as saved_checks checks
             for metric, rule in cell_metrics(rules, cell).values():
-                size += is_gated("baseline", cell, metric, rule, history_runs, noise)
+                size += is_gated(SAVED, cell, metric, rule, history_runs, noise)
         if cell.plain:
             continue
         for name in dict.fromkeys(r.metric for r in overhead_rules if r.metric != LIFECYCLE_METRIC):
@@ -206,5 +207,5 @@ def expected_family_size(
                 if len(old.get(step) or ()) >= MIN_LIFECYCLE_CYCLES:
                     cell = Cell(backend, lifecycle_workload(step), ())
                     rule = select_lifecycle_rule(rules, backend, step)
-                    size += is_gated("baseline", cell, METRICS[LIFECYCLE_METRIC], rule, history_runs, noise)
+                    size += is_gated(SAVED, cell, METRICS[LIFECYCLE_METRIC], rule, history_runs, noise)
     return max(1, size)

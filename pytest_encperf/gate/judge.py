@@ -1,4 +1,4 @@
-"""The verdict: every check of a run (each machine against its own reference, one family over
+"""The verdict: every check of a run (each machine against its own reference run, one family over
 all of them), decided, with what the gate could not check; the one Verdict builder (no pytest)."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from .checks import (
     PASS,
     UNDECIDED,
     Check,
-    baseline_checks,
     decide_family,
     overhead_checks,
+    saved_checks,
 )
 from .lifecycle import lifecycle_checks
 from .rules import FAIL_ALPHA, Rule
@@ -31,7 +31,7 @@ EXIT_REGRESSION = 7  # pytest exit status (and `encperf compare`'s) when the gat
 class Verdict:
     """Everything the gate decided for one run, for the terminal, Markdown and the exit status."""
 
-    baseline: str | None = None  # label of the compared saved run
+    reference: str | None = None  # label of the reference run (the saved run compared with)
     checks: list[Check] = field(default_factory=list)
     only_in_reference: list[str] = field(default_factory=list)  # "backend workload", vanished now
     only_in_current: list[str] = field(default_factory=list)
@@ -40,7 +40,7 @@ class Verdict:
     notes: list[str] = field(default_factory=list)  # shown, never failing
     unchecked: list[str] = field(default_factory=list)  # what the gate could not check (strict fails)
     not_gated: list[str] = field(default_factory=list)  # timings it never checks (gatescope), in the header
-    errors: list[str] = field(default_factory=list)  # failing: unreadable baseline, save failed
+    errors: list[str] = field(default_factory=list)  # failing: unreadable reference run, save failed
     strict: bool = False
     saved: str | None = None
     machine: str = ""  # in a run over several machines: whose verdict this is (one per machine)
@@ -58,7 +58,7 @@ class Verdict:
     def incomplete(self) -> list[str]:
         """Everything that kept the gate from checking what it was asked to check."""
         found = list(self.unchecked)
-        found += [f"{key}: in {self.baseline}, not in this run" for key in self.only_in_reference]
+        found += [f"{key}: in {self.reference}, not in this run" for key in self.only_in_reference]
         found += [
             f"{c.backend} {c.workload} {c.metric}: {c.status}: {c.reason}"
             for c in self.checks
@@ -85,7 +85,7 @@ def judge(
 ) -> Verdict:
     """The one verdict builder (the pytest session and ``encperf compare`` both use it).
 
-    ``history``: earlier comparable saved runs, the reference among them, newest first.
+    ``history``: earlier comparable saved runs, the reference run among them, newest first.
     ``noise``: the user's between-run prior (--encperf-noise), None for the built-in one.
     """
     (verdict,) = judge_machines(
@@ -94,7 +94,7 @@ def judge(
     return verdict
 
 
-Machine = tuple[RunData, RunData | None, Sequence[RunData]]  # (this run, its reference, history)
+Machine = tuple[RunData, RunData | None, Sequence[RunData]]  # (this run, its reference run, history)
 
 
 def judge_machines(
@@ -106,16 +106,16 @@ def judge_machines(
     alpha: float = FAIL_ALPHA,
     noise: NoisePrior | None = None,
 ) -> list[Verdict]:
-    """One Verdict per machine of a run, each machine compared with its own reference; the
+    """One Verdict per machine of a run, each machine compared with its own reference run; the
     gated checks of all machines form ONE family for Holm's correction, so a run over five
     machines fails falsely no more often than a run on one (the run has one exit status)."""
     verdicts: list[Verdict] = []
     families: list[list[Check]] = []
     for current, reference, history in machines:
-        verdict = Verdict(baseline=reference.label if reference else None, strict=strict, noise=noise)
+        verdict = Verdict(reference=reference.label if reference else None, strict=strict, noise=noise)
         checks: list[Check] = []
         if reference is not None:
-            checks, verdict.only_in_reference, verdict.only_in_current = baseline_checks(
+            checks, verdict.only_in_reference, verdict.only_in_current = saved_checks(
                 reference, current, rules, history, noise
             )
             verdict.history = [run.label for run in history]

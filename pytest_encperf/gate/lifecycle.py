@@ -11,7 +11,7 @@ from ..lifecycledata import LIFECYCLE_STEPS
 from ..model import RunData
 from ..workloads import Workload
 from .cells import Cell, setting_differences
-from .checks import HISTORY, NOT_GATED, ROUNDS, Check, History, assess, log_values
+from .checks import HISTORY, NOT_GATED, ROUNDS, SAVED, Check, History, assess, log_values
 from .rules import ALPHA, LIFECYCLE_METRIC, METRICS, Rule, lifecycle_selector
 
 LIFECYCLE_EVIDENCE = "cycles of both runs"
@@ -110,7 +110,7 @@ def lifecycle_checks(
             now, old = steps[step], old_steps[step]
             spread = lifecycle_history(backend, step, current, history)
             check = assess(
-                "baseline", cell, metric, now, old, rule, history=spread, differences=differences, noise=noise
+                SAVED, cell, metric, now, old, rule, history=spread, differences=differences, noise=noise
             )
             if check.evidence == ROUNDS:  # evaluated, but without MIN_HISTORY saved runs: not gated
                 check = replace(check, evidence=LIFECYCLE_EVIDENCE)

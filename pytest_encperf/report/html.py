@@ -161,7 +161,7 @@ def verdict_html(verdict: Verdict) -> str:
     """The gate as the terminal shows it: header, the check table, its legend, the messages."""
     tone = "fail" if verdict.failed else ("incomplete" if verdict.incomplete else "pass")
     parts = [
-        "<h4>Verdict" + (f" against {_e(verdict.baseline)}" if verdict.baseline else "") + "</h4>",
+        "<h4>Verdict" + (f" against {_e(verdict.reference)}" if verdict.reference else "") + "</h4>",
         f'<p class="verdict {tone}">{_e(verdict_header(verdict))}</p>',
     ]
     table = check_table(verdict.checks, tablefmt="html")

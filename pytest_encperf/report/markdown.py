@@ -85,8 +85,8 @@ def markdown_report(
     failures: list[str] = []
     if verdict is not None:
         icon = "❌" if verdict.failed else "✅"
-        baseline = f" (baseline `{verdict.baseline}`)" if verdict.baseline else ""
-        head += [f"**{icon} {verdict_header(verdict)}**{baseline}", ""]
+        reference = f" (baseline `{verdict.reference}`)" if verdict.reference else ""
+        head += [f"**{icon} {verdict_header(verdict)}**{reference}", ""]
         failures = [f"- {message}" for tone, message in verdict_messages(verdict) if tone == "red"]
     names = backends or list(dict.fromkeys(r.backend for r in results))
     # the CrystalDiskMark-style tables, and real work (its seconds are in no other table)

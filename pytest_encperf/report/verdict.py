@@ -20,6 +20,7 @@ from ..gate import (
     NOT_COMPARABLE,
     NOT_GATED,
     NOT_SIGNIFICANT,
+    OVERHEAD,
     PASS,
     Check,
     Verdict,
@@ -63,8 +64,8 @@ def _check_row(check: Check) -> list[str]:
         check.backend,
         check.workload,
         check.metric,
-        _format_metric(check.reference, check.unit),
-        _format_metric(check.current, check.unit),
+        _format_metric(check.before, check.unit),
+        _format_metric(check.now, check.unit),
         "-" if math.isnan(check.change_percent) else format_change(check.change_percent),
         _format_interval(check),
         format_p(check.p_adjusted) if check.gated else f"({format_p(check.p_value)})",
@@ -111,14 +112,14 @@ def check_table(checks: list[Check], tablefmt: str = "simple") -> str:
 def describe_check(check: Check) -> str:
     """One line per check that needs attention: what was compared, the estimate, its interval,
     the evidence, the rounds and how they were decided, and why the check got its status."""
-    against = "plain in this run" if check.kind == "overhead" else "baseline"
+    against = "plain in this run" if check.kind == OVERHEAD else "baseline"
     text = f"{check.status}: {check.backend} {check.workload} {check.metric}"
     if check.evidence == NO_EVIDENCE:
         return f"{text}: {check.reason}"
     p_text = f"adjusted p={format_p(check.p_adjusted)}" if check.gated else f"p={format_p(check.p_value)}"
     return (
-        f"{text}: {against} {_format_metric(check.reference, check.unit)} -> now "
-        f"{_format_metric(check.current, check.unit)} ({format_change(check.change_percent)}, "
+        f"{text}: {against} {_format_metric(check.before, check.unit)} -> now "
+        f"{_format_metric(check.now, check.unit)} ({format_change(check.change_percent)}, "
         f"95% interval {_format_interval(check)}; rule {check.rule or '-'}): {check.reason}; "
         f"evidence: {check.evidence}, {p_text}, {check.rounds[0]} vs {check.rounds[1]} rounds"
         + (f" ({check.stop})" if check.stop else "")
@@ -170,9 +171,8 @@ def verdict_messages(verdict: Verdict) -> list[tuple[str, str]]:
         if pooled:
             out.append(("", gate_model.prior_note(verdict.noise, max(pooled))))
     if verdict.machine_differences:
-        out.append(
-            ("yellow", f"this machine differs from the baseline's: {'; '.join(verdict.machine_differences)}")
-        )
+        differences = "; ".join(verdict.machine_differences)
+        out.append(("yellow", f"this machine differs from the baseline's: {differences}"))
     if len(verdict.history) > 1:
         out.append(("", f"history: {len(verdict.history)} saved runs ({', '.join(verdict.history)})"))
     out += [("red", describe_check(check)) for check in verdict.failures]
@@ -222,9 +222,9 @@ def verdict_report(verdict: Verdict) -> list[Line]:
     if verdict.saved:
         lines.append(("line", "", f"encperf: saved {verdict.saved}"))
     messages = verdict_messages(verdict)
-    if not (verdict.baseline or verdict.checks or messages):
+    if not (verdict.reference or verdict.checks or messages):
         return lines
-    title = f"encperf: compared with {verdict.baseline}" if verdict.baseline else "encperf: gate"
+    title = f"encperf: compared with {verdict.reference}" if verdict.reference else "encperf: gate"
     if verdict.machine:
         title = title.replace("encperf:", f"encperf: machine {verdict.machine}:", 1)
     lines.append(("section", "", title))

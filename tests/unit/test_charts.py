@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pytest_encperf.gate import FAIL, NOT_COMPARABLE, PASS, Check, Verdict
+from pytest_encperf.gate import FAIL, NOT_COMPARABLE, PASS, SAVED, Check, Verdict
 from pytest_encperf.model import Measurement, Result, RunData
 from pytest_encperf.report import charts
 from pytest_encperf.workloads import ATTO, CDM, MATRIX, MiB, fit_to_size
@@ -139,7 +139,7 @@ def test_atto_lines_and_matrix_grids() -> None:
 def check(backend: str, workload: str, status: str) -> Check:
     nan = math.nan
     return Check(
-        "baseline", backend, workload, "throughput", "x plain", "paired ratios", nan, nan, nan, nan,
+        SAVED, backend, workload, "throughput", "x plain", "paired ratios", nan, nan, nan, nan,
         (nan, nan), nan, (3, 3), 10.0, "10%", status, "",
     )  # fmt: skip
 

@@ -168,7 +168,7 @@ def test_encrypted_backend_is_judged_by_its_paired_ratio_to_plain() -> None:
     drifted = run("now", result("fscrypt", SEQ_READ, spread(40, 3), spread(80, 3)))
     check = only(judge(drifted, reference, parse_rules("10%")))
     assert (check.evidence, check.unit, check.status) == (PAIRED, "x plain", PASS)
-    assert check.current == pytest.approx(0.5)
+    assert check.now == pytest.approx(0.5)
     # the backend alone got 20% slower: the ratio catches it
     slower = run("now", result("fscrypt", SEQ_READ, spread(40, 3), spread(100, 3)))
     check = only(judge(slower, reference, parse_rules("10%")))
@@ -199,7 +199,7 @@ def test_on_the_partition_target_each_round_is_divided_by_the_plain_rounds_befor
     )
     check = only(judge(run("now", volume), reference, parse_rules("10%")))
     assert check.evidence == "ratios to plain before/after"
-    assert check.current == pytest.approx(40 / 102.5)  # over the median of all six plain rounds
+    assert check.now == pytest.approx(40 / 102.5)  # over the median of all six plain rounds
     assert check.rounds == (3, 10)
 
 
@@ -234,8 +234,8 @@ def test_plain_is_gated_with_one_reference_by_its_prior_and_with_history_by_the_
     plain = only(verdict, backend="plain")
     assert (plain.evidence, plain.history_runs, plain.status) == (HISTORY, 4, FAIL)
     means = [statistics.geometric_mean(spread(100 * f, 10)) for f in factors]
-    assert plain.reference == pytest.approx(statistics.geometric_mean(means))  # the history's centre
-    assert plain.change_percent == pytest.approx((plain.current / plain.reference - 1) * 100)
+    assert plain.before == pytest.approx(statistics.geometric_mean(means))  # the history's centre
+    assert plain.change_percent == pytest.approx((plain.now / plain.before - 1) * 100)
     assert only(verdict).evidence == PAIRED_HISTORY and only(verdict).status == PASS
     # plain 2% down against a 1% threshold: neither shown worse than 1% nor within it
     near = run("now", result("fscrypt", SEQ_READ, spread(49, 3), spread(98, 3)))
@@ -326,7 +326,7 @@ def test_random_4k_rows_are_judged_by_iops_ratio() -> None:
     now = run("now", result("fscrypt", RND4K_Q1T1_READ, spread(30, 3), spread(80, 3)))
     verdict = judge(now, reference, parse_rules("10%,abs-throughput:10%"))
     assert only(verdict, metric="abs-throughput").unit == "IOPS"
-    assert only(verdict, metric="abs-throughput").reference == pytest.approx(40e6 / 4096, rel=0.01)
+    assert only(verdict, metric="abs-throughput").before == pytest.approx(40e6 / 4096, rel=0.01)
     assert only(verdict).status == FAIL
 
 
@@ -355,7 +355,7 @@ def test_machines_of_a_fleet_are_judged_each_against_its_own_reference_in_one_fa
     now_b = run("now", *[result("fscrypt", w, spread(40, 4)) for w in workloads])
     rules = parse_rules("10%")
     verdict_a, verdict_b = judge_machines([(now_a, ref_a, []), (now_b, ref_b, [])], rules)
-    assert (verdict_a.baseline, verdict_b.baseline) == ("a/ref", "b/ref")
+    assert (verdict_a.reference, verdict_b.reference) == ("a/ref", "b/ref")
     assert {c.status for c in verdict_a.checks if c.gated and c.backend == "fscrypt"} == {FAIL}
     assert {c.status for c in verdict_b.checks if c.gated} == {PASS}
     assert verdict_a.failed and not verdict_b.failed

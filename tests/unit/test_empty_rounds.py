@@ -13,7 +13,7 @@ import pytest
 
 from pytest_encperf import stats, storage
 from pytest_encperf.benchmarkentries import plain_entry, seconds_per_gib_stats
-from pytest_encperf.gate import judge, parse_rules
+from pytest_encperf.gate import SAVED, judge, parse_rules
 from pytest_encperf.model import MachineRun, Measurement, Result, RunData, coefficient_of_variation
 from pytest_encperf.outcome import Outcome, unexpected_error
 from pytest_encperf.report import detail_table, markdown_report, summary_table
@@ -128,7 +128,7 @@ def test_a_saved_run_with_an_empty_round_as_the_reference_leaves_its_cells_undec
     reference = RunData("ref", (result(with_empty_round()),))
     now = RunData("now", (result(steady()),))
     verdict = judge(now, reference, parse_rules("10%"))
-    (check,) = [c for c in verdict.checks if c.backend == "gocryptfs" and c.kind == "baseline"]
+    (check,) = [c for c in verdict.checks if c.backend == "gocryptfs" and c.kind == SAVED]
     assert check.status == "invalid" and "the reference has unusable samples (round 4 is 0)" in check.reason
     assert not verdict.failed  # undecided, not a regression (--encperf-strict fails it)
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from pytest_encperf import verdict as verdict_model
-from pytest_encperf.gate import FAIL, PASS, Check, Verdict, judge, parse_rules
+from pytest_encperf.gate import FAIL, PASS, SAVED, Check, Verdict, judge, parse_rules
 from pytest_encperf.model import RunData
 from pytest_encperf.report import (
     cpu_line,
@@ -25,14 +25,14 @@ from tests.unit.test_charts import result
 def check(workload: str, status: str, backend: str = "fscrypt") -> Check:
     reason = "worse by 50.0% > 10%, adjusted p=0.001 <= 0.05" if status == FAIL else "not worse"
     return Check(
-        "baseline", backend, workload, "throughput", "x plain", "paired ratios", 0.5, 0.25, -50.0, 50.0,
+        SAVED, backend, workload, "throughput", "x plain", "paired ratios", 0.5, 0.25, -50.0, 50.0,
         (0.4, 0.6), 0.001, (10, 10), 10.0, "10%", status, reason, gated=True, p_adjusted=0.001,
     )  # fmt: skip
 
 
 def test_markdown_leads_with_the_verdict_the_failures_and_the_compact_table() -> None:
     results = [result("fscrypt", w, [50, 60], [100, 120]) for w in CDM]
-    verdict = Verdict(baseline="m/0001_main.json", checks=[check("SEQ1M-Q8T1-read", FAIL), check("x", PASS)])
+    verdict = Verdict(reference="m/0001_main.json", checks=[check("SEQ1M-Q8T1-read", FAIL), check("x", PASS)])
     text = markdown_report(results, verdict)
     lines = text.splitlines()
     assert lines[2] == f"**❌ {verdict_header(verdict)}** (baseline `m/0001_main.json`)"
@@ -60,7 +60,7 @@ def test_markdown_stays_under_the_cap_keeping_the_header_and_the_failures() -> N
         for b in range(12)
         for i, w in enumerate(workloads)
     ]
-    verdict = Verdict(baseline="m/0001_main.json", checks=checks)
+    verdict = Verdict(reference="m/0001_main.json", checks=checks)
     full = markdown_report(results, verdict, limit=10**9)
     assert len(full) > 60_000  # what it would be
     text = markdown_report(results, verdict, profiles=["cdm", "atto", "matrix"])

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from pytest_encperf import verdict as verdict_model
-from pytest_encperf.gate import FAIL, PASS, UNDECIDED, Check, judge, parse_rules
+from pytest_encperf.gate import FAIL, PASS, SAVED, UNDECIDED, Check, judge, parse_rules
 from pytest_encperf.gate.judge import unreachable_note
 from pytest_encperf.model import Measurement, Result, RunData
 from pytest_encperf.report.verdict import verdict_messages
@@ -37,7 +37,7 @@ def run(label: str, volume: list[float]) -> RunData:
 def check(status: str, tightest: float, detectable: float = 90.0, threshold: float = 10.0) -> Check:
     """A decided gated check; only what the note reads matters."""
     return Check(
-        "baseline", "gocryptfs", "seq-read", "throughput", "MB/s", "paired", 1.0, 1.0, 0.0, 0.0, (1.0, 1.0),
+        SAVED, "gocryptfs", "seq-read", "throughput", "MB/s", "paired", 1.0, 1.0, 0.0, 0.0, (1.0, 1.0),
         0.5, (4, 10), threshold, "10%", status, "", gated=True, tightest=tightest, detectable=detectable,
     )  # fmt: skip
 
