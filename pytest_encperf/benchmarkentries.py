@@ -27,9 +27,9 @@ from typing import Any
 
 from pytest_benchmark.stats import Stats  # the same statistics pytest-benchmark saves
 
-from . import usertiming
 from .model import BASELINE as PLAIN
 from .model import LATENCY_MEANING, Measurement, Result, is_baseline
+from .workloads import Workload
 
 UNIT = "per GiB"  # what one operation of an entry is: its stats are seconds to move a GiB
 CALL_UNIT = "per call"  # ... or one call of the user's function (encperf.time)
@@ -51,38 +51,37 @@ def entry_names(workload: str, backend: str, unit: str = UNIT) -> dict[str, str]
     }
 
 
-def unit_of(rounds: Sequence[Measurement]) -> str:
-    """An entry's unit: UNIT, or CALL_UNIT for rounds of a timed function (encperf.time), which
-    count no bytes: their stats are the seconds of one call."""
-    return CALL_UNIT if rounds and all(m.engine == usertiming.ENGINE for m in rounds) else UNIT
+def unit_of(workload: Workload, rounds: Sequence[Measurement]) -> str:
+    """An entry's unit: UNIT, or CALL_UNIT for rounds of a timed function (encperf.time,
+    Workload.is_timed_function), which count no bytes: their stats are the seconds of one call."""
+    return CALL_UNIT if rounds and workload.is_timed_function else UNIT
 
 
-def _stat_values(rounds: Sequence[Measurement]) -> list[float | None]:
-    """Each round's value for the stats (seconds per GiB, or per call), None where it has none:
+def _stat_values(rounds: Sequence[Measurement], per_call: bool) -> list[float | None]:
+    """Each round's value for the stats (seconds per GiB, or ``per_call``), None where it has none:
     a round that moved nothing takes forever per GiB, which no mean or standard deviation takes
     (Python's statistics.stdev raises AttributeError on an infinity)."""
-    per_call = unit_of(rounds) == CALL_UNIT
     values = (m.seconds if per_call else m.seconds_per_gib for m in rounds)
     return [value if math.isfinite(value) and value >= 0 else None for value in values]
 
 
-def seconds_per_gib_stats(rounds: Sequence[Measurement]) -> dict[str, Any]:
+def seconds_per_gib_stats(rounds: Sequence[Measurement], per_call: bool = False) -> dict[str, Any]:
     """pytest-benchmark's stats of the rounds, in seconds per GiB moved ({} without rounds); a
-    timed function's in seconds per call (unit_of). A round without a finite value (it moved
-    nothing) is left out of them; stats_left_out says which."""
+    timed function's in seconds per call (``per_call``: Workload.is_timed_function). A round
+    without a finite value (it moved nothing) is left out of them; stats_left_out says which."""
     stats = Stats()
-    for value in _stat_values(rounds):
+    for value in _stat_values(rounds, per_call):
         if value is not None:
             stats.update(value)
     # "iterations" is what pytest-benchmark adds to Stats.as_dict(); its compare table needs it
     return {**stats.as_dict(), "iterations": 1, "data": list(stats.data)} if stats else {}
 
 
-def stats_left_out(rounds: Sequence[Measurement]) -> list[str]:
+def stats_left_out(rounds: Sequence[Measurement], per_call: bool = False) -> list[str]:
     """The rounds seconds_per_gib_stats leaves out, each counted from 1 with why."""
     return [
         f"round {index} moved nothing: no time per GiB" if not m.bytes else f"round {index}: no finite time"
-        for index, (m, value) in enumerate(zip(rounds, _stat_values(rounds), strict=True), start=1)
+        for index, (m, value) in enumerate(zip(rounds, _stat_values(rounds, per_call), strict=True), start=1)
         if value is None
     ]
 
@@ -92,13 +91,15 @@ def plain_entry(result: Result) -> dict[str, Any] | None:
     itself, or without plain rounds)."""
     if is_baseline(result.backend) or not result.baseline_rounds or not result.rounds:
         return None
-    workload = result.workload.name
+    workload, per_call = result.workload.name, result.workload.is_timed_function
     return {
         "group": workload,
-        **entry_names(workload, plain_beside(result.backend), unit_of(result.baseline_rounds)),
+        **entry_names(
+            workload, plain_beside(result.backend), unit_of(result.workload, result.baseline_rounds)
+        ),
         "params": {"backend": PLAIN, "workload": workload, "beside": result.backend},
         "options": dict(OPTIONS),
-        "stats": seconds_per_gib_stats(result.baseline_rounds),
+        "stats": seconds_per_gib_stats(result.baseline_rounds, per_call),
         "extra_info": {
             PLAIN_SIDE: result.backend,
             # plain measured before and after the volume (partition target), not beside each round
@@ -109,7 +110,7 @@ def plain_entry(result: Result) -> dict[str, Any] | None:
             "cpu_s_per_gib": result.median("cpu_s_per_gib", baseline=True),
             "latency": LATENCY_MEANING,
             "busy_rounds": sum(m.busy for m in result.baseline_rounds),
-            "stats_left_out": stats_left_out(result.baseline_rounds),
+            "stats_left_out": stats_left_out(result.baseline_rounds, per_call),
         },
     }
 

@@ -40,7 +40,7 @@ from .report import (
     verdict_report,
 )
 from .targets import Target, container_size
-from .workloads import TASK_NAMES, MiB
+from .workloads import MiB
 
 
 def argument_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -138,7 +138,8 @@ def check_rule_names(args: argparse.Namespace, *runs: RunData) -> None:
     results = [result for run in runs for result in run.results]
     jobs = list(dict.fromkeys(r.workload.name for r in results if r.workload.kind == "job"))
     names = list(dict.fromkeys(r.workload.name for r in results if r.workload.kind in ("job", "task")))
-    timed = [name for name in names if name not in jobs and name.lower() not in TASK_NAMES]
+    functions = dict.fromkeys(r.workload.name for r in results if r.workload.is_timed_function)
+    timed = [name for name in functions if name not in jobs]
     for flag, rules in (("--fail", args.fail), ("--max-overhead", args.max_overhead)):
         unknown = unmatched_names(rules, jobs, names)
         if unknown:

@@ -44,8 +44,6 @@ CAVEATS = {
 # Caveats that say how a round came about, not what it measured: two runs' cells are compared
 # across them (gate.cells.Cell.setup); every other caveat must match.
 HOW_MEASURED_CAVEATS = frozenset({"measured-again"})
-# What a timed function's rounds (usertiming) say ran them: they move no bytes of their own.
-TIMED_FUNCTION_ENGINE = "python"
 
 # What a round's latency percentiles measure (``latency`` of each round; "" in runs saved before
 # it was recorded, when fio's figures were completion latency, clat).
@@ -112,8 +110,8 @@ class Measurement:
     def moved_nothing(self) -> bool:
         """A round that moved no bytes: not a measurement of the storage, whose I/Os, however
         slow, an engine waits for and counts. A timed function's round moves no bytes of its own
-        and never counts as empty."""
-        return self.bytes <= 0 and self.engine != TIMED_FUNCTION_ENGINE
+        either: rounds.RoundMeter does not ask it (Workload.is_timed_function)."""
+        return self.bytes <= 0
 
     @property
     def cached(self) -> bool | None:

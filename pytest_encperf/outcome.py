@@ -25,7 +25,7 @@ from .report import html as html_report
 from .rounds import ConfirmBudget
 from .settings import Settings
 from .sweep import FamilyRanking
-from .workloads import TASK_NAMES, Workload
+from .workloads import Workload
 
 MachineInfoAndId = tuple[dict[str, Any], str]  # this machine's info and id (session.machine_info_and_id)
 
@@ -86,11 +86,7 @@ def names_measured(machine_runs: list[MachineRun]) -> list[str]:
         result.workload.name
         for run in machine_runs
         for result in run.results
-        if result.rounds
-        and (
-            result.workload.kind == "job"
-            or (result.workload.kind == "task" and result.workload.task not in TASK_NAMES)
-        )
+        if result.rounds and (result.workload.kind == "job" or result.workload.is_timed_function)
     ]
 
 

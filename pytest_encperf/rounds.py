@@ -71,10 +71,13 @@ class QuietAgain:
 class RoundMeter:
     """Times a round (``started``, ``ended``) and, with a ``meter``, records what others took of
     the machine meanwhile (load.py): the round's others_cpu_s, steal_s, cpu_pressure_s, busy.
-    ``daemons``: the backends' daemons of both sides, which are this run's, not others."""
+    ``daemons``: the backends' daemons of both sides, which are this run's, not others.
+    ``timed_function``: the rounds are a user's timed function's (Workload.is_timed_function),
+    which move no bytes of their own and are never measured again as empty."""
 
     meter: load.LoadMeter | None = None
     daemons: tuple[int, ...] = ()
+    timed_function: bool = False
 
     def measure(
         self, round_: Callable[[], Measurement], clock: Callable[[], float] = time.time
@@ -83,12 +86,15 @@ class RoundMeter:
         round kept says so (caveat ``measured-again``, its ``attempts``), or when every attempt
         moved nothing, is the last of them with caveat ``moved-nothing``."""
         attempt, measured = 1, self._measure_once(round_, clock)
-        while measured.moved_nothing and attempt < EMPTY_ROUND_ATTEMPTS:
+        while self._empty(measured) and attempt < EMPTY_ROUND_ATTEMPTS:
             attempt, measured = attempt + 1, self._measure_once(round_, clock)
-        caveat = "moved-nothing" if measured.moved_nothing else "measured-again" if attempt > 1 else ""
+        caveat = "moved-nothing" if self._empty(measured) else "measured-again" if attempt > 1 else ""
         if not caveat:
             return measured
         return dataclasses.replace(measured, attempts=attempt, caveats=(*measured.caveats, caveat))
+
+    def _empty(self, measured: Measurement) -> bool:
+        return measured.moved_nothing and not self.timed_function
 
     def _measure_once(self, round_: Callable[[], Measurement], clock: Callable[[], float]) -> Measurement:
         before = self.meter.sample() if self.meter is not None else None

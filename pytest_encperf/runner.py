@@ -123,17 +123,17 @@ class Runner:
         if self.on_round is not None:
             self.on_round(workload, self.volume.spec, side, measurement)
 
-    def _round_meter(self, *volumes: MountedVolume | None) -> RoundMeter:
-        """Measures each round's time and, with a meter, what others took meanwhile; the
-        backends' daemons of ``volumes`` count as this run's."""
+    def _round_meter(self, workload: Workload, *volumes: MountedVolume | None) -> RoundMeter:
+        """Measures each round of ``workload`` (its time and, with a meter, what others took
+        meanwhile); the backends' daemons of ``volumes`` count as this run's."""
         daemons = tuple(pid for mounted in volumes if mounted is not None for pid in mounted.daemon_pids)
-        return RoundMeter(self.meter, daemons)
+        return RoundMeter(self.meter, daemons, workload.is_timed_function)
 
     def _wait_for_quiet(self, result: Result, *volumes: MountedVolume | None) -> None:
         """--encperf-quiet-wait, inside the measurement lock before the first round."""
         if self.meter is None or self.quiet_wait <= 0:
             return
-        daemons = self._round_meter(*volumes).daemons
+        daemons = self._round_meter(result.workload, *volumes).daemons
         result.quiet_wait = load.wait_for_quiet(
             self.meter, self.quiet_wait, daemons=daemons, waiting=self.on_quiet_wait
         )
@@ -183,7 +183,7 @@ class Runner:
                     PairedRounds(
                         on(baseline, baseline_file, baseline_observe),
                         on(self.volume, volume_file, volume_observe),
-                        meter=self._round_meter(self.volume, baseline),
+                        meter=self._round_meter(workload, self.volume, baseline),
                     ),
                     self.volume_plan,
                     with_confirmation=not self.spread_over_volumes,  # fresh volumes: after them all
@@ -248,7 +248,7 @@ class Runner:
                 pairs = PairedRounds(
                     of_block(on(plain, plain_file), block),
                     of_block(on(volume, volume_file), block),
-                    meter=self._round_meter(volume, plain),
+                    meter=self._round_meter(result.workload, volume, plain),
                 )
                 self._wait_for_quiet(measured, volume, plain)
                 self._measure_rounds(measured, pairs, plan, with_confirmation=False)
@@ -337,7 +337,7 @@ class Runner:
                 result.lock_wait = waited_to_prepare + waited
                 self._wait_for_quiet(result, self.volume, baseline)
                 pairs = PairedRounds(
-                    on(baseline), on(self.volume), meter=self._round_meter(self.volume, baseline)
+                    on(baseline), on(self.volume), meter=self._round_meter(workload, self.volume, baseline)
                 )
                 self._measure_rounds(result, pairs)
         except (HostError, OSError) as exc:
@@ -398,7 +398,7 @@ class Runner:
                 pairs = PairedRounds(
                     on(baseline, "plain"),
                     on(self.volume, "encrypted"),
-                    meter=self._round_meter(self.volume, baseline),
+                    meter=self._round_meter(workload, self.volume, baseline),
                 )
                 self._measure_rounds(result, pairs)
         finally:

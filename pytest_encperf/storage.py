@@ -129,14 +129,15 @@ def autosave_name(commit: dict[str, Any], now: dt.datetime) -> str:
 
 
 def benchmark_entry(result: Result) -> dict[str, Any]:
+    per_call = result.workload.is_timed_function  # seconds per call, not per GiB (benchmarkentries)
     return {
         "group": result.workload.name,
         **benchmarkentries.entry_names(
-            result.workload.name, result.backend, benchmarkentries.unit_of(result.rounds)
+            result.workload.name, result.backend, benchmarkentries.unit_of(result.workload, result.rounds)
         ),
         "params": {"backend": result.backend, "workload": result.workload.name},
         "options": dict(benchmarkentries.OPTIONS),
-        "stats": benchmarkentries.seconds_per_gib_stats(result.rounds),
+        "stats": benchmarkentries.seconds_per_gib_stats(result.rounds, per_call),
         "extra_info": {
             "mb_per_s": result.median("mb_per_s") if result.rounds else None,
             "iops": result.median("iops") if result.rounds else None,
@@ -153,7 +154,7 @@ def benchmark_entry(result: Result) -> dict[str, Any]:
             # rounds of both sides during which others kept the machine busy (Measurement.busy)
             "busy_rounds": result.busy_rounds,
             # rounds left out of "stats" (a round that moved nothing has no time per GiB)
-            "stats_left_out": benchmarkentries.stats_left_out(result.rounds),
+            "stats_left_out": benchmarkentries.stats_left_out(result.rounds, per_call),
             "device_per_logical": {
                 "volume": result.device_per_logical().to_dict(),
                 "plain": result.device_per_logical(baseline=True).to_dict(),

@@ -22,11 +22,11 @@ from typing import Any, NoReturn
 from . import host, trust
 from .engines.observe import Observe, Observer, with_caveat
 from .gate.rules import selects_name
-from .model import TIMED_FUNCTION_ENGINE, Measurement
-from .workloads import TASK_MODE, TASK_NAMES, Workload
+from .model import Measurement
+from .workloads import TASK_MODE, Workload
 
 USER_DIR = "encperf-time"  # under each side's data directory, removed after the rounds
-ENGINE = TIMED_FUNCTION_ENGINE  # what a user round's Measurement says ran it
+ENGINE = "python"  # what a user round's Measurement says ran it (saved runs keep it)
 STEP_TIMEOUT = 3600.0
 NEEDS_PLAIN = (
     "encperf.time needs the plain volume beside the volume to run the function on both sides in "
@@ -142,7 +142,7 @@ def later_named_cells(
     which only makes confirmation stricter, never a FAIL likelier."""
     backends = list(dict.fromkeys(backend for backend, workload in test_cells if workload.kind == "task"))
     claimed = [workload.name for _, workload in test_cells]
-    names = [w.name for w in reference if w.kind == "task" and w.task not in TASK_NAMES]
+    names = [w.name for w in reference if w.is_timed_function]
     names += [name for name in rule_names if not any(selects_name(name, mine) for mine in claimed)]
     taken = {name.lower() for name in claimed}
     unclaimed = [name for name in dict.fromkeys(names) if name.lower() not in taken]

@@ -86,6 +86,13 @@ class Workload:
         return "files" if self.rw == FILES_MODE else "block"
 
     @property
+    def is_timed_function(self) -> bool:
+        """Whether this is a user's timed function (``encperf.time``, usertiming.user_workload): a
+        task of its own name, not one of the built-in real-work tasks. Its rounds count seconds and
+        move no bytes of their own (no MB/s, IOPS or CPU per GiB; a round is never "empty")."""
+        return self.kind == "task" and self.task not in TASK_NAMES
+
+    @property
     def lower_is_better(self) -> bool:
         """A task is judged by its seconds (lower is better); every other workload by its
         throughput (MB/s, IOPS or files/s)."""

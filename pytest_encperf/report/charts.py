@@ -29,7 +29,7 @@ from ..gate import (
 from ..model import BASELINE, Measurement, Result, RunData
 from ..workloads import ATTO, GiB, Workload
 from .formats import pick
-from .tables import CACHED_BELOW_MARK, CAVEAT_MARKS, busy_mark, shown_change, timed_rounds
+from .tables import CACHED_BELOW_MARK, CAVEAT_MARKS, busy_mark, shown_change
 
 SWEEPS = ("atto", "matrix")  # profiles drawn as charts, not tiles
 _ATTO_NAMES = frozenset(w.name for w in ATTO)
@@ -268,7 +268,7 @@ def cpu_bars(results: Iterable[Result]) -> list[CpuBar]:
             None if cell.plain else daemon_per_gib(cell.rounds),
         )
         for cell in _cells(results)
-        if cell.rounds and not timed_rounds(cell.rounds)
+        if cell.rounds and not cell.workload.is_timed_function
     ]
 
 

@@ -10,7 +10,6 @@ from tabulate import tabulate
 
 from ..load import BUSY_SHARE
 from ..model import CAVEATS, Measurement, Result, device_traffic, is_baseline, speed_change
-from ..usertiming import ENGINE as TIMED_FUNCTION_ENGINE
 from ..workloads import PROFILES, GiB, KiB, Profile, Workload, same_definition
 from .formats import format_change, format_value, pick
 
@@ -78,18 +77,6 @@ def interval_mark(result: Result) -> str:
     (model.Result.overhead_interval); "" when its rounds cannot give one."""
     interval = result.overhead_interval
     return f" ±{interval.half_width:.1f}" if interval is not None else ""
-
-
-def timed_rounds(rounds: Iterable[Measurement]) -> bool:
-    """Whether ``rounds`` are a timed function's (encperf.time): they count seconds, no bytes, so
-    MB/s, IOPS and CPU per GiB mean nothing for them."""
-    engines = [m.engine for m in rounds]
-    return bool(engines) and all(engine == TIMED_FUNCTION_ENGINE for engine in engines)
-
-
-def timed_function(result: Result) -> bool:
-    """Whether ``result`` is a timed function's (timed_rounds)."""
-    return timed_rounds(result.rounds)
 
 
 def in_seconds(result: Result) -> bool:
@@ -340,7 +327,7 @@ def task_steps_table(results: Iterable[Result], workloads: Iterable[Workload]) -
 
 def _cpu_cells(result: Result) -> tuple[str, str, str]:
     """CPU s/GiB, the daemons' and plain's; "-" for a timed function, which moves no bytes of its own."""
-    if timed_function(result):
+    if result.workload.is_timed_function:
         return "-", "-", "-"
     daemon = [m.daemon_cpu_seconds for m in result.rounds if m.daemon_cpu_seconds is not None]
     daemon_text = "-"

@@ -68,6 +68,7 @@ def test_the_function_runs_on_both_sides_abba_in_a_fresh_directory_after_its_set
     assert result.primary_metric == "seconds"
     # one warm-up pair, then whole A B B A blocks: plain first
     assert calls[:2] == ["plain", "volume"] and calls[2:6] == ["plain", "volume", "volume", "plain"]
+    assert len(calls) == 6  # a call moves no bytes of its own: never run again as an empty round
     assert len(result.rounds) == len(result.baseline_rounds) == 2
     assert all(0.01 <= m.seconds < 0.25 for m in result.rounds + result.baseline_rounds)  # setup not timed
     assert all(m.engine == usertiming.ENGINE for m in result.rounds)

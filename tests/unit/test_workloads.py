@@ -76,3 +76,15 @@ def test_a_task_workload_names_its_task() -> None:
         Workload("archive", "task", 1)
     with pytest.raises(ValueError, match="names its task"):
         Workload("SEQ", "read", MiB, task="archive")
+
+
+def test_a_timed_function_is_a_task_of_its_own_name_never_a_built_in_task_or_io_pattern() -> None:
+    """Workload.is_timed_function: the one predicate the reports, the saved entries, the rule names
+    and the round meter ask (a timed function moves no bytes of its own)."""
+    from pytest_encperf.usertiming import user_workload
+    from pytest_encperf.workloads import FIO_JOB_MODE, REALWORK
+
+    assert user_workload("test_insert[wal]").is_timed_function
+    assert not any(w.is_timed_function for w in (*REALWORK, *CDM, *MATRIX, *DD))
+    job = Workload("mine", FIO_JOB_MODE, 1, job=(("rw", "read"),))
+    assert job.kind == "job" and not job.is_timed_function
