@@ -30,7 +30,7 @@ from ..model import LATENCY_TOTAL, Measurement
 from ..workloads import Workload, io_plan
 from .native import NativeEngine, probe_io_mode
 from .observe import Observe, Observer, with_caveat
-from .readahead import limits_readahead, round_definition, store_readahead_limited
+from .readahead import round_definition, round_readahead_limited
 from .uring import creatable
 
 # total-latency percentiles (--lat_percentiles=1); keys are formatted "%f"
@@ -313,8 +313,7 @@ class FioEngine:
         caveats = []
         if buffered_depth_caveat(workload, mode == "direct", uring):
             caveats.append("buffered-depth-1")
-        below = observe.store_devices if limits_readahead(workload) else ()
-        with store_readahead_limited(below) as limited:  # before fio opens the file
+        with round_readahead_limited(workload, observe) as limited:  # before fio opens the file
             if mode != "direct":
                 # fio's invalidate=1 drops only the test file's own pages; a stacked file system's
                 # store (FUSE, dislocker, qemu) stays cached in the file system below and would

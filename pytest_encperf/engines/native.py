@@ -32,7 +32,7 @@ from ..model import LATENCY_TOTAL, Measurement
 from ..workloads import SMALL_FILE_SIZES, IoPlan, MiB, Workload, io_plan
 from . import TEST_FILE_NAME, aio, uring
 from .observe import Observe, Observer, busy_cpu_seconds, with_caveat
-from .readahead import limits_readahead, round_definition, store_readahead_limited
+from .readahead import round_definition, round_readahead_limited
 
 __all__ = [
     "NativeEngine",
@@ -255,8 +255,7 @@ class NativeEngine:
             return run_job(workload, path, runtime=runtime, observe=observe)
         if workload.kind == "files":
             return self.run_files(workload, path.parent / SMALLFILES_DIR, runtime=runtime, observe=observe)
-        below = observe.store_devices if limits_readahead(workload) else ()
-        with store_readahead_limited(below) as limited:  # before the round opens the file
+        with round_readahead_limited(workload, observe) as limited:  # before the round opens the file
             return self.run_block(
                 workload, path, runtime=runtime, direct=direct, observe=observe, limited=limited
             )

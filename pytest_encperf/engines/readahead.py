@@ -24,9 +24,11 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from ..workloads import ROUND_DEFINITION, Workload
+from .observe import Observe
 
 SYS_BLOCK = Path("/sys/block")
 # One page: a read of more pages is read whole (the kernel allows a read up to the device's
@@ -85,3 +87,12 @@ def store_readahead_limited(devices: tuple[str, ...], sys_block: Path | None = N
         for path, before in reversed(saved):
             with contextlib.suppress(OSError):
                 path.write_text(f"{before}\n")
+
+
+def round_readahead_limited(
+    workload: Workload, observe: Observe, sys_block: Path | None = None
+) -> AbstractContextManager[bool]:
+    """What both engines wrap a block round in: the store below (``observe.store_devices``) reading
+    ahead one page while a round of ``workload`` that limits it runs (limits_readahead), nothing
+    for any other round. Yields whether the round read with its store limited (round_definition)."""
+    return store_readahead_limited(observe.store_devices if limits_readahead(workload) else (), sys_block)

@@ -21,6 +21,7 @@ from pytest_encperf.engines.readahead import (
     ROUND_READAHEAD_KB,
     limits_readahead,
     round_definition,
+    round_readahead_limited,
     setting,
     store_readahead_limited,
 )
@@ -73,6 +74,19 @@ def test_a_loop_device_reads_ahead_one_page_inside_and_its_own_setting_after(sys
         assert limited
         assert first.read_text() == second.read_text() == f"{ROUND_READAHEAD_KB}\n"
     assert first.read_text().strip() == "128" and second.read_text().strip() == "512"
+
+
+def test_the_engines_round_wrapper_limits_the_observed_store_only_for_a_random_read(sys_block: Path) -> None:
+    """round_readahead_limited, what both engines wrap a block round in: the volume's store
+    devices (Observe.store_devices) for a round that limits them (limits_readahead), else none."""
+    device = fake_device(sys_block, "loop7")
+    observe = Observe(store_below=True, store_devices=("loop7",))
+    with round_readahead_limited(RND_READ, observe) as limited:
+        assert limited and device.read_text() == f"{ROUND_READAHEAD_KB}\n"
+    assert device.read_text().strip() == "128"
+    for workload, seen in ((SEQ_READ, observe), (RND_WRITE, observe), (RND_READ, Observe())):
+        with round_readahead_limited(workload, seen) as limited:
+            assert not limited and device.read_text().strip() == "128"
 
 
 def test_a_device_that_reads_ahead_less_keeps_its_setting(sys_block: Path) -> None:
