@@ -51,8 +51,10 @@ def run(
     env: dict[str, str] | None = None,
     secrets: Sequence[bytes | str] = (),
     daemons: bool = False,
+    cwd: Path | None = None,
 ) -> str:
-    """Run a command non-interactively (stdin closed unless ``input``), return its stdout.
+    """Run a command non-interactively (stdin closed unless ``input``), return its stdout;
+    ``cwd``: its working directory (default: this process's), for a tool that writes there.
 
     Secrets go through ``input`` or files, never ``argv``: argv is world-readable in /proc.
     Where a tool takes one in argv only (and the user accepted that), name it in ``secrets``:
@@ -74,6 +76,7 @@ def run(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            cwd=cwd,
             **children.popen_options(env, daemons=daemons),
         )
     except FileNotFoundError as exc:

@@ -386,7 +386,12 @@ class LuksBackend(CryptsetupBackend):
             fill(root / self.data_dir_name)
             self.unmount(volume)
             started = time.perf_counter()
-            host.run(self.reencrypt_command(device), input=self.secret_key(volume), timeout=24 * 3600)
+            # its temporary LUKS2 header goes to the working directory: our private one, never
+            # wherever the user started (read-only there, or theirs to find a header in)
+            host.run(
+                self.reencrypt_command(device), input=self.secret_key(volume), timeout=24 * 3600,
+                cwd=volume.workdir,
+            )  # fmt: skip
             seconds = time.perf_counter() - started
         return volume, size - REDUCE_DEVICE_SIZE, seconds
 

@@ -720,6 +720,12 @@ def test_password_prompt_gets_end_of_file_not_a_terminal() -> None:
     assert host.run(["cat"], input=b"from stdin") == "from stdin"
 
 
+def test_a_tool_runs_in_the_working_directory_it_is_given(tmp_path: Path) -> None:
+    """``cwd``: where cryptsetup reencrypt writes its temporary header (the volume's work directory)."""
+    assert host.run(["pwd"], cwd=tmp_path).strip() == str(tmp_path)
+    assert host.run(["pwd"]).strip() == os.getcwd()
+
+
 def test_errors_show_secrets_and_stdin_as_placeholders() -> None:
     with pytest.raises(host.HostError) as failed:
         host.run(["sh", "-c", 'echo "bad password $(cat)" >&2; exit 2', "tool", "--password=hunter22"],

@@ -150,3 +150,41 @@ def test_luks2_in_place_encryption_command_line() -> None:
     assert "--pbkdf" not in default.reencrypt_command(Path("/dev/loop99"))
     assert make_backend(BackendSpec("luks1")).in_place_method() == ""
     assert make_backend(BackendSpec.parse("luks2:integrity=hmac-sha256")).in_place_method() == ""
+
+
+def test_in_place_encryption_runs_cryptsetup_in_the_volumes_own_work_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """cryptsetup reencrypt --encrypt writes its temporary LUKS2 header into its working
+    directory: it runs in the volume's private work directory, never where the user started
+    (a read-only checkout failed --encperf-inplace; a header there is theirs to find)."""
+    started_in = tmp_path / "users-checkout"
+    started_in.mkdir()
+    started_in.chmod(0o555)
+    monkeypatch.chdir(started_in)
+    backend = make_backend(BackendSpec("luks2"))
+    assert isinstance(backend, dmcrypt.LuksBackend)
+    ran: list[tuple[list[str], Path | None]] = []
+
+    def record(argv: list[str], **kwargs: object) -> str:
+        cwd = kwargs.get("cwd")
+        ran.append((list(argv), Path(cwd) if isinstance(cwd, (str, Path)) else None))
+        return ""
+
+    monkeypatch.setattr(host, "run", record)
+    monkeypatch.setattr(backend, "target_device", lambda volume: Path("/dev/loop99"))
+    monkeypatch.setattr(dmcrypt, "device_size", lambda device: 64 << 20)
+    monkeypatch.setattr(dmcrypt, "make_ext4", lambda device, **kwargs: None)
+    filesystem = tmp_path / "filesystem"
+    filesystem.mkdir()
+    monkeypatch.setattr(dmcrypt, "mount_ext4", lambda volume, device: filesystem)
+    workdir = tmp_path / "run" / "03-inplace-luks2"
+    workdir.parent.mkdir()
+    volume, size, _ = backend.encrypt_in_place(
+        Target("container", tmp_path, 64 << 20), workdir, lambda data: (data / "f").write_bytes(b"x")
+    )
+    (argv, cwd), *_ = [(argv, cwd) for argv, cwd in ran if argv[:2] == ["cryptsetup", "reencrypt"]]
+    assert argv == backend.reencrypt_command(Path("/dev/loop99"))
+    assert cwd == volume.workdir == workdir != Path(os.getcwd())
+    assert (workdir.stat().st_mode & 0o777) == 0o700  # ours, private: the header is nobody else's
+    assert size == (64 << 20) - dmcrypt.REDUCE_DEVICE_SIZE
