@@ -113,7 +113,7 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "baseline",
         help=(
-            "the baseline run: number, name, MACHINE-ID/RUN, latest or .json path; a name or latest "
+            "the reference run: number, name, MACHINE-ID/RUN, latest or .json path; a name or latest "
             "picks a complete run, NAME! or latest! an incomplete one too"
         ),
     )

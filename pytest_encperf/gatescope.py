@@ -1,12 +1,12 @@
-"""What the gate's checks do not cover, said in its verdict (no pytest): a baseline measured on other
-hardware, and the timings the gate never judges.
+"""What the gate's checks do not cover, said in its verdict (no pytest): a reference run measured on
+other hardware, and the timings the gate never judges.
 
 - Runs of one hardware are compared whatever else changed (a kernel or crypto-driver update is what
-  the gate is there to catch; machine.same_hardware). A baseline of other hardware (another CPU
+  the gate is there to catch; machine.same_hardware). A reference run of other hardware (another CPU
   model, core count, crypto flags or disk model: machine.HARDWARE_KEYS) is used only when it is
   named, and a difference from it may be the hardware's, not the code's: it is listed as not
   checked, which fails the gate under ``--encperf-strict``, unless the user accepts such a
-  baseline with ``--encperf-allow-other-hardware`` (``encperf compare --allow-other-hardware``);
+  reference run with ``--encperf-allow-other-hardware`` (``encperf compare --allow-other-hardware``);
   then it is a note.
 - kdf timings (the ``kdf`` profile) and in-place timings (``--encperf-inplace``) are one number per
   backend and run, with no plain side to pair with and no rule that selects them: the gate has no
@@ -43,7 +43,7 @@ def other_hardware(
     gated: bool = True,
     flag: str = ALLOW_OTHER_HARDWARE,
 ) -> tuple[list[str], list[str]]:
-    """(notes, not checked) for a baseline ``label`` measured on ``reference``'s machine, judged on
+    """(notes, not checked) for a reference run ``label`` measured on ``reference``'s machine, judged on
     ``current``'s: nothing for the same hardware; else a note when ``allowed`` (``flag``) or when
     nothing is ``gated`` (no --encperf-fail rules), otherwise an item the gate could not check
     (which fails under --encperf-strict)."""
@@ -52,12 +52,12 @@ def other_hardware(
     what = "; ".join(hardware_differences(reference, current))
     if allowed:
         return [
-            f"baseline {label} was measured on other hardware ({what}), accepted by {flag}: "
+            f"reference run {label} was measured on other hardware ({what}), accepted by {flag}: "
             "a difference may be the hardware's, not the code's"
         ], []
     finding = (
-        f"baseline {label} was measured on other hardware ({what}): a difference may be the "
-        f"hardware's, not the code's ({flag} accepts such a baseline)"
+        f"reference run {label} was measured on other hardware ({what}): a difference may be the "
+        f"hardware's, not the code's ({flag} accepts such a reference run)"
     )
     return ([], [finding]) if gated else ([finding], [])
 

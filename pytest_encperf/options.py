@@ -115,12 +115,12 @@ OPTIONS: tuple[Option, ...] = (
            "measured rounds per workload, alternating with the baseline in whole A B B A blocks (an odd N "
            "is rounded up)", parse_rounds, "4"),
     Option("save-rounds", "N",
-           "measured rounds per workload in a run that saves a baseline (--encperf-save, --encperf-autosave) "
-           "when --encperf-rounds is not given: a reference with more rounds lets each checking run decide "
-           "with fewer", parse_rounds, "10"),
+           "measured rounds per workload in a run that saves a reference run (--encperf-save, "
+           "--encperf-autosave) when --encperf-rounds is not given: a reference with more rounds lets each "
+           "checking run decide with fewer", parse_rounds, "10"),
     Option("volumes", "N",
            "fresh volume pairs (plain and backend) each workload's rounds are spread over, in whole A B B A "
-           "blocks: a baseline saved with N >= 2 carries its own between-volume spread, which the gate "
+           "blocks: a reference run saved with N >= 2 carries its own between-volume spread, which the gate "
            "uses instead of the between-run prior (not on the partition target; real-work tasks use one)",
            parse_volumes, "1"),
     Option("warmup", "N", "warm-up rounds per workload, measured on both sides and discarded",
@@ -167,13 +167,13 @@ OPTIONS: tuple[Option, ...] = (
            f"up to N comparable saved runs (at least {MIN_HISTORY} are needed; 0 = off)",
            parse_history, "5"),
     Option("strict", "BOOL",
-           "fail the gate (exit 7) when it cannot check what it was asked to: no usable baseline, a "
-           "backend x workload of the baseline missing now, settings that differ, a baseline from other "
-           "hardware (bare flag = yes)",
+           "fail the gate (exit 7) when it cannot check what it was asked to: no usable reference run, a "
+           "backend x workload of the reference run missing now, settings that differ, a reference run "
+           "from other hardware (bare flag = yes)",
            parse_bool, "no", form="flag", const="1"),
     Option("allow-other-hardware", "BOOL",
-           "accept a baseline measured on other hardware (CPU model, cores, crypto flags, disk model): a "
-           "note instead of a check not made, which strict mode fails (bare flag = yes)",
+           "accept a reference run measured on other hardware (CPU model, cores, crypto flags, disk "
+           "model): a note instead of a check not made, which strict mode fails (bare flag = yes)",
            parse_bool, "no", form="flag", const="1"),
     Option("noise", "FILE",
            "the between-run noise of this runner, as benchmarks/noise.py writes it (noise-DATE.json): the "

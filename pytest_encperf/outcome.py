@@ -191,12 +191,12 @@ class Outcome:
             )  # fmt: skip
         except storage.NoSavedRun as exc:
             message = (
-                f"no baseline to compare with: {exc}; nothing was gated "
+                f"no reference run to compare with: {exc}; nothing was gated "
                 "(save one with --encperf-save=NAME or --encperf-autosave)"
             )
             return ReferenceRun(unchecked=[message]) if s.fail else ReferenceRun(notes=[message])
         except storage.StorageError as exc:
-            return ReferenceRun(errors=[f"cannot use the baseline: {exc}"])
+            return ReferenceRun(errors=[f"cannot use the reference run: {exc}"])
         if warning:
             loaded.notes.insert(0, f"warning: {warning}")
         return loaded

@@ -3,7 +3,7 @@
 It only wires: its pytest hooks hand over to the objects that do the work, each built from plain
 values (the settings, the target, the engine) and none knowing another or the session:
 ``Volumes`` (volumes.py), the run's ``RunRecord`` (record.py), the xdist ``Topology`` and
-``WorkerRuns`` with their ``merge`` (workers.py), the ``Outcome`` (outcome.py: baseline, gate,
+``WorkerRuns`` with their ``merge`` (workers.py), the ``Outcome`` (outcome.py: reference run, gate,
 saved runs and reports) and the terminal summary (report/terminal.py). Modelled on pytest's junitxml:
 one plugin object, registered with the plugin manager in ``pytest_configure``, unregistered at
 the end.

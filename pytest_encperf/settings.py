@@ -200,8 +200,8 @@ def resolve(
         if sources["backends"] == "default":
             sources["backends"] = f"{sources['sweep']} (the sweep's configurations)"
     if (values["save"] or values["autosave"]) and sources["rounds"] == "default":
-        values["rounds"] = values["save_rounds"]  # a baseline: more rounds, see --encperf-save-rounds
-        sources["rounds"] = "--encperf-save-rounds (saving a baseline)"
+        values["rounds"] = values["save_rounds"]  # a reference run: more rounds, see --encperf-save-rounds
+        sources["rounds"] = "--encperf-save-rounds (saving a reference run)"
     return Settings(**values, sources=sources)
 
 

@@ -46,7 +46,7 @@ class StorageError(Exception):
 
 
 class NoSavedRun(StorageError):
-    """Nothing matches the reference (not an error in a first run: there is no baseline yet)."""
+    """Nothing matches the reference (not an error in a first run: there is no reference run yet)."""
 
 
 @dataclass(frozen=True)
@@ -434,28 +434,28 @@ def _warnings(*found: str | None) -> str | None:
     return "; ".join(text for text in found if text) or None
 
 
-def history(storage: Path, baseline: SavedRun, ref: str, count: int) -> list[SavedRun]:
-    """Up to ``count`` saved runs for the run-to-run spread: the baseline run and the runs
+def history(storage: Path, reference: SavedRun, ref: str, count: int) -> list[SavedRun]:
+    """Up to ``count`` saved runs for the run-to-run spread: the reference run and the runs
     saved before it on its machine (its hardware and host name), newest first, never an
     incomplete one; only runs of the same name when ``ref`` named one (``main``), so a history
     of a branch is not mixed with other branches' runs."""
     if count <= 0:
         return []
-    info = folder_machine_info(baseline.path.parent)
-    ids, _ = machine_ids(storage, baseline.machine_id, info)
+    info = folder_machine_info(reference.path.parent)
+    ids, _ = machine_ids(storage, reference.machine_id, info)
     named = _named(ref.split("/", 1)[-1])
 
     candidates = [
         run
         for run in list_runs(storage)
         if run.machine_id in ids
-        and run.path != baseline.path
-        and run.datetime_key <= baseline.datetime_key
-        and (not named or run.name == baseline.name)
-        and not run.incomplete  # an interrupted run is a baseline only when asked for, never history
+        and run.path != reference.path
+        and run.datetime_key <= reference.datetime_key
+        and (not named or run.name == reference.name)
+        and not run.incomplete  # an interrupted run is a reference run only when asked for, never history
     ]
     candidates.sort(key=lambda run: (run.datetime_key, run.number), reverse=True)  # ties: by number
-    return [baseline, *candidates][:count]
+    return [reference, *candidates][:count]
 
 
 def load_run(run: SavedRun) -> RunData:
@@ -475,6 +475,6 @@ def _other_machine(run: SavedRun, machine_id: str | None, machine_info: dict[str
         if other and machine.same_machine(other, machine_info):
             return None  # this machine under another id: the report lists what differs (kernel, driver)
     return (
-        f"baseline {run.label} comes from another machine (this one is {machine_id}): "
+        f"reference run {run.label} comes from another machine (this one is {machine_id}): "
         "differences may be the machine's, not the code's"
     )

@@ -401,12 +401,12 @@ def prior_note(noise: NoisePrior | None = None, history_runs: int = 0) -> str:
             "place: runs saved while the machine was quiet cannot show how far a busier hour moves a "
             "run (their spread alone failed 17-19% of unchanged runs in a simulation where 30% of "
             "checking runs were loaded; docs/explanation/statistics.md); measure this runner with "
-            "benchmarks/noise.py and give --encperf-noise=FILE, or save the baseline with "
+            "benchmarks/noise.py and give --encperf-noise=FILE, or save the reference run with "
             "--encperf-volumes=N"
         )
     return note + (
-        "; against one reference it decides only changes far beyond that machine's noise: measure "
-        "this runner with benchmarks/noise.py and give --encperf-noise=FILE, or save the baseline "
+        "; against one saved run it decides only changes far beyond that machine's noise: measure "
+        "this runner with benchmarks/noise.py and give --encperf-noise=FILE, or save the reference run "
         "with --encperf-volumes=N (N >= 2: its own between-volume spread then replaces it)"
     )
 

@@ -230,7 +230,7 @@ def assess(
     name = check_name(cell, metric)  # one name for the history, the prior and the check
     if differences:
         return _unevaluated(kind, cell, metric, rule, NOT_COMPARABLE, "; ".join(differences), rounds)
-    against = "the reference"
+    against = "the reference" if kind == SAVED else "plain in this run"
     for side, values in (("this run", now), (against, before)):
         problems = stats.invalid_values(values) if values else ["no rounds"]
         if problems:

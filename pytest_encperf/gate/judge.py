@@ -173,7 +173,7 @@ def unreachable_note(checks: Sequence[Check], strict: bool) -> list[str]:
     tightest = _span([check.tightest for check in stuck])
     facts = f"{count} cannot pass an unchanged run at {_span(thresholds)} here (tightest {tightest})"
     remedy = (
-        "raise the threshold, save the baseline with --encperf-volumes=N, or give --encperf-noise=FILE "
+        "raise the threshold, save the reference run with --encperf-volumes=N, or give --encperf-noise=FILE "
         "measured on this runner (benchmarks/noise.py)"
     )
     if strict:

@@ -85,7 +85,7 @@ def markdown_report(
     failures: list[str] = []
     if verdict is not None:
         icon = "❌" if verdict.failed else "✅"
-        reference = f" (baseline `{verdict.reference}`)" if verdict.reference else ""
+        reference = f" (reference run `{verdict.reference}`)" if verdict.reference else ""
         head += [f"**{icon} {verdict_header(verdict)}**{reference}", ""]
         failures = [f"- {message}" for tone, message in verdict_messages(verdict) if tone == "red"]
     names = backends or list(dict.fromkeys(r.backend for r in results))

@@ -112,7 +112,7 @@ def check_table(checks: list[Check], tablefmt: str = "simple") -> str:
 def describe_check(check: Check) -> str:
     """One line per check that needs attention: what was compared, the estimate, its interval,
     the evidence, the rounds and how they were decided, and why the check got its status."""
-    against = "plain in this run" if check.kind == OVERHEAD else "baseline"
+    against = "plain in this run" if check.kind == OVERHEAD else "reference run"
     text = f"{check.status}: {check.backend} {check.workload} {check.metric}"
     if check.evidence == NO_EVIDENCE:
         return f"{text}: {check.reason}"
@@ -172,7 +172,7 @@ def verdict_messages(verdict: Verdict) -> list[tuple[str, str]]:
             out.append(("", gate_model.prior_note(verdict.noise, max(pooled))))
     if verdict.machine_differences:
         differences = "; ".join(verdict.machine_differences)
-        out.append(("yellow", f"this machine differs from the baseline's: {differences}"))
+        out.append(("yellow", f"this machine differs from the reference run's: {differences}"))
     if len(verdict.history) > 1:
         out.append(("", f"history: {len(verdict.history)} saved runs ({', '.join(verdict.history)})"))
     out += [("red", describe_check(check)) for check in verdict.failures]
@@ -192,7 +192,7 @@ def verdict_messages(verdict: Verdict) -> list[tuple[str, str]]:
         ))  # fmt: skip
     out += [("red" if verdict.strict else "yellow", f"not checked: {item}") for item in verdict.incomplete]
     if verdict.only_in_current:
-        out.append(("", f"new in this run (not in the baseline): {', '.join(verdict.only_in_current)}"))
+        out.append(("", f"new in this run (not in the reference run): {', '.join(verdict.only_in_current)}"))
     gated = sum(check.gated for check in verdict.checks)
     if gated:
         family = (

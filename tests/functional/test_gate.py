@@ -212,7 +212,7 @@ def test_encrypted_regression_fails_with_status_and_message(gate: pytest.Pyteste
     result.stdout.fnmatch_lines(
         [
             "encperf: 2 regressions, 2 within threshold",
-            "*FAIL: fakecrypt SEQ1M-Q8T1-read throughput: baseline 0.500 x plain -> now 0.400 x plain "
+            "*FAIL: fakecrypt SEQ1M-Q8T1-read throughput: reference run 0.500 x plain -> now 0.400 x plain "
             "(-20.0%, 95% interval *; rule 10%): worse by 20.0% > 10% (at least *% worse, adjusted p=* <= "
             "0.01); detects >= *% here; evidence: paired ratios, adjusted p=*, 4 vs 10 rounds (4 rounds)",
             "*exit status 7 (performance gate failed)*",
@@ -272,7 +272,7 @@ def test_plain_is_gated_against_the_history_of_saved_runs(gate: pytest.Pytester)
         [
             "encperf: 2 regressions, 2 within threshold",
             "*history: 3 saved runs (*0003_main.json, *0002_main.json, *0001_main.json)",
-            "*FAIL: plain SEQ1M-Q8T1-read throughput: baseline 100.0 MB/s -> now 80.0 MB/s*"
+            "*FAIL: plain SEQ1M-Q8T1-read throughput: reference run 100.0 MB/s -> now 80.0 MB/s*"
             "evidence: history*",
         ]
     )
@@ -359,14 +359,17 @@ def test_missing_baseline_is_said_and_fails_only_under_strict(gate: pytest.Pytes
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
         [
-            "encperf: nothing was checked (no baseline to compare with: no saved run matches 'main' in *",
-            "*not checked: no baseline to compare with*nothing was gated*",
+            "encperf: nothing was checked (no reference run to compare with: no saved run matches 'main' "
+            "in *",
+            "*not checked: no reference run to compare with*nothing was gated*",
             "*--encperf-strict fails then",
         ]
     )
     strict = run(gate, "--encperf-fail=10%", "--encperf-strict")
     assert strict.ret == EXIT_REGRESSION
-    strict.stdout.fnmatch_lines(["*not checked: no baseline to compare with: no saved run matches 'latest'*"])
+    strict.stdout.fnmatch_lines(
+        ["*not checked: no reference run to compare with: no saved run matches 'latest'*"]
+    )
 
 
 def test_a_backend_that_vanished_since_the_baseline_is_listed(gate: pytest.Pytester) -> None:
@@ -416,7 +419,7 @@ def test_a_kernel_update_still_compares_and_shows_what_changed(gate: pytest.Pyte
     result.stdout.fnmatch_lines(
         [
             "*encperf: compared with x86_64-*/0001_main.json*",
-            "*this machine differs from the baseline's: kernel 6.1.0-1-amd64 -> 6.1.0-2-amd64*",
+            "*this machine differs from the reference run's: kernel 6.1.0-1-amd64 -> 6.1.0-2-amd64*",
             "*FAIL: fakecrypt SEQ1M-Q8T1-read*",
         ]
     )
@@ -426,14 +429,18 @@ def test_a_kernel_update_still_compares_and_shows_what_changed(gate: pytest.Pyte
 def test_other_hardware_is_used_only_when_named_and_with_a_warning(gate: pytest.Pytester) -> None:
     baseline(gate, SCRIPTED_VOLUME_SCALE="0.5", SCRIPTED_CPU_MODEL="Other CPU")
     latest = run(gate, "--encperf-fail=10%")
-    latest.stdout.fnmatch_lines(["*not checked: no baseline to compare with: no saved run matches 'latest'*"])
+    latest.stdout.fnmatch_lines(
+        ["*not checked: no reference run to compare with: no saved run matches 'latest'*"]
+    )
     named = run(gate, "--encperf-compare=main", "--encperf-fail=10%")
-    named.stdout.fnmatch_lines(["*warning: baseline x86_64-*/0001_main.json comes from another machine*"])
+    named.stdout.fnmatch_lines(
+        ["*warning: reference run x86_64-*/0001_main.json comes from another machine*"]
+    )
     # a difference from it may be the hardware's: not checked, so strict fails unless it is accepted
     assert named.ret == pytest.ExitCode.OK
     named.stdout.fnmatch_lines(
         [
-            "*not checked: baseline x86_64-*/0001_main.json was measured on other hardware "
+            "*not checked: reference run x86_64-*/0001_main.json was measured on other hardware "
             "(cpu_model Other CPU*"
         ]
     )
@@ -467,7 +474,7 @@ def test_corrupted_baseline_names_the_file_and_overwrites_nothing(gate: pytest.P
     first.path.write_text('{"benchmarks": [')
     result = run(gate, "--encperf-compare=main", "--encperf-fail=10%", "--encperf-save=main")
     assert result.ret == EXIT_REGRESSION
-    result.stdout.fnmatch_lines([f"*cannot use the baseline: {first.path}: corrupted (not valid JSON*"])
+    result.stdout.fnmatch_lines([f"*cannot use the reference run: {first.path}: corrupted (not valid JSON*"])
     assert first.path.read_text() == '{"benchmarks": ['
     assert [r.path.name for r in saved(gate)] == ["0001_main.json", "0002_main.json"]
 
@@ -544,7 +551,7 @@ def test_markdown_of_a_failed_gate_leads_with_the_verdict(gate: pytest.Pytester)
     baseline(gate, SCRIPTED_VOLUME_SCALE="0.5")
     run(gate, "--encperf-fail=10%", f"--encperf-markdown={gate.path / 'r.md'}", SCRIPTED_VOLUME_SCALE="0.4")
     lines = (gate.path / "r.md").read_text().splitlines()
-    assert lines[2] == "**❌ encperf: 2 regressions, 2 within threshold** (baseline " + (
+    assert lines[2] == "**❌ encperf: 2 regressions, 2 within threshold** (reference run " + (
         f"`{saved(gate)[0].label}`)"
     )
     assert any(line.startswith("- FAIL: fakecrypt SEQ1M-Q8T1-read throughput") for line in lines)
@@ -634,7 +641,7 @@ def test_gate_error_is_printed_even_without_results(gate: pytest.Pytester) -> No
     (storage_dir / "0001_main.json").write_text("not json")
     result = run(gate, f"--encperf-compare={storage_dir / '0001_main.json'}", "-k", "nothing-matches")
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED  # pytest's own status stays
-    result.stdout.fnmatch_lines(["*cannot use the baseline: *0001_main.json: corrupted*"])
+    result.stdout.fnmatch_lines(["*cannot use the reference run: *0001_main.json: corrupted*"])
 
 
 SCRIPTED_TASK_BENCHMARK = """
@@ -698,7 +705,7 @@ def test_a_task_is_gated_on_its_seconds_lower_is_better(gate: pytest.Pytester) -
     assert slower.ret == EXIT_REGRESSION
     slower.stdout.fnmatch_lines(
         [
-            "*FAIL: fakecrypt archive seconds: baseline 1.2* x plain -> now 1.[56]* x plain "
+            "*FAIL: fakecrypt archive seconds: reference run 1.2* x plain -> now 1.[56]* x plain "
             "(+28.0%*worse by 28.0% > 10%*"
         ]
     )
@@ -757,7 +764,7 @@ def test_lifecycle_cycles_are_saved_and_a_slower_mount_fails_the_gate(gate: pyte
     slower.stdout.fnmatch_lines(
         [
             "encperf: 1 regression*",
-            "*FAIL: fakecrypt lifecycle-mount lifecycle: baseline * s -> now 0.3* s *",
+            "*FAIL: fakecrypt lifecycle-mount lifecycle: reference run * s -> now 0.3* s *",
         ]
     )
 

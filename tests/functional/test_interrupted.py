@@ -130,7 +130,7 @@ def test_a_run_stopped_by_sigterm_is_saved_incomplete_and_never_the_baseline(
     assert gated.ret == pytest.ExitCode.OK
     gated.stdout.fnmatch_lines(
         [
-            "*no baseline to compare with: no complete saved run matches 'base' in *: 1 matching run(s) "
+            "*no reference run to compare with: no complete saved run matches 'base' in *: 1 matching run(s) "
             f"incomplete, not used (the newest: */0001_base.json ({why})); to compare with it anyway, "
             "ask for base!; nothing was gated*"
         ]
@@ -146,7 +146,7 @@ def test_a_run_stopped_by_sigterm_is_saved_incomplete_and_never_the_baseline(
     asked.stdout.fnmatch_lines(
         [f"*warning: */0001_base.json ({why}) is incomplete: used because 'base!' asks for it*"]
     )
-    assert "no baseline to compare with" not in asked.stdout.str()
+    assert "no reference run to compare with" not in asked.stdout.str()
 
     # encperf compare: the same rules
     assert encperf(interruptible, "compare", "base", "next", "--fail", "10%") == 1

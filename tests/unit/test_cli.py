@@ -85,7 +85,8 @@ def test_compare_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
     assert "encperf: 1 regression, 1 within threshold" in out
     assert (
-        "FAIL: fscrypt SEQ1M-Q8T1-read throughput: baseline 0.500 x plain -> now 0.400 x plain (-20.0%" in out
+        "FAIL: fscrypt SEQ1M-Q8T1-read throughput: reference run 0.500 x plain -> now 0.400 x plain "
+        "(-20.0%" in out
     )
     assert encperf(tmp_path, "compare", "main", "slow") == 0  # no rule: a table, no verdict
     assert "-20.0%" in capsys.readouterr().out
@@ -155,9 +156,9 @@ def test_compare_across_machines_warns(tmp_path: Path, capsys: pytest.CaptureFix
     assert "the runs come from different machines (m1, m2)" in out
     # m2 is other hardware: the checks pass, but a difference could be the hardware's
     assert (
-        "not checked: baseline m1/0001_main.json was measured on other hardware (cpu_model test cpu -> "
+        "not checked: reference run m1/0001_main.json was measured on other hardware (cpu_model test cpu -> "
         "other cpu): a difference may be the hardware's, not the code's (--allow-other-hardware accepts "
-        "such a baseline)" in out
+        "such a reference run)" in out
     )
     assert "**✅ encperf: 0 regressions, 2 within threshold" in (tmp_path / "r.md").read_text()
 

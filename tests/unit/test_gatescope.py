@@ -42,19 +42,19 @@ def test_other_hardware_is_not_checked_unless_accepted() -> None:
     notes, unchecked = gatescope.other_hardware("m2/0001_main.json", OTHER_CPU, HERE, allowed=False)
     assert notes == []
     assert unchecked == [
-        "baseline m2/0001_main.json was measured on other hardware (cpu_model CPU B -> CPU A; cpu_count "
+        "reference run m2/0001_main.json was measured on other hardware (cpu_model CPU B -> CPU A; cpu_count "
         "16 -> 8): a difference may be the hardware's, not the code's (--encperf-allow-other-hardware "
-        "accepts such a baseline)"
+        "accepts such a reference run)"
     ]
     notes, unchecked = gatescope.other_hardware("m2/0001_main.json", OTHER_CPU, HERE, allowed=True)
     assert unchecked == []
     assert notes == [
-        "baseline m2/0001_main.json was measured on other hardware (cpu_model CPU B -> CPU A; cpu_count "
+        "reference run m2/0001_main.json was measured on other hardware (cpu_model CPU B -> CPU A; cpu_count "
         "16 -> 8), accepted by --encperf-allow-other-hardware: a difference may be the hardware's, not the "
         "code's"
     ]
     _, named = gatescope.other_hardware("m2", OTHER_CPU, HERE, allowed=False, flag="--allow-other-hardware")
-    assert "(--allow-other-hardware accepts such a baseline)" in named[0]
+    assert "(--allow-other-hardware accepts such a reference run)" in named[0]
     # nothing asked to be gated (no --encperf-fail): a note, nothing left unchecked
     _, finding = gatescope.other_hardware("m2/0001_main.json", OTHER_CPU, HERE, allowed=False)
     ungated = gatescope.other_hardware("m2/0001_main.json", OTHER_CPU, HERE, allowed=False, gated=False)
@@ -82,7 +82,7 @@ def test_strict_fails_on_other_hardware_only_when_it_is_not_accepted() -> None:
     assert not verdict_on(KERNEL_UPDATE, HERE, strict=True, allowed=False).failed
     verdict = verdict_on(OTHER_CPU, HERE, strict=True, allowed=False)
     lines = [text for _, _, text in verdict_report(verdict)]
-    said = "encperf: not checked: baseline m2/0001_main.json was measured on other hardware (cpu_model"
+    said = "encperf: not checked: reference run m2/0001_main.json was measured on other hardware (cpu_model"
     assert any(line.startswith(said) for line in lines)
     assert lines[-1] == "encperf: exit status 7 (performance gate failed)"
 

@@ -35,7 +35,7 @@ def test_markdown_leads_with_the_verdict_the_failures_and_the_compact_table() ->
     verdict = Verdict(reference="m/0001_main.json", checks=[check("SEQ1M-Q8T1-read", FAIL), check("x", PASS)])
     text = markdown_report(results, verdict)
     lines = text.splitlines()
-    assert lines[2] == f"**❌ {verdict_header(verdict)}** (baseline `m/0001_main.json`)"
+    assert lines[2] == f"**❌ {verdict_header(verdict)}** (reference run `m/0001_main.json`)"
     assert lines[2].startswith("**❌ encperf: 1 regression, 1 within threshold")
     failure = next(i for i, line in enumerate(lines) if line.startswith("- FAIL: fscrypt SEQ1M-Q8T1-read"))
     table = next(

@@ -60,9 +60,9 @@ def test_a_verdicts_sections_are_separator_lines() -> None:
     from pytest_encperf.gate import Verdict
 
     tr = Recording()
-    terminal.write(tr, terminal.verdicts([Verdict(errors=["cannot use the baseline: gone"])]))
+    terminal.write(tr, terminal.verdicts([Verdict(errors=["cannot use the reference run: gone"])]))
     assert tr.lines[0][0] == "-"
-    assert any("cannot use the baseline: gone" in str(text) for _, _, text in tr.lines)
+    assert any("cannot use the reference run: gone" in str(text) for _, _, text in tr.lines)
 
 
 def test_the_run_notes_say_how_to_clean_up_after_a_failed_teardown() -> None:
