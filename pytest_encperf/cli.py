@@ -111,7 +111,7 @@ def add_shared_option(parser: argparse.ArgumentParser, name: str, flag: str, als
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "baseline",
+        "reference",
         help=(
             "the reference run: number, name, MACHINE-ID/RUN, latest or .json path; a name or latest "
             "picks a complete run, NAME! or latest! an incomplete one too"
@@ -185,9 +185,9 @@ def saved_verdict(
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    base_run, base_warning = storage.resolve(args.storage, args.baseline, None)
+    base_run, base_warning = storage.resolve(args.storage, args.reference, None)
     current_run, current_warning = storage.resolve(args.storage, args.current, None)
-    verdict, current = saved_verdict(args, args.baseline, base_run, current_run)
+    verdict, current = saved_verdict(args, args.reference, base_run, current_run)
     verdict.notes[:0] = [f"warning: {text}" for text in (base_warning, current_warning) if text]
     print(f"{base_run.label} -> {current_run.label}")
     for kind, _, line in verdict_report(verdict):

@@ -248,7 +248,7 @@ def parse_compare(text: str) -> str:
     value = str(text).strip()
     if not re.match(r"^[A-Za-z0-9._+/~-]+!?$", value):
         raise ValueError(
-            f"bad baseline {text!r}: expected latest, a run number (3), a run name (main), "
+            f"bad reference run {text!r}: expected latest, a run number (3), a run name (main), "
             "<machine-id>/<number or name> or a .json path"
         )
     number = value.removesuffix("!").rpartition("/")[2]
@@ -257,7 +257,9 @@ def parse_compare(text: str) -> str:
         and number.isdigit()
         and len(number.lstrip("0")) > len(str(MAX_RUN_NUMBER))
     ):
-        raise ValueError(f"bad baseline {text!r}: a run number is a whole number from 1 to {MAX_RUN_NUMBER}")
+        raise ValueError(
+            f"bad reference run {text!r}: a run number is a whole number from 1 to {MAX_RUN_NUMBER}"
+        )
     return value
 
 

@@ -143,7 +143,7 @@ def test_gate_options_default_to_off() -> None:
         ("autosave", "maybe", "bad switch value 'maybe'"),
         ("fail", "10", "[BACKEND:][WORKLOAD:][METRIC:]PERCENT%"),
         ("max-overhead", "no such:5%", "unknown part 'no such'"),  # a well-formed name: checked later
-        ("compare", "a b", "bad baseline 'a b'"),
+        ("compare", "a b", "bad reference run 'a b'"),
         ("save", "a/b", "bad run name"),
     ],
 )
