@@ -536,19 +536,15 @@ def test_disk_full_during_a_round_fails_clearly_and_tears_down(
 def test_verify_on_real_volumes(
     pytester: pytest.Pytester, base: Path, given: Path, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
+    """One write workload (QUICK's), then its file and a pattern file read back intact after the
+    backend's unmount + mount. One is enough: the check is the same after every write workload,
+    and a remount costs each backend its key derivation again (CryFS's own scrypt: tens of seconds)."""
     spec = runnable(name, base, given, monkeypatch)
     pytester.makepyfile(test_bench=BENCHMARK)
     result = pytester.runpytest_subprocess(
-        f"--encperf-dir={base}",
-        f"--encperf-backends={spec}",
-        "--encperf-verify=yes",
-        *QUICK[:4],
-        "-k",
-        "Q1T1",
-        "-p",
-        "no:cacheprovider",
+        f"--encperf-dir={base}", f"--encperf-backends={spec}", "--encperf-verify=yes", *QUICK
     )
-    result.assert_outcomes(passed=4)
+    result.assert_outcomes(passed=1)
     assert leftovers(base, []) == []
 
 
