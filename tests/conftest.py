@@ -62,6 +62,10 @@ def pytest_configure(config: pytest.Config) -> None:
     of its own, and never reads the machine's: a benchmark run beside it (or another checkout's
     suite) neither waits for it nor makes it wait, and neither cleans up after the other."""
     os.environ[BUSY_THRESHOLD_ENV] = "off"
+    # The sessions the tests start (hundreds: pytester subprocesses, chaos runs) each import the
+    # plugin, every module of it rewritten by pytest's assertion hook; with PYTHONDONTWRITEBYTECODE
+    # (set in some shells and CI images) none of that is cached, about 1 s of CPU a session here.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     if hasattr(config, "workerinput"):
         return
     for variable, (prefix, parent) in PRIVATE_DIRS.items():
