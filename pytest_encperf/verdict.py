@@ -81,7 +81,10 @@ class Estimate:
 
 
 def _pooled_within(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
-    squares = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in groups if len(g) >= 2)
+    # each group's mean once, not once per value (the same float: the sums are unchanged)
+    squares = sum(
+        sum((x - mean) ** 2 for x in g) for g in groups if len(g) >= 2 for mean in [statistics.fmean(g)]
+    )
     df = sum(len(g) - 1 for g in groups if len(g) >= 2)
     return (squares / df if df else math.nan), df
 

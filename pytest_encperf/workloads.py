@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 
 KiB = 1024
@@ -113,7 +114,7 @@ class Workload:
             return "mixed"
         return "read" if self.is_read else "write"
 
-    @property
+    @cached_property  # the gate looks it up for every round it sorts; the fields never change
     def name(self) -> str:
         """Stable identity used in test ids, results and baselines, e.g. ``SEQ1M-Q8T1-read``
         (a task: its name, ``archive``)."""

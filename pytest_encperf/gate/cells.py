@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from functools import cache
+from functools import cache, cached_property
 
 from ..model import (
     BASELINE,
@@ -80,7 +80,20 @@ class Cell:
 
     def setup(self, metric: Metric) -> dict[str, str]:
         """What has to match for two cells to be compared on ``metric``."""
-        rounds = [*self.rounds, *(self.baseline_rounds if metric.paired and not self.plain else ())]
+        with_plain = metric.paired and not self.plain
+        latency = metric.attr_for(self.workload).startswith("lat_")
+        if (with_plain, latency) not in self._setups:
+            self._setups[(with_plain, latency)] = self._setup(with_plain, latency)
+        return dict(self._setups[(with_plain, latency)])
+
+    @cached_property
+    def _setups(self) -> dict[tuple[bool, bool], dict[str, str]]:
+        # the gate compares a cell's setup with each saved run's: figured once per cell (its
+        # rounds never change), not once per comparison
+        return {}
+
+    def _setup(self, with_plain: bool, latency: bool) -> dict[str, str]:
+        rounds = [*self.rounds, *(self.baseline_rounds if with_plain else ())]
         caveats = {c for m in rounds for c in m.caveats} - HOW_MEASURED_CAVEATS  # what they measured
         setup = {
             "engine": "/".join(sorted({m.engine for m in rounds})) or "-",
@@ -90,7 +103,7 @@ class Cell:
         }
         if self.workload.kind == "block":  # what a round of the workload does (workloads.io_plan)
             setup["round definition"] = "/".join(sorted({m.round_definition or "1" for m in rounds}))
-        if metric.attr_for(self.workload).startswith("lat_"):  # total latency, or fio's older clat
+        if latency:  # total latency, or fio's older clat
             setup["latency"] = "/".join(sorted({m.latency or "completion" for m in rounds}))
         return setup
 

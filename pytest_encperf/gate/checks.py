@@ -118,22 +118,35 @@ def log_values(values: Sequence[float]) -> list[float]:
     return [math.log(v) for v in values]
 
 
-def history_for(backend: str, metric: Metric, current: RunData, runs: Sequence[RunData]) -> History:
+def quiet_cells(run: RunData) -> dict[tuple[str, str], Cell]:
+    """The cells the gate compares: a run's, without its busy rounds."""
+    return cells_of(run.results, True)
+
+
+def history_for(
+    backend: str,
+    metric: Metric,
+    current: RunData,
+    runs: Sequence[RunData],
+    cells_of_run: Callable[[RunData], dict[tuple[str, str], Cell]] = quiet_cells,
+) -> History:
     """Each workload of ``backend`` on ``metric``: the log samples of each saved run whose cell is
-    comparable with this run's (per workload, never pooled over workloads)."""
+    comparable with this run's (per workload, never pooled over workloads). ``cells_of_run``: a
+    run's quiet cells (a verdict passes one that sorts each run once for all its histories)."""
     samples: dict[str, list[list[float]]] = {}
     blocks: dict[str, list[list[int | None]]] = {}
-    now_cells = cells_of(current.results, True)
+    now_cells = cells_of_run(current)
+    unpaired = {key: now.pairing_problem() for key, now in now_cells.items() if key[0] == backend}
     for run in runs:
         if setting_differences(run.settings, current.settings):
             continue
-        cells = cells_of(run.results, True)
+        cells = cells_of_run(run)
         for (name, workload), now in now_cells.items():
             if name != backend:
                 continue
             old = cells.get((name, workload))
             paired = metric.paired and not now.plain
-            mismatch = paired and (now.pairing_problem() or (old and old.pairing_problem()))
+            mismatch = paired and (unpaired[(name, workload)] or (old and old.pairing_problem()))
             if old is None or mismatch or cell_differences(old, now, metric):
                 continue
             values = old.samples(metric)
@@ -399,12 +412,21 @@ def saved_checks(
 ) -> tuple[list[Check], list[str], list[str]]:
     """Every cell present in both runs, for throughput and each metric a rule names; plus the
     cells only in the reference run and only in this run (``backend workload``)."""
-    ref_cells, cur_cells = cells_of(reference.results, True), cells_of(current.results, True)
+    sorted_runs: dict[int, dict[tuple[str, str], Cell]] = {}
+
+    def cells_of_run(run: RunData) -> dict[tuple[str, str], Cell]:
+        # each run sorted into cells once, not once per backend x metric of its history; by
+        # identity: the runs are the arguments, alive and unchanged while the verdict is built
+        if id(run) not in sorted_runs:
+            sorted_runs[id(run)] = quiet_cells(run)
+        return sorted_runs[id(run)]
+
+    ref_cells, cur_cells = cells_of_run(reference), cells_of_run(current)
     histories: dict[tuple[str, str], History] = {}
 
     def history_of(backend: str, metric: Metric) -> History | None:
         if (backend, metric.name) not in histories:
-            histories[(backend, metric.name)] = history_for(backend, metric, current, history)
+            histories[(backend, metric.name)] = history_for(backend, metric, current, history, cells_of_run)
         return histories[(backend, metric.name)]
 
     checks = cell_checks(
@@ -451,7 +473,8 @@ def cell_checks(
                 history=history_of(cell.backend, metric), differences=differences, noise=noise,
                 before_blocks=old.volume_blocks,
             )  # fmt: skip
-            checks.append(replace(check, order=order_note(cell, old)))
+            order = order_note(cell, old)  # assess leaves it "": a copy only for a note
+            checks.append(replace(check, order=order) if order else check)
     return checks
 
 
