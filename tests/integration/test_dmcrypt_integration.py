@@ -408,15 +408,14 @@ def test_kdf_profile_luks2_default_opens_slower_than_fast(scratch: Path) -> None
         (Path(uml.GUEST_OUTPUT_DIR) / "kdf-luks2.txt").write_text(kdf_table({str(spec): row}) + "\n")
 
 
-def test_luks2_in_place_encryption_keeps_the_data(scratch: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_luks2_in_place_encryption_keeps_the_data(scratch: Path) -> None:
     """cryptsetup reencrypt --encrypt of a filled plain ext4 (inplace.measure, what
     --encperf-inplace runs for each backend): a rate, the volume opens as LUKS2 and the file reads
     back unchanged. The option's session is tested on the host (test_inplace_integration.py);
     here one function instead of a session. The lane prints the table (UML: not a performance
     figure)."""
-    # cryptsetup reencrypt writes a temporary header in the working directory (the session's
-    # was pytester's; the UML guest's checkout is read only)
-    monkeypatch.chdir(scratch)
+    # no chdir: in the UML lane the working directory is the read-only checkout, so this fails if
+    # reencrypt writes its temporary header anywhere but the volume's own work directory
     spec, target = BackendSpec("luks2"), Target("container", scratch, container_size(4 * MiB))  # as 4MiB
     row = inplace.measure(spec, target, scratch / "run" / "inplace-luks2", 4 * MiB).to_dict()
     assert row["method"] == "cryptsetup reencrypt --encrypt"
