@@ -528,20 +528,27 @@ def remove_dm(name: str) -> bool:
 # ---------------------------------------------------------------- caches
 
 
+def drop_file_pages(path: Path | None) -> None:
+    """Evict ``path``'s own pages from the page cache (written back first); quietly nothing when
+    it cannot be opened."""
+    if path is None:
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 def drop_page_cache(path: Path | None = None) -> bool:
     """Evict ``path`` from the page cache, and every clean page when root.
 
     Returns True when the system-wide drop was done (root), False when only the file's own
     pages could be dropped.
     """
-    if path is not None:
-        with contextlib.suppress(OSError):
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fdatasync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+    drop_file_pages(path)
     if not is_root():
         return False
     os.sync()

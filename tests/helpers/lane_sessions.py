@@ -14,8 +14,6 @@ loads it again must not warn that it cannot rewrite it.
 
 from __future__ import annotations
 
-import contextlib
-import os
 from pathlib import Path
 
 import pytest
@@ -26,14 +24,7 @@ from pytest_encperf import host
 def drop_own_pages(path: Path | None = None) -> bool:
     """host.drop_page_cache without the machine-wide part: the file's pages go (synced first), and
     the round counts as dropped, as a root session's would."""
-    if path is not None:
-        with contextlib.suppress(OSError):
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fdatasync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+    host.drop_file_pages(path)
     return True
 
 
