@@ -2,6 +2,8 @@
 
     python benchmarks/gate_bars.py aa [--backends gocryptfs --runs 5 --fail 10%] [--hog START:SECONDS]
     python benchmarks/gate_bars.py quota [--backends gocryptfs --runs 3 --cpus 0.5]
+    (both also: [--strict] [--compare REF] [--save NAME])
+    python benchmarks/gate_bars.py replay --storage DIR --compare N [--fail 10%] [--strict]
     python benchmarks/gate_bars.py simulate [--runs 1000]
 
 Both save a baseline first (the default way: 10 rounds per workload) unless ``--storage`` already
@@ -13,6 +15,13 @@ user's job) START seconds into each checking run and stops it SECONDS later (iss
 ``quota`` runs each checking run in a cgroup limited to ``--cpus`` CPUs (cgroup v2 ``cpu.max``,
 or v1 ``cpu.cfs_quota_us``): a FUSE backend's crypto runs in its daemon inside that cgroup and
 slows down, plain's I/O barely does. Needs root; every run tears down what it made.
+``--compare REF`` compares with another saved run than the baseline (a run number: its history is
+then every run saved before it, so ``--compare 3`` after ``--save aa`` runs judges against 3 saved
+runs); ``--save NAME`` saves each checking run too; ``--strict`` passes ``--encperf-strict``. Each
+run's line counts the verdict's outcomes (FAIL / pass / undecided) from its header.
+``replay``: ``encperf compare`` of each saved run numbered after N against run N and its history
+(the runs saved before it), offline: the same gate without confirmation rounds, which only a live
+run can add.
 ``simulate``: the test suite's simulated gate (tests/helpers/simulation.py) under other assumptions than
 the suite's: more run-level noise, a history of saved runs, one slowed workload instead of all.
 """
@@ -34,6 +43,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = re.compile(r"^encperf: (\d+ regressions?.*|nothing was checked.*)$", re.M)
+PART = re.compile(r"(\d+) (regressions?|within threshold|undecided)")
 CGROUP_NAME = f"encperf-gate-bars-{os.getpid()}"
 
 
@@ -95,7 +105,7 @@ def ensure_baseline(args: argparse.Namespace) -> None:
     if list(args.storage.glob("*/*_gate-bars.json")):
         return
     status, _, seconds = pytest_run(args, "--encperf-save=gate-bars")
-    print(f"baseline saved in {seconds:.0f} s (exit {status})")
+    print(f"baseline saved in {seconds:.0f} s (exit {status})", flush=True)
 
 
 class CpuQuota:
@@ -131,15 +141,48 @@ def checking_runs(args: argparse.Namespace, enter: Callable[[], None] | None = N
         if hog:
             hog.begin()
         try:
-            status, header, seconds = pytest_run(
-                args, "--encperf-compare=gate-bars", f"--encperf-fail={args.fail}", enter=enter
-            )
+            options = [f"--encperf-compare={args.compare}", f"--encperf-fail={args.fail}"]
+            options += [f"--encperf-save={args.save}"] if args.save else []
+            options += ["--encperf-strict"] if args.strict else []
+            status, header, seconds = pytest_run(args, *options, enter=enter)
         finally:
             if hog:
                 hog.end()
         statuses.append(status)
-        print(f"run {index}: exit {status}, {seconds:.0f} s: {header}")
+        tally = outcome_counts(header)
+        print(f"run {index}: exit {status}, {seconds:.0f} s, {tally}: {header}", flush=True)
     return statuses
+
+
+def replay(args: argparse.Namespace) -> None:
+    """Each saved run after ``--compare`` (a number) judged against it, offline."""
+    listing = subprocess.run(
+        [sys.executable, "-m", "pytest_encperf.cli", "--storage", str(args.storage), "list"],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    ).stdout  # fmt: skip
+    numbers = sorted(int(n) for n in re.findall(r"^\s+(\d+)_", listing, re.M))
+    later = [n for n in numbers if n > int(args.compare)]
+    tallies = []
+    for number in later:
+        command = [
+            sys.executable, "-m", "pytest_encperf.cli", "--storage", str(args.storage), "compare",
+            args.compare, str(number), f"--fail={args.fail}", *(["--strict"] if args.strict else []),
+        ]  # fmt: skip
+        proc = subprocess.run(command, capture_output=True, text=True, check=False, cwd=ROOT)
+        match = HEADER.search(proc.stdout)
+        header = match.group(0) if match else f"(no verdict: {(proc.stdout + proc.stderr)[-300:]!r})"
+        tallies.append(outcome_counts(header))
+        print(f"run {number} vs {args.compare}: exit {proc.returncode}, {tallies[-1]}: {header}", flush=True)
+    print(f"{len(later)} runs judged against run {args.compare} and the runs saved before it")
+
+
+def outcome_counts(header: str) -> str:
+    """``FAIL 0 / pass 14 / undecided 2`` from the verdict's header (every kind of undecided summed)."""
+    counts = {"regression": 0, "within threshold": 0, "undecided": 0}
+    for number, kind in PART.findall(header):
+        counts[kind.rstrip("s") if kind.startswith("regression") else kind] += int(number)
+    fail, passed, undecided = counts.values()
+    return f"FAIL {fail} / pass {passed} / undecided {undecided}"
 
 
 def simulate(args: argparse.Namespace) -> None:
@@ -169,7 +212,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=("aa", "quota", "simulate"))
+    parser.add_argument("mode", choices=("aa", "quota", "replay", "simulate"))
     parser.add_argument("--backends", default="gocryptfs")
     parser.add_argument("--runs", type=int, default=None, help="checking runs (aa: 5, quota: 3)")
     parser.add_argument("--fail", default="10%")
@@ -180,6 +223,9 @@ def main() -> int:
         help="aa: START:SECONDS, a one-core busy loop during each checking run",
     )
     parser.add_argument("--cpus", type=float, default=0.5, help="quota: CPUs the checking runs get")
+    parser.add_argument("--compare", default="gate-bars", help="the saved run to check against")
+    parser.add_argument("--save", default=None, help="save each checking run under this name")
+    parser.add_argument("--strict", action="store_true", help="pass --encperf-strict")
     parser.add_argument("--storage", type=Path, default=None, help="saved runs (default: a new temp dir)")
     parser.add_argument("--dir", type=Path, default=Path(os.environ.get("ENCPERF_DIR", "/var/tmp")))
     args = parser.parse_args()
@@ -189,12 +235,16 @@ def main() -> int:
     if args.runs is None:
         args.runs = 5 if args.mode == "aa" else 3
 
+    if args.mode == "replay":
+        replay(args)
+        return 0
     args.storage = (args.storage or Path(tempfile.mkdtemp(prefix="gate-bars-"))).resolve()
     print(f"{args.mode}: {args.backends} vs plain, --encperf-fail={args.fail}, storage {args.storage}")
     ensure_baseline(args)
     if args.mode == "aa":
         statuses = checking_runs(args)
-        print(f"false failures: {sum(s == 7 for s in statuses)} of {len(statuses)}")
+        exit7 = sum(s == 7 for s in statuses)
+        print(f"runs with exit 7: {exit7} of {len(statuses)} (with --strict an undecided check exits 7 too)")
     else:
         quota = CpuQuota(args.cpus)
         try:
