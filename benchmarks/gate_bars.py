@@ -2,7 +2,7 @@
 
     python benchmarks/gate_bars.py aa [--backends gocryptfs --runs 5 --fail 10%] [--hog START:SECONDS]
     python benchmarks/gate_bars.py quota [--backends gocryptfs --runs 3 --cpus 0.5]
-    (both also: [--strict] [--compare REF] [--save NAME])
+    (both also: [--strict] [--compare REF] [--save NAME] [--rounds N])
     python benchmarks/gate_bars.py replay --storage DIR --compare N [--fail 10%] [--strict]
     python benchmarks/gate_bars.py simulate [--runs 1000]
 
@@ -17,7 +17,8 @@ or v1 ``cpu.cfs_quota_us``): a FUSE backend's crypto runs in its daemon inside t
 slows down, plain's I/O barely does. Needs root; every run tears down what it made.
 ``--compare REF`` compares with another saved run than the baseline (a run number: its history is
 then every run saved before it, so ``--compare 3`` after ``--save aa`` runs judges against 3 saved
-runs); ``--save NAME`` saves each checking run too; ``--strict`` passes ``--encperf-strict``. Each
+runs); ``--save NAME`` saves each checking run too (with ``--rounds 4``, a checking run's default,
+as saving alone makes them 10); ``--strict`` passes ``--encperf-strict``. Each
 run's line counts the verdict's outcomes (FAIL / pass / undecided) from its header.
 ``replay``: ``encperf compare`` of each saved run numbered after N against run N and its history
 (the runs saved before it), offline: the same gate without confirmation rounds, which only a live
@@ -143,6 +144,7 @@ def checking_runs(args: argparse.Namespace, enter: Callable[[], None] | None = N
         try:
             options = [f"--encperf-compare={args.compare}", f"--encperf-fail={args.fail}"]
             options += [f"--encperf-save={args.save}"] if args.save else []
+            options += [f"--encperf-rounds={args.rounds}"] if args.rounds else []
             options += ["--encperf-strict"] if args.strict else []
             status, header, seconds = pytest_run(args, *options, enter=enter)
         finally:
@@ -226,6 +228,9 @@ def main() -> int:
     parser.add_argument("--compare", default="gate-bars", help="the saved run to check against")
     parser.add_argument("--save", default=None, help="save each checking run under this name")
     parser.add_argument("--strict", action="store_true", help="pass --encperf-strict")
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="checking runs' rounds (--save alone makes them 10)"
+    )
     parser.add_argument("--storage", type=Path, default=None, help="saved runs (default: a new temp dir)")
     parser.add_argument("--dir", type=Path, default=Path(os.environ.get("ENCPERF_DIR", "/var/tmp")))
     args = parser.parse_args()
