@@ -3,7 +3,7 @@
     python benchmarks/gate_bars.py aa [--backends gocryptfs --runs 5 --fail 10%] [--hog START:SECONDS]
     python benchmarks/gate_bars.py quota [--backends gocryptfs --runs 3 --cpus 0.5]
     (both also: [--strict] [--compare REF] [--save NAME] [--rounds N])
-    python benchmarks/gate_bars.py replay --storage DIR --compare N [--fail 10%] [--strict]
+    python benchmarks/gate_bars.py replay --storage DIR --compare N [--fail 10%] [--strict] [--noise FILE]
     python benchmarks/gate_bars.py simulate [--runs 1000]
 
 Both save a baseline first (the default way: 10 rounds per workload) unless ``--storage`` already
@@ -22,7 +22,7 @@ as saving alone makes them 10); ``--strict`` passes ``--encperf-strict``. Each
 run's line counts the verdict's outcomes (FAIL / pass / undecided) from its header.
 ``replay``: ``encperf compare`` of each saved run numbered after N against run N and its history
 (the runs saved before it), offline: the same gate without confirmation rounds, which only a live
-run can add.
+run can add; ``--noise FILE`` gives it a prior of this runner's (benchmarks/noise.py writes one).
 ``simulate``: the test suite's simulated gate (tests/helpers/simulation.py) under other assumptions than
 the suite's: more run-level noise, a history of saved runs, one slowed workload instead of all.
 """
@@ -135,7 +135,8 @@ class CpuQuota:
         self.path.rmdir()  # empty again: every process of the run has exited
 
 
-def checking_runs(args: argparse.Namespace, enter: Callable[[], None] | None = None) -> list[int]:
+def checking_runs(args: argparse.Namespace, enter: Callable[[], None] | None = None) -> list[tuple[int, int]]:
+    """(exit status, checks that FAILed) of each checking run."""
     statuses = []
     for index in range(1, args.runs + 1):
         hog = Hog(*args.hog) if args.hog else None
@@ -150,8 +151,8 @@ def checking_runs(args: argparse.Namespace, enter: Callable[[], None] | None = N
         finally:
             if hog:
                 hog.end()
-        statuses.append(status)
         tally = outcome_counts(header)
+        statuses.append((status, int(tally.split()[1])))
         print(f"run {index}: exit {status}, {seconds:.0f} s, {tally}: {header}", flush=True)
     return statuses
 
@@ -169,6 +170,7 @@ def replay(args: argparse.Namespace) -> None:
         command = [
             sys.executable, "-m", "pytest_encperf.cli", "--storage", str(args.storage), "compare",
             args.compare, str(number), f"--fail={args.fail}", *(["--strict"] if args.strict else []),
+            *([f"--noise={args.noise}"] if args.noise else []),
         ]  # fmt: skip
         proc = subprocess.run(command, capture_output=True, text=True, check=False, cwd=ROOT)
         match = HEADER.search(proc.stdout)
@@ -231,6 +233,7 @@ def main() -> int:
     parser.add_argument(
         "--rounds", type=int, default=None, help="checking runs' rounds (--save alone makes them 10)"
     )
+    parser.add_argument("--noise", type=Path, default=None, help="replay: the between-run prior to use")
     parser.add_argument("--storage", type=Path, default=None, help="saved runs (default: a new temp dir)")
     parser.add_argument("--dir", type=Path, default=Path(os.environ.get("ENCPERF_DIR", "/var/tmp")))
     args = parser.parse_args()
@@ -247,17 +250,18 @@ def main() -> int:
     print(f"{args.mode}: {args.backends} vs plain, --encperf-fail={args.fail}, storage {args.storage}")
     ensure_baseline(args)
     if args.mode == "aa":
-        statuses = checking_runs(args)
-        exit7 = sum(s == 7 for s in statuses)
-        print(f"runs with exit 7: {exit7} of {len(statuses)} (with --strict an undecided check exits 7 too)")
+        runs = checking_runs(args)
+        print(f"runs with a FAIL (false alarms): {sum(fails > 0 for _, fails in runs)} of {len(runs)}")
     else:
         quota = CpuQuota(args.cpus)
         try:
-            statuses = checking_runs(args, quota.enter)
+            runs = checking_runs(args, quota.enter)
         finally:
             quota.remove()
-        print(f"caught under a {args.cpus:g}-CPU quota: {sum(s == 7 for s in statuses)} of {len(statuses)}")
-    return no_verdict(statuses)
+        caught = sum(fails > 0 for _, fails in runs)
+        print(f"runs with a FAIL under a {args.cpus:g}-CPU quota (caught): {caught} of {len(runs)}")
+    print(f"runs with exit 7: {sum(s == 7 for s, _ in runs)} (with --strict an undecided check exits 7 too)")
+    return no_verdict([status for status, _ in runs])
 
 
 def no_verdict(statuses: list[int]) -> int:
