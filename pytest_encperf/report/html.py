@@ -296,6 +296,7 @@ ul.messages li.tone-red { color: var(--fail); } ul.messages li.tone-yellow { col
 ul.messages li.tone-green { color: var(--pass); }
 .badge { display: inline-block; padding: 0 8px; border-radius: 4px; color: #fff; }
 .badge.pass { background: #006e52; } .badge.fail { background: #b63c00; }
+.badge.incomplete { background: #8a5a00; }
 """
 
 KEY = (
@@ -325,7 +326,11 @@ def render(page: Page) -> str:
             shown.append((runs[-1].machine_info.get("machine_id", ""), verdict))
     header = ""
     for machine_id, verdict in shown:
-        tone, word = ("fail", "failed") if verdict.failed else ("pass", "passed")
+        tone, word = (
+            ("fail", "failed")
+            if verdict.failed
+            else (("incomplete", "undecided") if verdict.incomplete else ("pass", "passed"))
+        )
         badge = f'<span class="badge {tone}">gate {word}</span>'
         where = f"{machine_id}: " if len(shown) > 1 else ""
         header += f'<p class="verdict {tone}">{badge} {_e(where + verdict_header(verdict))}</p>'

@@ -75,16 +75,18 @@ def markdown_report(
     ladder: Iterable[Mapping[str, object]] = (),
 ) -> str:
     """A GitHub-flavoured Markdown report (for PR comments and $GITHUB_STEP_SUMMARY): the verdict's
-    one-line header (✅/❌ with its counts), what failed, the compact CrystalDiskMark table(s) of
-    ``profiles`` (see shown_profiles), then everything else in a collapsed ``<details>`` block:
-    every result, what explains the verdict and the check table.
+    one-line header (✅/⚠️/❌ with its counts; ⚠️ when a check is undecided or not checked), what
+    failed, the compact CrystalDiskMark table(s) of ``profiles`` (see shown_profiles), then
+    everything else in a collapsed ``<details>`` block: every result, what explains the verdict and
+    the check table.
 
     The text stays under ``limit`` characters (a PR comment takes 65,536): the details shrink to
     the checks that need attention, then go, then the tables; the header and the failures stay."""
     head = [f"## {title}", ""]
     failures: list[str] = []
     if verdict is not None:
-        icon = "❌" if verdict.failed else "✅"
+        # the terminal's red / yellow / green
+        icon = "❌" if verdict.failed else ("⚠️" if verdict.incomplete else "✅")
         reference = f" (reference run `{verdict.reference}`)" if verdict.reference else ""
         head += [f"**{icon} {verdict_header(verdict)}**{reference}", ""]
         failures = [f"- {message}" for tone, message in verdict_messages(verdict) if tone == "red"]
