@@ -10,10 +10,10 @@ from typing import Any
 
 from pytest_encperf.backends import BackendSpec, Volume
 from pytest_encperf.backends.plain import PlainBackend
-from pytest_encperf.model import Measurement
+from pytest_encperf.model import Measurement, Result
 from pytest_encperf.mountedvolume import MountedVolume
 from pytest_encperf.targets import Target
-from pytest_encperf.workloads import MiB
+from pytest_encperf.workloads import CDM, MiB
 
 
 def measurement(mb_per_s: float = 100.0, *, mode: str = "direct", **fields: Any) -> Measurement:
@@ -23,6 +23,20 @@ def measurement(mb_per_s: float = 100.0, *, mode: str = "direct", **fields: Any)
     )  # fmt: skip
     base.update(fields)
     return Measurement(**base)
+
+
+def fakecrypt_result(volume_mb_per_s: float, rounds: int) -> Result:
+    """fakecrypt on SEQ1M-Q8T1-read at about ``volume_mb_per_s`` beside plain at 100 MB/s, the
+    rounds a little apart (so their spread is not 0), for the gate's tests."""
+
+    def measured(mb_per_s: float, k: int) -> Measurement:
+        moved = int(mb_per_s * 1e6 * (1 + 0.001 * k * (-1) ** k))
+        return Measurement("fio", "1", moved, 1.0, moved // MiB, 10.0, 20.0, 30.0, 0.1, "direct")
+
+    return Result(
+        "fakecrypt", CDM[0], [measured(volume_mb_per_s, k) for k in range(rounds)],
+        [measured(100, k) for k in range(rounds)],
+    )  # fmt: skip
 
 
 class FakeEngine:

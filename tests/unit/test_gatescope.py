@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pytest_encperf import gatescope
 from pytest_encperf.gate import Verdict, judge, parse_rules
-from pytest_encperf.model import Measurement, Result, RunData
+from pytest_encperf.model import RunData
 from pytest_encperf.report import markdown_report, verdict_header, verdict_report
-from pytest_encperf.workloads import CDM, MiB
+from pytest_encperf.workloads import MiB
+from tests.helpers.fakes import fakecrypt_result as result
 from tests.helpers.priors import quiet_prior  # noqa: F401 (autouse: a quiet machine's between-run prior)
 
 HERE = {
@@ -18,19 +19,6 @@ KERNEL_UPDATE = {**HERE, "kernel": "6.1.0-2"}
 IDENTICAL_SERVER = {**HERE, "node": "ci-2"}
 OTHER_CPU = {**HERE, "cpu_model": "CPU B", "cpu_count": 16}
 SETTINGS = {"size": str(256 * MiB), "runtime": "1.5", "target": "container"}
-
-
-def result(volume_mb_per_s: float, rounds: int) -> Result:
-    """fakecrypt on SEQ1M-Q8T1-read at about ``volume_mb_per_s`` beside plain at 100 MB/s."""
-
-    def measured(mb_per_s: float, k: int) -> Measurement:
-        moved = int(mb_per_s * 1e6 * (1 + 0.001 * k * (-1) ** k))
-        return Measurement("fio", "1", moved, 1.0, moved // MiB, 10.0, 20.0, 30.0, 0.1, "direct")
-
-    return Result(
-        "fakecrypt", CDM[0], [measured(volume_mb_per_s, k) for k in range(rounds)],
-        [measured(100, k) for k in range(rounds)],
-    )  # fmt: skip
 
 
 def test_the_same_hardware_is_no_finding_whatever_else_changed() -> None:

@@ -6,26 +6,14 @@ from __future__ import annotations
 import pytest
 
 from pytest_encperf.gate import UNDECIDED, Verdict, judge, parse_rules
-from pytest_encperf.model import Measurement, Result, RunData
+from pytest_encperf.model import RunData
 from pytest_encperf.report import markdown_report, verdict_report
-from pytest_encperf.workloads import CDM, MiB
+from pytest_encperf.workloads import MiB
+from tests.helpers.fakes import fakecrypt_result as result
 from tests.helpers.priors import quiet_prior  # noqa: F401 (autouse: a quiet machine's between-run prior)
 
 HERE = {"machine": "x86_64", "cpu_model": "CPU A", "cpu_count": 8, "node": "ci-1"}
 SETTINGS = {"size": str(256 * MiB), "runtime": "1.5", "target": "container"}
-
-
-def result(volume_mb_per_s: float, rounds: int) -> Result:
-    """fakecrypt on SEQ1M-Q8T1-read at about ``volume_mb_per_s`` beside plain at 100 MB/s."""
-
-    def measured(mb_per_s: float, k: int) -> Measurement:
-        moved = int(mb_per_s * 1e6 * (1 + 0.001 * k * (-1) ** k))
-        return Measurement("fio", "1", moved, 1.0, moved // MiB, 10.0, 20.0, 30.0, 0.1, "direct")
-
-    return Result(
-        "fakecrypt", CDM[0], [measured(volume_mb_per_s, k) for k in range(rounds)],
-        [measured(100, k) for k in range(rounds)],
-    )  # fmt: skip
 
 
 def verdict_now(volume_mb_per_s: float, *, strict: bool = False) -> Verdict:
