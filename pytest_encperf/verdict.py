@@ -146,7 +146,7 @@ def estimate(
         # predictive: the spread of the group means (each b + w / its rounds, never truncated)
         # stands for the saved centre's and this run's level alike; this run's fewer rounds add
         # w x (1 / n_now - mean 1 / n_group)
-        spread = statistics.variance(means)
+        spread = stats.variance(means)
         if prior is None:
             df_between, source = float(size - 1), _groups_source(count, size)
         else:  # the user's prior, as that many groups' worth of spread

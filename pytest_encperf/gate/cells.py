@@ -3,10 +3,13 @@ left out, and what has to match for two runs' cells to be compared (no pytest)."
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
-from functools import cache, cached_property
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from typing import Any
 
+from .. import stats
 from ..model import (
     BASELINE,
     HOW_MEASURED_CAVEATS,
@@ -39,6 +42,10 @@ class Cell:
     # was removed, not beside each round
     before_after: bool = False
     busy: int = 0  # rounds (both sides) left out because the machine was busy (cells_of quiet_only)
+    # what the cell figured of its rounds, which never change: its samples and their logs per
+    # metric, its setups, ... (a verdict reads the reference's samples for its check and its
+    # history; verdicts may share a saved run's cells: gate.SortedRuns)
+    _figured: dict[object, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def plain(self) -> bool:
@@ -48,21 +55,50 @@ class Cell:
         """One value per round: the metric, or for a paired metric on an encrypted backend its
         ratio to the plain round beside it (on the partition target: to the median of the plain
         rounds measured before and after the volume)."""
+        return list(self._samples(metric))
+
+    def _samples(self, metric: Metric) -> tuple[float, ...]:
         attr = metric.attr_for(self.workload)
-        if not metric.paired or self.plain:
-            return [float(getattr(m, attr)) for m in self.rounds]
-        if self.pairing_problem():
-            return []
-        return round_ratios(self.rounds, self.baseline_rounds, attr, before_after=self.before_after)
+        key = (metric.paired, attr)
+        if key not in self._figured:
+            if not metric.paired or self.plain:
+                values = [float(getattr(m, attr)) for m in self.rounds]
+            elif self.pairing_problem():
+                values = []
+            else:
+                values = round_ratios(self.rounds, self.baseline_rounds, attr, before_after=self.before_after)
+            self._figured[key] = tuple(values)
+        found: tuple[float, ...] = self._figured[key]
+        return found
+
+    def log_samples(self, metric: Metric) -> list[float] | None:
+        """The log of each sample, when there are samples and all are positive and finite (what a
+        history keeps of a saved run's cell); None otherwise."""
+        key = ("log", metric.paired, metric.attr_for(self.workload))
+        if key not in self._figured:
+            values = self._samples(metric)
+            usable = values and not stats.invalid_values(values)
+            self._figured[key] = tuple(math.log(v) for v in values) if usable else None
+        found = self._figured[key]
+        return None if found is None else list(found)
 
     @property
     def volume_blocks(self) -> tuple[int | None, ...]:
         """The volume block of each round (one per sample: --encperf-volumes), None where not recorded."""
-        return tuple(m.volume_block for m in self.rounds)
+        if "volume blocks" not in self._figured:
+            self._figured["volume blocks"] = tuple(m.volume_block for m in self.rounds)
+        blocks: tuple[int | None, ...] = self._figured["volume blocks"]
+        return blocks
 
     def pairing_problem(self) -> str | None:
         """Why the backend's rounds cannot be divided by plain rounds, if they cannot: a round
         without its plain partner, or plain rounds in another I/O mode."""
+        if "pairing problem" not in self._figured:
+            self._figured["pairing problem"] = self._pairing_problem()
+        problem: str | None = self._figured["pairing problem"]
+        return problem
+
+    def _pairing_problem(self) -> str | None:
         if not self.before_after and len(self.rounds) != len(self.baseline_rounds):
             return f"{len(self.rounds)} rounds but {len(self.baseline_rounds)} plain rounds beside them"
         if not self.baseline_rounds:
@@ -80,17 +116,17 @@ class Cell:
 
     def setup(self, metric: Metric) -> dict[str, str]:
         """What has to match for two cells to be compared on ``metric``."""
+        return dict(self._setup_for(metric))
+
+    def _setup_for(self, metric: Metric) -> dict[str, str]:
+        # the gate compares a cell's setup with each saved run's: figured once per cell
         with_plain = metric.paired and not self.plain
         latency = metric.attr_for(self.workload).startswith("lat_")
-        if (with_plain, latency) not in self._setups:
-            self._setups[(with_plain, latency)] = self._setup(with_plain, latency)
-        return dict(self._setups[(with_plain, latency)])
-
-    @cached_property
-    def _setups(self) -> dict[tuple[bool, bool], dict[str, str]]:
-        # the gate compares a cell's setup with each saved run's: figured once per cell (its
-        # rounds never change), not once per comparison
-        return {}
+        key = ("setup", with_plain, latency)
+        if key not in self._figured:
+            self._figured[key] = self._setup(with_plain, latency)
+        setup: dict[str, str] = self._figured[key]
+        return setup
 
     def _setup(self, with_plain: bool, latency: bool) -> dict[str, str]:
         rounds = [*self.rounds, *(self.baseline_rounds if with_plain else ())]
@@ -184,5 +220,7 @@ def _setting_display(key: str, value: str) -> str:
 
 
 def cell_differences(before: Cell, now: Cell, metric: Metric) -> list[str]:
-    a, b = before.setup(metric), now.setup(metric)
+    a, b = before._setup_for(metric), now._setup_for(metric)
+    if a == b:  # the usual case, fast
+        return []
     return [f"{key} {a[key]} -> {b[key]}" for key in a if a[key] != b[key]]

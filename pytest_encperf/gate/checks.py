@@ -123,6 +123,22 @@ def quiet_cells(run: RunData) -> dict[tuple[str, str], Cell]:
     return cells_of(run.results, True)
 
 
+class SortedRuns:
+    """Runs sorted into their quiet cells, each once (a cell figures its samples once): a
+    verdict's own, or one shared by several verdicts over runs that do not change meanwhile (a
+    simulation judging checking runs against the same saved runs). By identity: it keeps each run
+    it sorted, so an identity it knows is never another run's."""
+
+    def __init__(self) -> None:
+        self._sorted: dict[int, tuple[RunData, dict[tuple[str, str], Cell]]] = {}
+
+    def __call__(self, run: RunData) -> dict[tuple[str, str], Cell]:
+        found = self._sorted.get(id(run))
+        if found is None:
+            found = self._sorted[id(run)] = (run, quiet_cells(run))
+        return found[1]
+
+
 def history_for(
     backend: str,
     metric: Metric,
@@ -149,9 +165,9 @@ def history_for(
             mismatch = paired and (unpaired[(name, workload)] or (old and old.pairing_problem()))
             if old is None or mismatch or cell_differences(old, now, metric):
                 continue
-            values = old.samples(metric)
-            if values and not stats.invalid_values(values):
-                samples.setdefault(workload, []).append(log_values(values))
+            logs = old.log_samples(metric)
+            if logs is not None:
+                samples.setdefault(workload, []).append(logs)
                 blocks.setdefault(workload, []).append(list(old.volume_blocks))
     return History(samples, blocks)
 
@@ -409,18 +425,13 @@ def saved_checks(
     rules: Sequence[Rule],
     history: Sequence[RunData] = (),
     noise: verdict.NoisePrior | None = None,
+    sorted_runs: SortedRuns | None = None,
 ) -> tuple[list[Check], list[str], list[str]]:
     """Every cell present in both runs, for throughput and each metric a rule names; plus the
-    cells only in the reference run and only in this run (``backend workload``)."""
-    sorted_runs: dict[int, dict[tuple[str, str], Cell]] = {}
-
-    def cells_of_run(run: RunData) -> dict[tuple[str, str], Cell]:
-        # each run sorted into cells once, not once per backend x metric of its history; by
-        # identity: the runs are the arguments, alive and unchanged while the verdict is built
-        if id(run) not in sorted_runs:
-            sorted_runs[id(run)] = quiet_cells(run)
-        return sorted_runs[id(run)]
-
+    cells only in the reference run and only in this run (``backend workload``). ``sorted_runs``:
+    the runs' cells, if the caller shares them between verdicts (each run sorted once, not once
+    per backend x metric of its history)."""
+    cells_of_run = SortedRuns() if sorted_runs is None else sorted_runs
     ref_cells, cur_cells = cells_of_run(reference), cells_of_run(current)
     histories: dict[tuple[str, str], History] = {}
 

@@ -17,6 +17,7 @@ from .checks import (
     PASS,
     UNDECIDED,
     Check,
+    SortedRuns,
     decide_family,
     overhead_checks,
     saved_checks,
@@ -82,15 +83,18 @@ def judge(
     strict: bool = False,
     alpha: float = FAIL_ALPHA,
     noise: NoisePrior | None = None,
+    sorted_runs: SortedRuns | None = None,
 ) -> Verdict:
     """The one verdict builder (the pytest session and ``encperf compare`` both use it).
 
     ``history``: earlier comparable saved runs, the reference run among them, newest first.
     ``noise``: the user's between-run prior (--encperf-noise), None for the built-in one.
+    ``sorted_runs``: the runs' cells, shared with other verdicts of the same unchanged runs.
     """
     (verdict,) = judge_machines(
-        [(current, reference, history)], rules, overhead_rules, strict=strict, alpha=alpha, noise=noise
-    )
+        [(current, reference, history)], rules, overhead_rules, strict=strict, alpha=alpha, noise=noise,
+        sorted_runs=sorted_runs,
+    )  # fmt: skip
     return verdict
 
 
@@ -105,6 +109,7 @@ def judge_machines(
     strict: bool = False,
     alpha: float = FAIL_ALPHA,
     noise: NoisePrior | None = None,
+    sorted_runs: SortedRuns | None = None,
 ) -> list[Verdict]:
     """One Verdict per machine of a run, each machine compared with its own reference run; the
     gated checks of all machines form ONE family for Holm's correction, so a run over five
@@ -116,7 +121,7 @@ def judge_machines(
         checks: list[Check] = []
         if reference is not None:
             checks, verdict.only_in_reference, verdict.only_in_current = saved_checks(
-                reference, current, rules, history, noise
+                reference, current, rules, history, noise, sorted_runs
             )
             verdict.history = [run.label for run in history]
             cycle_checks, cycle_notes = lifecycle_checks(reference, current, rules, history, noise)
