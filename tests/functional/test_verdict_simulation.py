@@ -42,7 +42,7 @@ from pathlib import Path
 import pytest
 
 from pytest_encperf import verdict
-from pytest_encperf.gate import FAIL, UNDECIDED, Verdict, judge, parse_rules
+from pytest_encperf.gate import FAIL, UNDECIDED, SortedRuns, Verdict, judge, parse_rules
 from pytest_encperf.model import Measurement, Result, RunData
 from pytest_encperf.runner import rounds_per_volume
 from pytest_encperf.workloads import CDM, Workload
@@ -104,10 +104,14 @@ ROUND = made_measurement(1.0, CDM[0], None).__dict__
 def measurement(mb_per_s: float, workload: Workload, block: int | None) -> Measurement:
     """made_measurement's round, as a copy of its fields: the frozen dataclass's __init__ (30
     fields, each set through object.__setattr__) took a fifth of the file's time over its
-    millions of rounds (test_a_copied_round_is_the_round_the_constructor_makes)."""
+    millions of rounds (test_a_copied_round_is_the_round_the_constructor_makes); a copy of the
+    template's dict given as the round's own takes half the time of updating an empty one."""
     moved = mb_per_s * 1e6
+    fields = ROUND.copy()
+    fields["bytes"], fields["ios"] = int(moved), int(moved // workload.block_size)
+    fields["volume_block"] = block
     made = object.__new__(Measurement)
-    made.__dict__.update(ROUND, bytes=int(moved), ios=int(moved // workload.block_size), volume_block=block)
+    object.__setattr__(made, "__dict__", fields)
     return made
 
 
@@ -196,62 +200,94 @@ class Tally:
 Wanted = tuple[float, int]  # (slowdown, runs): a case's checking runs
 
 
-class Simulation:
-    """The cases ``wanted`` of one model, each a (slowdown, runs): run i's saved runs are drawn
-    once and judged with the checking run i of every slowdown. A slowdown changes no draw (it
-    multiplies gocryptfs's rounds), so each checking run is drawn from the same generator state,
-    and a case of fewer runs is the first runs of a longer one: the figures are those of drawing
-    each case alone. Drawn as far as asked (``advance``), and on from there when asked for more.
+@dataclass
+class Judged:
+    """One gate's verdicts on a simulation's runs: the built-in prior it has (``prior_table``), the
+    user's prior it is given (``noise``: --encperf-noise), the cases it is asked for, its tallies."""
 
-    ``model`` is the truth; the gate's built-in prior is ``prior_table`` (default: the truth);
-    ``noise``: the user's prior the gate is given (--encperf-noise); the saved runs are measured
-    on ``volumes`` volume blocks (``shared``: see simulated_run)."""
+    prior_table: dict[tuple[str, str], tuple[float, float]]
+    noise: verdict.NoisePrior | None
+    wanted: set[Wanted]
+    tallies: dict[float, Tally] = field(init=False)
+    last: dict[float, int] = field(init=False)  # per slowdown: the runs it is judged on
+    found: dict[Wanted, Rates] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.last = {
+            slowdown: max(runs for s, runs in self.wanted if s == slowdown) for slowdown, _ in self.wanted
+        }
+        self.tallies = {slowdown: Tally() for slowdown in self.last}
+
+
+class Simulation:
+    """The runs of one model, judged by each gate of ``gates`` (name: Judged) for its cases, each a
+    (slowdown, runs): run i's saved runs are drawn once and judged with the checking run i of every
+    slowdown. A slowdown changes no draw (it multiplies gocryptfs's rounds), so each checking run
+    is drawn from the same generator state, and a case of fewer runs is the first runs of a longer
+    one; a gate's prior changes no draw either, so gates that differ only in it judge the same runs:
+    the figures are those of drawing each case alone. Drawn as far as asked (``advance``), and on
+    from there when asked for more. The verdicts of one run share its runs' cells
+    (gate.SortedRuns: each saved run's cells are sorted and figured once, not once per verdict).
+
+    ``model`` is the truth; a gate's built-in prior is its ``prior_table``; the saved runs are
+    measured on ``volumes`` volume blocks (``shared``: see simulated_run)."""
 
     def __init__(
         self,
         model: Model,
         saved: int,
-        wanted: Collection[Wanted],
+        gates: dict[str, Judged],
         seed: int = 1,
-        prior_table: dict[tuple[str, str], tuple[float, float]] | None = None,
-        noise: verdict.NoisePrior | None = None,
         volumes: int = 1,
         shared: float = 0.0,
     ) -> None:
-        self.model, self.saved, self.wanted = model, saved, set(wanted)
-        self.prior = model.between if prior_table is None else prior_table
-        self.noise, self.volumes, self.shared = noise, volumes, shared
+        self.model, self.saved, self.gates = model, saved, gates
+        self.volumes, self.shared = volumes, shared
         self.rng = random.Random(seed)
-        self.last = {
-            slowdown: max(runs for s, runs in self.wanted if s == slowdown) for slowdown, _ in self.wanted
-        }
-        self.tallies = {slowdown: Tally() for slowdown in self.last}
-        self.found: dict[Wanted, Rates] = {}
         self.drawn = 0  # runs drawn so far
 
-    def rates(self, case: Wanted) -> Rates:
-        if case not in self.found:
+    def rates(self, gate: str, case: Wanted) -> Rates:
+        judged = self.gates[gate]
+        if case not in judged.found:
             self.advance(case[1])
-        return self.found[case]
+        return judged.found[case]
 
     def advance(self, runs: int) -> None:
-        model, saved, rng = self.model, self.saved, self.rng
+        model, saved, rng, gates = self.model, self.saved, self.rng, list(self.gates.values())
+        end = max((max(judged.last.values(), default=0) for judged in gates), default=0)
+        slowdowns = list(dict.fromkeys(slowdown for judged in gates for slowdown in judged.last))
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(verdict, "PRIOR", self.prior)
-            for run in range(self.drawn, min(runs, max(self.last.values(), default=0))):
+            for run in range(self.drawn, min(runs, end)):
                 history = [
                     simulated_run(rng, model, 10, f"saved{i}", 1.0, self.volumes, self.shared)
                     for i in range(saved)
                 ]
+                against = history if saved > 1 else ()
+                runs_cells = SortedRuns()  # the cells of this run's saved runs, for all its verdicts
                 before = rng.getstate()
-                for slowdown, tally in self.tallies.items():
-                    if run < self.last[slowdown]:
-                        rng.setstate(before)  # every slowdown's checking run from the same draws
-                        now = simulated_run(rng, model, 4, "now", slowdown)
-                        against = history if saved > 1 else ()
-                        tally.add(judge(now, history[0], RULES, history=against, noise=self.noise))
+                for slowdown in slowdowns:
+                    asking = [judged for judged in gates if run < judged.last.get(slowdown, 0)]
+                    if not asking:
+                        continue
+                    rng.setstate(before)  # every slowdown's checking run from the same draws
+                    now = simulated_run(rng, model, 4, "now", slowdown)
+                    for judged in asking:
+                        if verdict.PRIOR is not judged.prior_table:
+                            mp.setattr(verdict, "PRIOR", judged.prior_table)
+                        found = judge(
+                            now,
+                            history[0],
+                            RULES,
+                            history=against,
+                            noise=judged.noise,
+                            sorted_runs=runs_cells,
+                        )
+                        judged.tallies[slowdown].add(found)
                 self.drawn = run + 1
-                self.found |= {(s, n): self.tallies[s].rates() for s, n in self.wanted if n == self.drawn}
+                for judged in gates:
+                    judged.found |= {
+                        (s, n): judged.tallies[s].rates() for s, n in judged.wanted if n == self.drawn
+                    }
 
 
 def show(name: str, rates: Rates) -> None:
@@ -318,34 +354,42 @@ def plan() -> dict[Stream, set[Wanted]]:
     return wanted
 
 
-@cache
-def drawn(stream: Stream) -> Simulation:
-    """The cases planned on ``stream``, drawn together once per process, as far as the tests
-    have asked: the first test that asks draws for the others."""
-    return simulation(stream, plan().get(stream, set()))
+def draws(stream: Stream) -> tuple[int, int, int, float]:
+    """What a stream's runs are drawn from: its truth (by identity: MEASURED or QUIET), its saved
+    runs and their volume blocks; scenarios that differ only in the gate's prior share them."""
+    return id(SCENARIOS[stream.name][0]), stream.saved, stream.volumes, stream.shared
 
 
-def simulation(stream: Stream, wanted: Collection[Wanted]) -> Simulation:
-    truth, table, users = SCENARIOS[stream.name]
+def gate_of(name: str, wanted: Collection[Wanted]) -> Judged:
+    _, table, users = SCENARIOS[name]
     noise = verdict.NoisePrior(table, "noise.json", "noise.json", True) if users else None
-    return Simulation(
-        truth,
-        stream.saved,
-        wanted,
-        prior_table=table,
-        noise=noise,
-        volumes=stream.volumes,
-        shared=stream.shared,
-    )
+    return Judged(table, noise, set(wanted))
+
+
+@cache
+def simulations() -> dict[tuple[int, int, int, float], Simulation]:
+    """The planned streams, those of the same draws together, each drawn once per process as far
+    as the tests have asked: the first test that asks draws for the others."""
+    found: dict[tuple[int, int, int, float], Simulation] = {}
+    for stream, wanted in plan().items():
+        key = draws(stream)
+        if key not in found:
+            truth = SCENARIOS[stream.name][0]
+            found[key] = Simulation(truth, stream.saved, {}, volumes=stream.volumes, shared=stream.shared)
+        found[key].gates[stream.name] = gate_of(stream.name, wanted)
+    return found
 
 
 def scenario_rates(
     name: str, saved: int, slowdown: float = 1.0, runs: int = RUNS, volumes: int = 1, shared: float = 0.0
 ) -> Rates:
     stream, case = Stream(name, saved, volumes, shared), (slowdown, runs)
-    if case in drawn(stream).wanted:
-        return drawn(stream).rates(case)
-    return simulation(stream, [case]).rates(case)  # a case outside the plan: drawn alone
+    if case in plan().get(stream, set()):
+        return simulations()[draws(stream)].rates(name, case)
+    alone = Simulation(  # a case outside the plan: drawn alone
+        SCENARIOS[name][0], saved, {name: gate_of(name, [case])}, volumes=volumes, shared=shared
+    )
+    return alone.rates(name, case)
 
 
 @pytest.mark.parametrize("saved", [1, 3, 5])
