@@ -58,9 +58,9 @@ class Cell:
         return list(self._samples(metric))
 
     def _samples(self, metric: Metric) -> tuple[float, ...]:
-        attr = metric.attr_for(self.workload)
-        key = (metric.paired, attr)
+        key = ("samples", metric)
         if key not in self._figured:
+            attr = metric.attr_for(self.workload)
             if not metric.paired or self.plain:
                 values = [float(getattr(m, attr)) for m in self.rounds]
             elif self.pairing_problem():
@@ -74,7 +74,7 @@ class Cell:
     def log_samples(self, metric: Metric) -> list[float] | None:
         """The log of each sample, when there are samples and all are positive and finite (what a
         history keeps of a saved run's cell); None otherwise."""
-        key = ("log", metric.paired, metric.attr_for(self.workload))
+        key = ("logs", metric)
         if key not in self._figured:
             values = self._samples(metric)
             usable = values and not stats.invalid_values(values)
@@ -120,10 +120,10 @@ class Cell:
 
     def _setup_for(self, metric: Metric) -> dict[str, str]:
         # the gate compares a cell's setup with each saved run's: figured once per cell
-        with_plain = metric.paired and not self.plain
-        latency = metric.attr_for(self.workload).startswith("lat_")
-        key = ("setup", with_plain, latency)
+        key = ("setup", metric)
         if key not in self._figured:
+            with_plain = metric.paired and not self.plain
+            latency = metric.attr_for(self.workload).startswith("lat_")
             self._figured[key] = self._setup(with_plain, latency)
         setup: dict[str, str] = self._figured[key]
         return setup
