@@ -23,9 +23,10 @@ blocks have in common, which the blocks then do not see (the assumption's failur
 The figures each test prints (with -s) are the README's table ("What decides a check").
 
 Cases that differ only in the slowdown or the number of runs draw the same saved runs (a slowdown
-changes no draw, and 150 runs are the first 150 of 500): each scenario's saved runs are drawn once
-per process for all the cases the tests ask of them (``plan``), with the figures of drawing each
-case alone.
+changes no draw, and 150 runs are the first 150 of 500), and so do the two quiet-runner scenarios
+(the same truth and seed; only the gate's prior differs): each stream of saved runs is drawn once
+per process for all the cases the tests ask of it (``plan``, ``simulations``), with the figures of
+drawing each case alone, and the verdicts of one run share its saved runs' cells (gate.SortedRuns).
 """
 
 from __future__ import annotations
