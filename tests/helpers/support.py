@@ -35,12 +35,13 @@ def disk_dir() -> Path:
     return Path(os.environ.get("ENCPERF_TEST_DIR", "/var/tmp"))
 
 
-def extract(archive: str, member: str, into: Path) -> Path:
-    """One member of a shared test archive (GNU tar keeps the BitLocker images sparse); the test
-    skips, naming the archive, where this machine has none (the images are optional test data)."""
+def extract(archive: str, member: str, into: Path, *more: str) -> Path:
+    """One member of a shared test archive (GNU tar keeps the BitLocker images sparse), and
+    ``more`` of them in the same pass (tar decompresses the whole archive for any member); the
+    test skips, naming the archive, where this machine has none (the images are optional test data)."""
     if not (TESTDATA / archive).is_file():
         pytest.skip(f"cryptsetup's test images: no {TESTDATA / archive} (set ENCPERF_CRYPTSETUP_TESTDATA)")
-    subprocess.run(["tar", "-xJf", str(TESTDATA / archive), "-C", str(into), member], check=True)
+    subprocess.run(["tar", "-xJf", str(TESTDATA / archive), "-C", str(into), member, *more], check=True)
     return into / member
 
 
