@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tempfile
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,18 +29,40 @@ RELIABILITY = "tests/integration/test_reliability_integration.py"
 ECRYPTFS_KILLS = SIGKILLS.ids_run("ecryptfs")
 ECRYPTFS_INTERRUPTS = INTERRUPT_MATRIX.ids_run("ecryptfs")
 DMCRYPT = "tests/integration/test_dmcrypt_integration.py"
+# the TrueCrypt/VeraCrypt images' tests (key derivations of up to 1.2 million iterations) run beside
+# the secrets scan, not in the rest of their file: the two guests take about as long
+TCRYPT = [
+    f"{DMCRYPT}::test_tcrypt_opens_shared_truecrypt_and_veracrypt_images",
+    f"{DMCRYPT}::test_tcrypt_wrong_password_fails_and_leaves_nothing",
+]
+
+
+@dataclass(frozen=True)
+class Half:
+    """One guest's share of the lane: what it runs (paths, node ids), what of that it leaves to
+    the other guest (node id prefixes, --deselect), and what must have run and passed in it (the
+    lane is worthless if they all skip). tests/unit/test_uml_lane_split.py checks that the
+    halves together run and check what the lane did in one guest."""
+
+    runs: list[str]
+    leaves: list[str]
+    must_pass: list[str]
+
+    def pytest_args(self) -> list[str]:
+        return [*self.runs, *(f"--deselect={prefix}" for prefix in self.leaves)]
+
+
 # The lane in two guests, each a test of its own (one virtual CPU each): xdist runs them side by
 # side, so the lane's wall time is its larger half's (about half of one guest's: issue 26). A
-# guest costs its boot (~3 s) and its own byte-code cache. Each half: what it runs, and what must
-# have run and passed in it (the lane is worthless if they all skip).
-HALVES: dict[str, tuple[list[str], list[str]]] = {
-    "dm-crypt": (
+# guest costs its boot (~3 s) and its own byte-code cache.
+HALVES: dict[str, Half] = {
+    "dm-crypt": Half(
         [DMCRYPT],
+        TCRYPT,
         [
             "test_create_mount_write_remount_read_destroy[luks2]",
             "test_create_mount_write_remount_read_destroy[luks1]",
             "test_create_mount_write_remount_read_destroy[dm-plain]",
-            "test_tcrypt_opens_shared_truecrypt_and_veracrypt_images[vc_1-sha512-xts-aes-aaaaaaaaaaaa-,hash=sha512]",
             "test_bitlk_opens_shared_image_with_the_right_content[recovery-key-file]",
             "test_native_veracrypt_volume_life_cycle_and_tcrypt_dump[veracrypt:tool=native]",
             "test_luks2_on_a_partition_target",
@@ -52,7 +75,7 @@ HALVES: dict[str, tuple[list[str], list[str]]] = {
             "test_luks2_in_place_encryption_keeps_the_data",
         ],
     ),
-    "secrets, eCryptfs, partitions": (
+    "tcrypt, secrets, eCryptfs, partitions": Half(
         [
             "tests/integration/test_ecryptfs_integration.py",
             "tests/integration/test_partition_integration.py",
@@ -70,7 +93,9 @@ HALVES: dict[str, tuple[list[str], list[str]]] = {
                 f"{RELIABILITY}::test_interrupt_tears_down_without_cleanup[{case}]"
                 for case in ECRYPTFS_INTERRUPTS
             ),
+            *TCRYPT,
         ],
+        [],
         [
             "test_lvm_like_stack_under_a_mounted_file_system",
             "test_a_mapping_on_a_partition_refuses_the_whole_disk",
@@ -90,11 +115,12 @@ HALVES: dict[str, tuple[list[str], list[str]]] = {
             "test_full_session_with_ecryptfs",
             *(f"test_sigkill_then_encperf_cleanup_leaves_nothing[{case}]" for case in ECRYPTFS_KILLS),
             *(f"test_interrupt_tears_down_without_cleanup[{case}]" for case in ECRYPTFS_INTERRUPTS),
+            "test_tcrypt_opens_shared_truecrypt_and_veracrypt_images[vc_1-sha512-xts-aes-aaaaaaaaaaaa-,hash=sha512]",
         ],
     ),
 }
-LANE_TESTS = [test for tests, _ in HALVES.values() for test in tests]
-MUST_PASS = [name for _, names in HALVES.values() for name in names]
+LANE_TESTS = [test for half in HALVES.values() for test in half.runs]
+MUST_PASS = [name for half in HALVES.values() for name in half.must_pass]
 
 
 # the guest's slowest tests, printed by the lane: the lane is the suite's long pole (issue 26)
@@ -137,8 +163,10 @@ def test_dm_crypt_tests_pass_inside_user_mode_linux(
     with tempfile.TemporaryDirectory(prefix="encperf-uml-", dir=base) as workdir:
         # half the lane's tests in an emulated kernel beside the rest of the suite: about 300 s
         # each on the 2-core machine (the whole lane took 558 s, 1280 s on a busy one); room for that
-        tests, must_pass = HALVES[half]
-        result = uml.run_pytest(["-q", *DURATIONS, *tests], Path(workdir), cwd=REPO, timeout=1800)
+        share = HALVES[half]
+        result = uml.run_pytest(
+            ["-q", *DURATIONS, *share.pytest_args()], Path(workdir), cwd=REPO, timeout=1800
+        )
         record_property("uml_lane_seconds", round(result.seconds, 1))
         print(f"UML lane: {result.seconds:.1f} s wall time")
         print(slowest(result.console))  # where the guest's time went (shown with -s or -rP)
@@ -150,5 +178,7 @@ def test_dm_crypt_tests_pass_inside_user_mode_linux(
         # what the guest's sessions measured (UML, one virtual CPU: not performance figures)
         for table in sorted(result.junit.parent.glob("*.txt")):
             print(f"--- {table.name} (UML: not a performance figure) ---\n{table.read_text()}")
-    not_passed = {name: outcomes.get(name, "missing") for name in must_pass if outcomes.get(name) != "passed"}
+    not_passed = {
+        name: outcomes.get(name, "missing") for name in share.must_pass if outcomes.get(name) != "passed"
+    }
     assert not_passed == {}, f"{not_passed}{detail}"
