@@ -124,7 +124,7 @@ MUST_PASS = [name for half in HALVES.values() for name in half.must_pass]
 
 
 # the guest's slowest tests, printed by the lane: the lane is the suite's long pole (issue 26)
-DURATIONS = ["--durations=20", "--durations-min=5"]
+DURATIONS = ["--durations=40", "--durations-min=2"]
 
 
 def slowest(console: str) -> str:
