@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.util
 import os
 import platform
+import py_compile
 import shlex
 import shutil
 import signal
@@ -144,10 +146,11 @@ export OPENSSL_ia32cap={openssl}
 # Scratch space lives on a tmpfs at /run, not /tmp: the project (and its venv) may itself be
 # under /tmp on the host, and a tmpfs there would hide it from the guest.
 export {in_guest}=1 {exhaustive}={exhaustive_value} HOME=/run/home TMPDIR=/run/tmp
-# Byte code, and pytest's rewritten test modules and plugins, to a RAM cache the guest's processes
+# Byte code, and pytest's rewritten test modules and plugins, to a cache the guest's processes
 # share: compiled once per boot, not by every session (the root is read only). Each pytest session
 # imports hypothesis (its plugin's summary), rewritten: without the cache ~40 s a session here.
-export PYTHONPYCACHEPREFIX=/run/pycache
+# The host fills it first with the byte code of what it imported (byte_code_for_guest).
+export PYTHONPYCACHEPREFIX={output_dir}/{byte_code}
 export ENCPERF_TEST_DIR={disk_dir} ENCPERF_DIR={disk_dir}{testdata}
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -174,6 +177,46 @@ sync
 echo o > /proc/sysrq-trigger
 sleep 10
 """
+
+
+BYTE_CODE_DIR = "pycache"  # in the output directory
+
+
+def byte_code_for_guest(cache: Path) -> int:
+    """Put the byte code of every module this process imported from a ``.py`` file under ``cache``,
+    laid out as PYTHONPYCACHEPREFIX wants it (the source's absolute directory, then the name): the
+    guest, which sees the host's files at the same paths, then compiles only what the host did not
+    import. Compiling in the guest is slow (UML's page faults); a stale or missing file here is only
+    compiled there (Python checks each against its source). Returns how many were put there."""
+    put = 0
+    for module in list(sys.modules.values()):
+        spec = getattr(module, "__spec__", None)
+        source, cached = (spec.origin, spec.cached) if spec is not None else (None, None)
+        if not (source and cached and source.endswith(".py") and os.path.isabs(source)):
+            continue
+        target = cache / os.path.dirname(source).lstrip(os.sep) / os.path.basename(cached)
+        with contextlib.suppress(OSError, py_compile.PyCompileError):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if fresh_byte_code(Path(cached), Path(source)):
+                shutil.copyfile(cached, target)
+            else:  # not written on the host (PYTHONDONTWRITEBYTECODE) or stale: compile it here
+                py_compile.compile(source, cfile=str(target), doraise=True)
+            put += 1
+    return put
+
+
+def fresh_byte_code(cached: Path, source: Path) -> bool:
+    """Whether ``cached`` is the timestamp-checked byte code of ``source`` as it is now."""
+    try:
+        with cached.open("rb") as handle:
+            header = handle.read(16)
+        stat = source.stat()
+    except OSError:
+        return False
+    if len(header) < 16 or header[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    flags, mtime, size = struct.unpack("<III", header[4:16])
+    return flags == 0 and mtime == int(stat.st_mtime) & 0xFFFFFFFF and size == stat.st_size & 0xFFFFFFFF
 
 
 @dataclass
@@ -203,6 +246,7 @@ def run_pytest(
     with disk.open("wb") as handle:
         handle.truncate(disk_size)  # sparse
     subprocess.run(["mkfs.ext4", "-F", "-q", "-E", "nodiscard", str(disk)], check=True, capture_output=True)
+    byte_code_for_guest(output / BYTE_CODE_DIR)
     junit = output / "junit.xml"
     pytest_argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist"]
     pytest_argv += [f"--junitxml={GUEST_OUTPUT_DIR}/junit.xml", "-rs", *args]
@@ -220,6 +264,7 @@ def run_pytest(
             disk_dir=GUEST_DISK_DIR,
             output=shlex.quote(str(output)),
             output_dir=GUEST_OUTPUT_DIR,
+            byte_code=BYTE_CODE_DIR,
             modules=shlex.quote(str(UML_MODULES)),
             kernel_modules=" ".join(kernel_modules),
             cwd=shlex.quote(str(cwd)),
