@@ -48,12 +48,14 @@ BUSY_THRESHOLD_ENV = "ENCPERF_BUSY_THRESHOLD"
 #  - ENCPERF_DIR (--encperf-dir's twin) and ENCPERF_TEST_DIR (tests.helpers.support.disk_dir):
 #    volumes, containers and the run journals (.encperf-runs) that `encperf cleanup` reads, on disk
 #    under /var/tmp but never /var/tmp itself;
-#  - XDG_STATE_HOME: the list of run directories `encperf cleanup` visits (else ~/.local/state).
+#  - XDG_STATE_HOME: the list of run directories `encperf cleanup` visits (else ~/.local/state);
+#  - ENCPERF_TEST_SHARED: what the sessions of tests measure once for the suite (lane_sessions.py).
 PRIVATE_DIRS = {
     host.LOCK_DIR_ENV: ("encperf-test-locks-", None),
     "ENCPERF_DIR": ("encperf-test-runs-", "/var/tmp"),
     "ENCPERF_TEST_DIR": ("encperf-test-disk-", "/var/tmp"),
     "XDG_STATE_HOME": ("encperf-test-state-", None),
+    "ENCPERF_TEST_SHARED": ("encperf-test-shared-", None),
 }
 
 

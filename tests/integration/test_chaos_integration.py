@@ -49,7 +49,7 @@ from tests.integration.test_reliability_integration import (
     start_paused,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("sessions_of_this_test_alone")]
 
 CHAOS_CONFTEST = """
 import os, time

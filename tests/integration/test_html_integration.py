@@ -14,7 +14,7 @@ from pytest_encperf.report import drawing
 from tests.functional.test_html import blank, chromium, external_references, parts, screenshot
 from tests.helpers.support import disk_dir, problems_here
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("sessions_of_this_test_alone")]
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = ROOT / "docs" / "report.png"

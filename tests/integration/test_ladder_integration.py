@@ -21,7 +21,7 @@ from pytest_encperf.roundplan import RoundPlan
 from pytest_encperf.workloads import MiB, Workload
 from tests.helpers.support import problems_here, scratch_dir, tiny_session
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("sessions_of_this_test_alone")]
 
 BACKENDS = ("plain", "fscrypt", "gocryptfs")
 WORKLOADS = ("SEQ1M-Q1T1-read", "SEQ1M-Q1T1-write")

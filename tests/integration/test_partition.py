@@ -28,7 +28,7 @@ from pytest_encperf.targets import DeviceClaim, Target, partition_problems, prob
 from pytest_encperf.workloads import MiB
 from tests.helpers.support import loop_device, partitioned_loop, scratch_dir, write_mbr
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("sessions_of_this_test_alone")]
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ from tests.helpers.support import (
     with_veracrypt_standin,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("sessions_of_this_test_alone")]
 
 BENCHMARK = """
 def test_workload(encperf, encperf_workload):

@@ -50,7 +50,7 @@ from tests.helpers.support import (
     with_veracrypt_standin,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("sessions_of_this_test_alone")]
 
 SCAN = r"""
 import base64, json, os, re, stat

@@ -34,7 +34,7 @@ from tests.helpers.support import (
     tiny_session,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("sessions_of_this_test_alone")]
 
 MARKER = b"ENCPERF-PLAINTEXT-MARKER-7f3a9c"
 NAME_MARKER = "encperf-secret-filename-7f3a9c"
