@@ -45,7 +45,8 @@ def test_the_ladder_names_a_limiting_rung_for_each_workload_and_leaves_nothing(
         saved = base / "saved"
         result = tiny_session(
             pytester, base, f"--encperf-backends={','.join(BACKENDS)}", "--encperf-ladder",
-            "--encperf-save=ladder", f"--encperf-storage={saved}", f"--encperf-markdown={base / 'report.md'}",
+            "--encperf-warmup=0", "--encperf-save=ladder", f"--encperf-storage={saved}",
+            f"--encperf-markdown={base / 'report.md'}",
         )  # fmt: skip
         result.assert_outcomes(passed=len(BACKENDS) * len(WORKLOADS))
         result.stdout.fnmatch_lines(["where the overhead comes from (--encperf-ladder): *"])
