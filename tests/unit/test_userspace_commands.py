@@ -353,3 +353,44 @@ def test_default_kdf_leaves_out_the_fast_settings(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match="kdf and scryptn both set"):
         GocryptfsBackend(BackendSpec.parse("gocryptfs:kdf=fast,scryptn=12"))
+
+
+@pytest.mark.parametrize(
+    ("failures", "message", "formatted"),
+    [
+        (11, "qemu-img: luks.img: Unable to get accurate CPU usage", True),  # its calibration: a new try
+        (12, "qemu-img: luks.img: Unable to get accurate CPU usage", False),
+        (2, "qemu-img: Invalid parameter 'iter-time'", True),
+        (3, "qemu-img: Invalid parameter 'iter-time'", False),  # any other error: 3 tries
+    ],
+)
+def test_qemu_img_is_tried_again_when_its_pbkdf_calibration_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: int, message: str, formatted: bool
+) -> None:
+    """qemu-img times its PBKDF by the thread's user CPU time, which tick-based accounting can leave
+    at 0 ms: it refuses then, now and then, and a new process draws afresh."""
+    from pytest_encperf.backends import qemu
+
+    calls: list[list[str]] = []
+
+    def run(argv: list[str], **_: object) -> None:
+        calls.append(argv)
+        if argv[0] == "cryptsetup":
+            raise HostError("cryptsetup: not usable here")
+        if len(calls) - 1 <= failures:
+            raise HostError(message)
+
+    monkeypatch.setattr(qemu.host, "run", run)
+    monkeypatch.setattr(qemu.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(qemu.time, "sleep", lambda seconds: None)
+    backend = QemuLuksBackend(BackendSpec("qemu-luks"))
+    volume = volume_for(backend, tmp_path)
+    if formatted:
+        backend.format_image(volume, tmp_path / "key")
+        assert volume.state["formatted_by"] == "qemu-img"
+        assert len(calls) == 1 + failures + 1
+    else:
+        with pytest.raises(HostError, match="could not write a LUKS1 header") as raised:
+            backend.format_image(volume, tmp_path / "key")
+        assert len(calls) == 1 + failures
+        assert str(raised.value).count(message) == 1  # the same error once, not once per try
