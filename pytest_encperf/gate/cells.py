@@ -4,10 +4,10 @@ left out, and what has to match for two runs' cells to be compared (no pytest)."
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from .. import stats
 from ..model import (
@@ -25,6 +25,8 @@ from .rules import Metric
 # Run-wide settings that change what a workload measures (engine, I/O mode and the workload's
 # own definition are compared per cell, from the rounds themselves).
 COMPARED_SETTINGS = ("size", "runtime", "target")
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,12 @@ class Cell:
     # history; verdicts may share a saved run's cells: gate.SortedRuns)
     _figured: dict[object, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
+    def _once(self, key: object, figure: Callable[[], T]) -> T:
+        """``figure()`` the first time ``key`` is asked for, the value kept then after."""
+        if key not in self._figured:
+            self._figured[key] = figure()
+        return cast(T, self._figured[key])
+
     @property
     def plain(self) -> bool:
         return self.backend.split(":", 1)[0] == BASELINE
@@ -58,45 +66,36 @@ class Cell:
         return list(self._samples(metric))
 
     def _samples(self, metric: Metric) -> tuple[float, ...]:
-        key = ("samples", metric)
-        if key not in self._figured:
-            attr = metric.attr_for(self.workload)
-            if not metric.paired or self.plain:
-                values = [float(getattr(m, attr)) for m in self.rounds]
-            elif self.pairing_problem():
-                values = []
-            else:
-                values = round_ratios(self.rounds, self.baseline_rounds, attr, before_after=self.before_after)
-            self._figured[key] = tuple(values)
-        found: tuple[float, ...] = self._figured[key]
-        return found
+        return self._once(("samples", metric), lambda: tuple(self._figure_samples(metric)))
+
+    def _figure_samples(self, metric: Metric) -> list[float]:
+        attr = metric.attr_for(self.workload)
+        if not metric.paired or self.plain:
+            return [float(getattr(m, attr)) for m in self.rounds]
+        if self.pairing_problem():
+            return []
+        return round_ratios(self.rounds, self.baseline_rounds, attr, before_after=self.before_after)
 
     def log_samples(self, metric: Metric) -> list[float] | None:
         """The log of each sample, when there are samples and all are positive and finite (what a
         history keeps of a saved run's cell); None otherwise."""
-        key = ("logs", metric)
-        if key not in self._figured:
-            values = self._samples(metric)
-            usable = values and not stats.invalid_values(values)
-            self._figured[key] = tuple(math.log(v) for v in values) if usable else None
-        found = self._figured[key]
+        found = self._once(("logs", metric), lambda: self._figure_logs(metric))
         return None if found is None else list(found)
+
+    def _figure_logs(self, metric: Metric) -> tuple[float, ...] | None:
+        values = self._samples(metric)
+        usable = values and not stats.invalid_values(values)
+        return tuple(math.log(v) for v in values) if usable else None
 
     @property
     def volume_blocks(self) -> tuple[int | None, ...]:
         """The volume block of each round (one per sample: --encperf-volumes), None where not recorded."""
-        if "volume blocks" not in self._figured:
-            self._figured["volume blocks"] = tuple(m.volume_block for m in self.rounds)
-        blocks: tuple[int | None, ...] = self._figured["volume blocks"]
-        return blocks
+        return self._once("volume blocks", lambda: tuple(m.volume_block for m in self.rounds))
 
     def pairing_problem(self) -> str | None:
         """Why the backend's rounds cannot be divided by plain rounds, if they cannot: a round
         without its plain partner, or plain rounds in another I/O mode."""
-        if "pairing problem" not in self._figured:
-            self._figured["pairing problem"] = self._pairing_problem()
-        problem: str | None = self._figured["pairing problem"]
-        return problem
+        return self._once("pairing problem", self._pairing_problem)
 
     def _pairing_problem(self) -> str | None:
         if not self.before_after and len(self.rounds) != len(self.baseline_rounds):
@@ -120,13 +119,9 @@ class Cell:
 
     def _setup_for(self, metric: Metric) -> dict[str, str]:
         # the gate compares a cell's setup with each saved run's: figured once per cell
-        key = ("setup", metric)
-        if key not in self._figured:
-            with_plain = metric.paired and not self.plain
-            latency = metric.attr_for(self.workload).startswith("lat_")
-            self._figured[key] = self._setup(with_plain, latency)
-        setup: dict[str, str] = self._figured[key]
-        return setup
+        with_plain = metric.paired and not self.plain
+        latency = metric.attr_for(self.workload).startswith("lat_")
+        return self._once(("setup", metric), lambda: self._setup(with_plain, latency))
 
     def _setup(self, with_plain: bool, latency: bool) -> dict[str, str]:
         rounds = [*self.rounds, *(self.baseline_rounds if with_plain else ())]
