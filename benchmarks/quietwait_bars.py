@@ -1,6 +1,7 @@
 """The quiet-wait bar (issue 25), measured (a script, not a timed test).
 
     python benchmarks/quietwait_bars.py [--backends gocryptfs --wait 120 --hog 25:60 --storage DIR]
+                                        [--name quiet-wait-hog --reuse]
 
 Runs ``pytest benchmarks/test_crystaldiskmark.py`` three times with the same settings, one after
 the other: a quiet run (the reference), a second quiet run (the control: how far two quiet runs
@@ -12,6 +13,8 @@ rounds, and counts the cells whose overhead lies within the reference's interval
 quiet-wait run's cells within the reference's interval as often as the control's are. Both intervals
 are within one run; ``apart`` also counts the cells whose two runs differ by less than the two
 half-widths combined (sqrt(h1^2 + h2^2)), the test of a difference between two runs.
+``--reuse`` takes the quiet run and the control from ``--storage`` where an earlier call left them
+(another hog, same quiet runs); ``--name`` names the third run's report.
 Needs root (loop devices, FUSE); each run tears down what it made.
 """
 
@@ -68,6 +71,9 @@ def cells(path: Path) -> dict[str, Cell]:
 
 def run(args: argparse.Namespace, name: str, *options: str, hog: Hog | None = None) -> dict[str, Cell]:
     report = args.storage / f"{name}.json"
+    if args.reuse and hog is None and report.exists():
+        print(f"{name}: {report} (from an earlier call)", flush=True)
+        return cells(report)
     command = [
         sys.executable, "-m", "pytest", str(ROOT / "benchmarks" / "test_crystaldiskmark.py"), "-q",
         "-p", "no:cacheprovider", f"--encperf-backends={args.backends}", f"--encperf-dir={args.dir}",
@@ -97,13 +103,15 @@ def main() -> None:
     parser.add_argument("--hog", default="25:60", help="START:SECONDS of the busy loop in the third run")
     parser.add_argument("--storage", type=Path, default=None, help="where the reports and logs go")
     parser.add_argument("--dir", default="/var/tmp")
+    parser.add_argument("--name", default="quiet-wait-hog", help="the third run's report name")
+    parser.add_argument("--reuse", action="store_true", help="the quiet runs of an earlier call")
     args = parser.parse_args()
     args.storage = args.storage or Path(tempfile.mkdtemp(prefix="encperf-quietwait-bars-"))
     args.storage.mkdir(parents=True, exist_ok=True)
     start, seconds = (float(part) for part in args.hog.split(":"))
     reference = run(args, "quiet")
     control = run(args, "control")
-    waited = run(args, "quiet-wait-hog", f"--encperf-quiet-wait={args.wait:g}", hog=Hog(start, seconds))
+    waited = run(args, args.name, f"--encperf-quiet-wait={args.wait:g}", hog=Hog(start, seconds))
     header = f"{'quiet (reference)':>24} {'control':>9} {'quiet-wait + hog':>17} {'waited s':>9} busy"
     print(f"\n{'cell':32} {header}")
     counts = {"control within": 0, "waited within": 0, "control apart-ok": 0, "waited apart-ok": 0}
