@@ -164,8 +164,9 @@ class IoPlan:
     at once, taken in the stream's order, in both I/O modes:
 
     - direct: Linux AIO keeps them in flight (fio's libaio);
-    - buffered: AIO would block in its submit, so both engines use io_uring, whose kernel
-      workers take what has to wait;
+    - buffered: AIO would block in its submit, so both engines use io_uring, on a ring set up
+      as fio sets up its own (engines/uring.py: its setup decides how a read that has to wait
+      is finished);
     - one at a time (Q1), in either mode: a plain synchronous call (fio's psync).
 
     The kernel sees ``outstanding`` requests of one stream on one open file: one read-ahead

@@ -2,8 +2,10 @@
 
 Linux AIO cannot keep buffered I/O in flight (its submit blocks), and threads pay for the GIL at
 tens of thousands of I/Os per second. io_uring can: a read that finds its pages is done at
-once, one that has to wait is taken by the kernel's own workers. fio's io_uring engine does
-the same for buffered rounds, so both engines issue them alike (see workloads.IoPlan).
+once, one that has to wait is finished by the kernel (retried once its pages are read, or by one
+of its io-wq workers). fio's io_uring engine does the same for buffered rounds, so both engines
+issue them alike (see workloads.IoPlan), on a ring set up as fio sets up its own (RING_FLAGS):
+how a read that has to wait is finished depends on it.
 
 Only on x86-64: the rings are shared memory read and written without atomic instructions
 from Python, which x86's ordering of stores and loads makes safe and weaker orderings do not.
@@ -73,6 +75,63 @@ def _setup(entries: int, params: Params) -> int:
     return int(_LIBC.syscall(ctypes.c_long(IO_URING_SETUP), ctypes.c_uint(entries), ctypes.byref(params)))
 
 
+# io_uring_setup flags (linux/io_uring.h), the kernel that brought each
+IORING_SETUP_CQSIZE = 1 << 3  # 5.5: the completion ring has params.cq_entries entries
+IORING_SETUP_COOP_TASKRUN = 1 << 8  # 5.19: no interrupt to the task when a completion waits
+IORING_SETUP_SINGLE_ISSUER = 1 << 12  # 6.0: one task submits
+IORING_SETUP_DEFER_TASKRUN = 1 << 13  # 6.1: completion work runs when the task waits for it
+# The ring fio's io_uring engine sets up (fio 3.33, engines/io_uring.c, fio_ioring_queue_init), so
+# a buffered queued round is issued alike by both engines. It changes more than the CPU it saves:
+# with DEFER_TASKRUN the completion work of a read that had to wait for its pages runs when this
+# thread next waits in io_uring_enter; without it, that work interrupts the thread as it arrives.
+# RND4K Q32T1 read on gocryptfs (kernel 6.18): without the flags about 5 completion-work runs per
+# read, a quarter of the reads handed to io-wq workers (fio: 0.5%), 47 µs of this process's CPU
+# per read (fio 32) and an overhead vs plain 15 points larger than fio's; with them 0.2% to io-wq,
+# 22 µs, and the two engines 1 to 4 points apart (docs/explanation/method.md).
+RING_FLAGS = (
+    IORING_SETUP_CQSIZE | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN
+)
+
+
+def fallback(flags: int) -> int | None:
+    """The flags to ask for once the kernel refused ``flags`` (EINVAL: it predates one), in fio's
+    order: without DEFER_TASKRUN and SINGLE_ISSUER, then without COOP_TASKRUN, then without
+    CQSIZE; None when nothing is left to drop (the refusal is not about the flags)."""
+    for dropped in (
+        IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SINGLE_ISSUER,
+        IORING_SETUP_COOP_TASKRUN,
+        IORING_SETUP_CQSIZE,
+    ):
+        if flags & dropped:
+            return flags & ~dropped
+    return None
+
+
+def ring_params(entries: int, flags: int) -> Params:
+    """What io_uring_setup is given for a ring of ``entries`` with ``flags``: with CQSIZE, as many
+    completion entries as submission entries (fio's: no more than can be in flight)."""
+    params = Params()
+    params.flags = flags
+    if flags & IORING_SETUP_CQSIZE:
+        params.cq_entries = entries
+    return params
+
+
+def create_ring(entries: int) -> tuple[int, Params]:
+    """A ring of ``entries`` set up as fio's (RING_FLAGS, less what this kernel refuses, see
+    fallback): its file descriptor and the parameters the kernel filled in. The thread that
+    creates it must be the one that submits to it and reaps it (SINGLE_ISSUER)."""
+    flags: int | None = RING_FLAGS
+    while flags is not None:
+        params = ring_params(entries, flags)
+        ring_fd = _setup(entries, params)
+        if ring_fd >= 0:
+            return ring_fd, params
+        err = ctypes.get_errno()
+        flags = fallback(flags) if err == errno.EINVAL else None
+    raise OSError(err, f"io_uring_setup: {os.strerror(err)}")
+
+
 def creatable() -> bool:
     """Whether this process may create an io_uring (kernel 5.1+, not refused by
     kernel.io_uring_disabled or a seccomp filter): what fio's io_uring engine needs. Asked once."""
@@ -111,11 +170,7 @@ def run_queue(
     syscall = _LIBC.syscall
     syscall.restype = ctypes.c_long
     depth = len(buffers)
-    params = Params()
-    ring_fd = _setup(depth, params)
-    if ring_fd < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"io_uring_setup: {os.strerror(err)}")
+    ring_fd, params = create_ring(depth)  # here: the thread that submits and reaps
     maps: list[mmap.mmap] = []
     views: list[memoryview] = []
     in_flight = 0

@@ -1,0 +1,99 @@
+"""The native engine's io_uring is set up as fio's io_uring engine sets up its own (engines/uring.py):
+the same setup flags, dropped in fio's order where a kernel refuses one."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+
+import pytest
+
+from pytest_encperf.engines import uring
+from pytest_encperf.engines.uring import (
+    IORING_SETUP_COOP_TASKRUN,
+    IORING_SETUP_CQSIZE,
+    IORING_SETUP_DEFER_TASKRUN,
+    IORING_SETUP_SINGLE_ISSUER,
+    RING_FLAGS,
+    Params,
+    create_ring,
+    fallback,
+    ring_params,
+)
+
+
+def test_the_ring_asks_for_what_fios_asks_for() -> None:
+    # fio 3.33 fio_ioring_queue_init: CQSIZE, COOP_TASKRUN, SINGLE_ISSUER | DEFER_TASKRUN
+    assert (IORING_SETUP_CQSIZE, IORING_SETUP_COOP_TASKRUN) == (0x8, 0x100)
+    assert (IORING_SETUP_SINGLE_ISSUER, IORING_SETUP_DEFER_TASKRUN) == (0x1000, 0x2000)
+    assert RING_FLAGS == 0x3108
+
+
+def test_refused_flags_are_dropped_in_fios_order() -> None:
+    steps = []
+    flags: int | None = RING_FLAGS
+    while flags is not None:
+        steps.append(flags)
+        flags = fallback(flags)
+    # DEFER_TASKRUN goes with SINGLE_ISSUER (6.1 needs both), then COOP_TASKRUN, then CQSIZE
+    assert steps == [0x3108, 0x108, 0x8, 0]
+    assert fallback(IORING_SETUP_COOP_TASKRUN) == 0
+    assert fallback(0) is None  # nothing left: the refusal is not about the flags
+
+
+def test_a_ring_of_cqsize_completes_as_many_as_it_submits() -> None:
+    params = ring_params(32, RING_FLAGS)
+    assert (params.flags, params.cq_entries, params.sq_entries) == (RING_FLAGS, 32, 0)
+    assert ring_params(32, 0).cq_entries == 0  # the kernel's default (twice the entries)
+
+
+def fake_kernel(
+    monkeypatch: pytest.MonkeyPatch, refused: int, fail: int = errno.EINVAL, always: bool = False
+) -> list[int]:
+    """io_uring_setup that refuses any of the ``refused`` flags with EINVAL (an older kernel), or
+    every ring with ``fail`` when ``always``; the flags of every call, in order."""
+    asked: list[int] = []
+
+    def setup(entries: int, params: Params) -> int:
+        asked.append(params.flags)
+        if params.flags & refused or always:
+            ctypes.set_errno(fail)
+            return -1
+        params.sq_entries = params.cq_entries = entries
+        return 99
+
+    monkeypatch.setattr(uring, "_setup", setup)
+    return asked
+
+
+def test_an_older_kernel_gets_the_ring_fio_would_get_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = fake_kernel(monkeypatch, refused=IORING_SETUP_DEFER_TASKRUN)  # 5.19 to 6.0
+    assert create_ring(8)[0] == 99
+    assert asked == [RING_FLAGS, IORING_SETUP_CQSIZE | IORING_SETUP_COOP_TASKRUN]
+    asked = fake_kernel(monkeypatch, refused=IORING_SETUP_COOP_TASKRUN | IORING_SETUP_DEFER_TASKRUN)
+    fd, params = create_ring(8)
+    assert fd == 99 and params.flags == IORING_SETUP_CQSIZE and params.cq_entries == 8
+    assert asked == [RING_FLAGS, 0x108, 0x8]
+
+
+def test_a_refusal_that_is_not_about_the_flags_is_said_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = fake_kernel(monkeypatch, refused=0, fail=errno.EPERM, always=True)  # io_uring_disabled
+    with pytest.raises(OSError, match="io_uring_setup") as raised:
+        create_ring(8)
+    assert raised.value.errno == errno.EPERM and asked == [RING_FLAGS]
+    asked = fake_kernel(monkeypatch, refused=0, always=True)
+    with pytest.raises(OSError) as raised:  # refused even without flags: EINVAL, after fio's steps
+        create_ring(8)
+    assert raised.value.errno == errno.EINVAL and asked == [0x3108, 0x108, 0x8, 0]
+
+
+@pytest.mark.skipif(not uring.available(), reason="io_uring is not usable here (x86-64, kernel 5.6+)")
+def test_this_kernel_gives_a_ring_with_the_flags_it_takes() -> None:
+    fd, params = create_ring(32)
+    try:
+        assert params.flags in (RING_FLAGS, 0x108, 0x8, 0)  # what this kernel took of fio's flags
+        assert params.sq_entries == 32
+        assert params.cq_entries == (32 if params.flags & IORING_SETUP_CQSIZE else 64)
+    finally:
+        os.close(fd)
