@@ -48,15 +48,19 @@ PART = re.compile(r"(\d+) (regressions?|within threshold|undecided)")
 CGROUP_NAME = f"encperf-gate-bars-{os.getpid()}"
 
 
+def benchmark_command(backends: str, directory: str, *options: str) -> list[str]:
+    """The command line of one session of the shipped CrystalDiskMark benchmark."""
+    return [
+        sys.executable, "-m", "pytest", str(ROOT / "benchmarks" / "test_crystaldiskmark.py"), "-q",
+        "-p", "no:cacheprovider", f"--encperf-backends={backends}", f"--encperf-dir={directory}", *options,
+    ]  # fmt: skip
+
+
 def pytest_run(
     args: argparse.Namespace, *options: str, enter: Callable[[], None] | None = None
 ) -> tuple[int, str, float]:
     """One benchmark session; (exit status, verdict header, seconds)."""
-    command = [
-        sys.executable, "-m", "pytest", str(ROOT / "benchmarks" / "test_crystaldiskmark.py"), "-q",
-        "-p", "no:cacheprovider", f"--encperf-backends={args.backends}", f"--encperf-storage={args.storage}",
-        f"--encperf-dir={args.dir}", *options,
-    ]  # fmt: skip
+    command = benchmark_command(args.backends, args.dir, f"--encperf-storage={args.storage}", *options)
     started = time.monotonic()
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, preexec_fn=enter, check=False)
     seconds = time.monotonic() - started

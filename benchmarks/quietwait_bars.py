@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gate_bars import Hog
+from gate_bars import Hog, benchmark_command
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,11 +74,7 @@ def run(args: argparse.Namespace, name: str, *options: str, hog: Hog | None = No
     if args.reuse and hog is None and report.exists():
         print(f"{name}: {report} (from an earlier call)", flush=True)
         return cells(report)
-    command = [
-        sys.executable, "-m", "pytest", str(ROOT / "benchmarks" / "test_crystaldiskmark.py"), "-q",
-        "-p", "no:cacheprovider", f"--encperf-backends={args.backends}", f"--encperf-dir={args.dir}",
-        f"--encperf-json={report}", *options,
-    ]  # fmt: skip
+    command = benchmark_command(args.backends, args.dir, f"--encperf-json={report}", *options)
     started = time.monotonic()
     if hog:
         hog.begin()
