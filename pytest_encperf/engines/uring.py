@@ -178,12 +178,12 @@ def run_queue(
     sq_tail_at, sq_array = sq_off.tail // 4, sq_off.array // 4
     cq_head_at, cq_tail_at = cq_off.head // 4, cq_off.tail // 4
     nr_enter, c_ring = ctypes.c_long(IO_URING_ENTER), ctypes.c_int(ring_fd)
-    c_one, getevents = ctypes.c_uint(1), ctypes.c_uint(IORING_ENTER_GETEVENTS)
+    c_zero, c_one, getevents = ctypes.c_uint(0), ctypes.c_uint(1), ctypes.c_uint(IORING_ENTER_GETEVENTS)
     no_size = ctypes.c_size_t(0)
 
-    def enter(to_submit: int) -> int:
+    def enter(to_submit: int, wait: ctypes.c_uint) -> int:
         while True:
-            done = syscall(nr_enter, c_ring, ctypes.c_uint(to_submit), c_one, getevents, None, no_size)
+            done = syscall(nr_enter, c_ring, ctypes.c_uint(to_submit), wait, getevents, None, no_size)
             if done >= 0:
                 return int(done)
             err = ctypes.get_errno()
@@ -235,24 +235,28 @@ def run_queue(
             batch.append(slot)
         stopping = False
         while batch or in_flight:
-            if batch:
-                now = clock()
-                for slot in batch:
-                    sqe_quads[slot * 8 + 1] = offsets[slot]
-                    sq_words[sq_array + (tail & sq_mask)] = slot
-                    tail = (tail + 1) & 0xFFFFFFFF
-                    started[slot] = now
-                sq_words[sq_tail_at] = tail  # after the entries: the kernel reads it in enter()
-                submitted = enter(len(batch))
-                in_flight += submitted
-                if submitted != len(batch):
-                    raise OSError(errno.EAGAIN, f"io_uring took {submitted} of {len(batch)} I/Os")
-                batch = []
-            else:
-                enter(0)
+            # As fio (iodepth_batch_submit=1): each I/O submitted on its own, without waiting;
+            # the kernel runs the work the ring deferred (DEFER_TASKRUN: the retries of reads
+            # whose pages were missing) in each call, so the I/Os before it progress, and start
+            # their read-ahead, before the next is issued. Submitted in one call, SEQ1M Q8T1 read
+            # (buffered, one pass over 1 GiB on plain) reached the loop device in 1.3-1.4 requests
+            # per read to fio's 1.0-1.1, at 72-75% of fio's MB/s; one a call: 1.1-1.2, 90-119%.
+            for slot in batch:
+                sqe_quads[slot * 8 + 1] = offsets[slot]
+                sq_words[sq_array + (tail & sq_mask)] = slot
+                tail = (tail + 1) & 0xFFFFFFFF
+                sq_words[sq_tail_at] = tail  # after the entry: the kernel reads it in enter()
+                started[slot] = clock()
+                if enter(1, c_zero) != 1:
+                    raise OSError(errno.EAGAIN, "io_uring did not take an I/O")
+                in_flight += 1
+            batch = []
             head, ready = cq_words[cq_head_at], cq_words[cq_tail_at]
-            if head == ready:
-                continue
+            if head == ready:  # nothing done yet: wait for the first (fio reaps at least one)
+                enter(0, c_one)
+                head, ready = cq_words[cq_head_at], cq_words[cq_tail_at]
+                if head == ready:
+                    continue
             now = clock()
             stopping = stopping or now >= deadline()
             try:
@@ -280,7 +284,7 @@ def run_queue(
             cq_words = views[0]
             while in_flight > 0:
                 try:
-                    enter(0)
+                    enter(0, c_one)
                 except OSError:
                     break
                 head, ready = cq_words[cq_head_at], cq_words[cq_tail_at]

@@ -1,11 +1,14 @@
-"""The native engine's io_uring is set up as fio's io_uring engine sets up its own (engines/uring.py):
-the same setup flags, dropped in fio's order where a kernel refuses one."""
+"""The native engine's io_uring is set up and fed as fio's io_uring engine sets up and feeds its own
+(engines/uring.py): the same setup flags, dropped in fio's order where a kernel refuses one, and
+each I/O submitted on its own."""
 
 from __future__ import annotations
 
 import ctypes
 import errno
 import os
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,3 +100,57 @@ def test_this_kernel_gives_a_ring_with_the_flags_it_takes() -> None:
         assert params.cq_entries == (32 if params.flags & IORING_SETUP_CQSIZE else 64)
     finally:
         os.close(fd)
+
+
+class RecordingLibc:
+    """The C library whose ``syscall`` notes each io_uring_enter's (to_submit, min_complete)."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.enters: list[tuple[int, int]] = []
+        recording = self
+
+        class Syscall:
+            restype: Any = None
+
+            def __call__(self, number: Any, *args: Any) -> Any:
+                if getattr(number, "value", number) == uring.IO_URING_ENTER:
+                    recording.enters.append((args[1].value, args[2].value))
+                real.syscall.restype = self.restype
+                return real.syscall(number, *args)
+
+        self.syscall = Syscall()
+
+
+@pytest.mark.skipif(not uring.available(), reason="io_uring is not usable here (x86-64, kernel 5.6+)")
+def test_each_io_is_submitted_on_its_own_and_the_wait_submits_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # fio (iodepth_batch_submit=1) submits each I/O in a call that does not wait and runs the
+    # ring's deferred work; submitted together, a buffered sequential queue read ahead less
+    block, depth, count = 64 * 1024, 4, 12
+    path = tmp_path / "data"
+    path.write_bytes(os.urandom(block * count))
+    recording = RecordingLibc(uring._LIBC)
+    monkeypatch.setattr(uring, "_LIBC", recording)
+    buffers = [ctypes.create_string_buffer(block) for _ in range(depth)]
+    offsets = iter(range(0, block * count, block))
+    latencies: list[int] = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        uring.run_queue(
+            fd,
+            [ctypes.addressof(buffer) for buffer in buffers],
+            block,
+            True,
+            lambda: next(offsets, None),
+            lambda: 0,
+            lambda: 2**63,
+            latencies,
+        )
+    finally:
+        os.close(fd)
+    assert len(latencies) == count
+    submitting = [enter for enter in recording.enters if enter[0]]
+    assert submitting == [(1, 0)] * count  # one I/O a call, none of them waiting
+    assert all(enter == (0, 1) for enter in recording.enters if not enter[0])  # a wait submits nothing
