@@ -559,18 +559,43 @@ def drop_page_cache(path: Path | None = None) -> bool:
     return True
 
 
+# tool_version's answers, by the program that answered (its path and the file's identity) and the
+# arguments: a session describes every volume it makes, each description asking its tools again,
+# and a process started for nothing is dear where processes are (the UML lane: issue 26)
+_TOOL_VERSIONS: dict[tuple[object, ...], str] = {}
+
+
 def tool_version(argv: Sequence[str]) -> str:
-    """First version-looking word a tool prints about itself (stdout or stderr), or "unknown"."""
+    """First version-looking word a tool prints about itself (stdout or stderr), or "unknown".
+
+    Asked once per program file: again only when the name finds another file on PATH, or the file
+    was replaced; a tool that did not answer in time is asked again next time."""
+    options = children.popen_options()
+    found = shutil.which(argv[0], path=options["env"].get("PATH"))
+    try:
+        file = os.stat(found) if found else None
+    except OSError:
+        file = None
+    key = (
+        None
+        if file is None
+        else (found, file.st_dev, file.st_ino, file.st_size, file.st_mtime_ns, file.st_ctime_ns, *argv[1:])
+    )
+    if key is not None and key in _TOOL_VERSIONS:
+        return _TOOL_VERSIONS[key]
     try:
         proc = subprocess.run(
             list(argv),
             capture_output=True,
             timeout=10,
             stdin=subprocess.DEVNULL,
-            **children.popen_options(),
+            **options,
         )
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     text = (proc.stdout + proc.stderr).decode(errors="replace")
     match = re.search(r"\d+\.\d+(?:\.\d+)*", text)
-    return match.group(0) if match else "unknown"
+    version = match.group(0) if match else "unknown"
+    if key is not None:
+        _TOOL_VERSIONS[key] = version
+    return version

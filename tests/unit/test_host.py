@@ -131,3 +131,53 @@ def test_the_suite_measures_under_locks_of_its_own() -> None:
     # conftest.py: a benchmark beside the suite never waits for it, nor it for the benchmark
     assert host.lock_directory() != Path("/run/encperf")
     assert host.is_private_directory(str(host.lock_directory()))
+
+
+def version_tool(directory: Path, version: str) -> Path:
+    """A tool that prints ``version`` and counts its starts (one line each in ``starts``)."""
+    directory.mkdir(exist_ok=True)
+    tool = directory / "sometool"
+    tool.write_text(f'#!/bin/sh\necho started >> "{directory}/starts"\necho "sometool {version} (build 7)"\n')
+    tool.chmod(0o755)
+    return tool
+
+
+def starts(directory: Path) -> int:
+    path = directory / "starts"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_a_tool_is_asked_its_version_once_per_program_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer is the tool's own, as often as it is asked; the program runs again only when the
+    name finds another file, the file changed, the arguments differ or the last try timed out."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    version_tool(first, "2.6.1")
+    version_tool(second, "3.0")
+    monkeypatch.setenv("PATH", f"{first}:/usr/bin:/bin")
+    assert [host.tool_version(["sometool", "--version"]) for _ in range(3)] == ["2.6.1"] * 3
+    assert starts(first) == 1
+    assert host.tool_version([str(first / "sometool"), "--version"]) == "2.6.1"  # the same file
+    assert starts(first) == 1
+    assert host.tool_version(["sometool", "-V"]) == "2.6.1"  # other arguments: asked
+    assert starts(first) == 2
+    monkeypatch.setenv("PATH", f"{second}:/usr/bin:/bin")  # the name finds another program
+    assert host.tool_version(["sometool", "--version"]) == "3.0"
+    assert starts(second) == 1
+    tool = version_tool(second, "3.1")  # replaced in place (another size and time)
+    tool.write_text(tool.read_text() + "# 3.1\n")
+    assert host.tool_version(["sometool", "--version"]) == "3.1"
+    assert starts(second) == 2
+    assert host.tool_version(["no-such-tool-encperf", "--version"]) == "unknown"
+    real_run = host.subprocess.run
+
+    def timing_out(argv: list[str], **kwargs: object) -> object:
+        raise host.subprocess.TimeoutExpired(argv, 10)
+
+    version_tool(second, "3.2")
+    monkeypatch.setattr(host.subprocess, "run", timing_out)
+    assert host.tool_version(["sometool", "--version"]) == "unknown"
+    monkeypatch.setattr(host.subprocess, "run", real_run)
+    assert host.tool_version(["sometool", "--version"]) == "3.2"  # the timeout was not kept
+    assert starts(second) == 3
