@@ -62,19 +62,27 @@ def mapping_name() -> str:
     return resources.dm_name(os.getpid(), resources.run_token(), next(_names))
 
 
+PROC_MODULES = Path("/proc/modules")
+
+
 def dm_target_present(target: str, module: str) -> bool:
-    """Whether the kernel has (or can load) device-mapper target ``target`` (e.g. crypt)."""
+    """Whether the kernel has (or can load) device-mapper target ``target`` (e.g. crypt).
+
+    The loaded modules are read first: a loaded ``module`` has registered its target, and
+    reading a file spares the process that ``dmsetup targets`` is (every backend's requirements
+    ask, 0.4 s each in the UML lane: issue 26). A target built into the kernel, or one whose module
+    is not loaded, is looked for as before: ``dmsetup targets``, then ``modprobe -n``."""
+    try:
+        loaded = PROC_MODULES.read_text()
+        if any(line.split()[:1] == [module] for line in loaded.splitlines()):
+            return True
+    except OSError:
+        pass
     try:
         listed = host.run(["dmsetup", "targets"])
         if any(line.split()[:1] == [target] for line in listed.splitlines()):
             return True
     except host.HostError:
-        pass
-    try:
-        loaded = Path("/proc/modules").read_text()
-        if any(line.split()[:1] == [module] for line in loaded.splitlines()):
-            return True
-    except OSError:
         pass
     try:
         host.run(["modprobe", "-n", module])  # -n: only check that it could be loaded

@@ -188,3 +188,43 @@ def test_in_place_encryption_runs_cryptsetup_in_the_volumes_own_work_directory(
     assert cwd == volume.workdir == workdir != Path(os.getcwd())
     assert (workdir.stat().st_mode & 0o777) == 0o700  # ours, private: the header is nobody else's
     assert size == (64 << 20) - dmcrypt.REDUCE_DEVICE_SIZE
+
+
+@pytest.mark.parametrize(
+    ("modules", "targets", "loadable", "present", "asked"),
+    [
+        ("dm_crypt 61440 0 - Live 0x0\n", None, None, True, []),  # loaded: no process
+        ("loop 40960 0 - Live 0x0\n", "crypt v1.24.0\nlinear v1.4.0\n", None, True, ["dmsetup"]),  # built in
+        ("", "linear v1.4.0\n", True, True, ["dmsetup", "modprobe"]),  # loadable
+        ("", "linear v1.4.0\n", False, False, ["dmsetup", "modprobe"]),
+        (None, None, False, False, ["dmsetup", "modprobe"]),  # no /proc/modules, no dmsetup
+    ],
+)
+def test_a_target_is_present_when_its_module_is_loaded_listed_or_loadable(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    modules: str | None,
+    targets: str | None,
+    loadable: bool | None,
+    present: bool,
+    asked: list[str],
+) -> None:
+    """The answer of dmsetup targets, /proc/modules and modprobe -n together (any of them says
+    yes), with no process started when the module is loaded."""
+    proc_modules = tmp_path / "modules"
+    if modules is not None:
+        proc_modules.write_text(modules)
+    monkeypatch.setattr(dmcrypt, "PROC_MODULES", proc_modules)
+    started: list[str] = []
+
+    def run(argv: list[str], **kwargs: object) -> str:
+        started.append(argv[0])
+        if argv[0] == "dmsetup" and targets is not None:
+            return targets
+        if argv[0] == "modprobe" and loadable:
+            return ""
+        raise host.HostError(f"{argv[0]} failed")
+
+    monkeypatch.setattr(host, "run", run)
+    assert dmcrypt.dm_target_present("crypt", "dm_crypt") is present
+    assert started == asked
