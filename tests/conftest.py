@@ -17,8 +17,12 @@ import cryptography.hazmat.primitives.ciphers  # noqa: F401
 # Likewise numpy, under matplotlib, "cannot load module more than once per process": a pytester
 # run that imported matplotlib first (--encperf-html asks for it at start-up) left every later
 # run in that process saying that matplotlib is not installed.
-with contextlib.suppress(ImportError):
-    import matplotlib.figure  # noqa: F401
+# Not in the UML lane's guest (tests/helpers/uml.py), whose tests ask for no chart: there the import
+# took 1 to 2.5 s of each boot, and every process the guest's pytest starts (a fork of it) paid for
+# the 50 MB it added (issue 26).
+if os.environ.get("ENCPERF_IN_UML") != "1":
+    with contextlib.suppress(ImportError):
+        import matplotlib.figure  # noqa: F401
 # And hypothesis: its pytest plugin imports it in every session's terminal summary, so each
 # in-process pytester run imported it again, every module rewritten by pytest's assertion hook
 # (about 2.5 s a run on the development machine, where 5 empty runs took 13 s; 0.4 s with this).

@@ -213,8 +213,9 @@ def test_keys_are_the_ones_ecryptfs_add_passphrase_adds() -> None:
 
 def test_full_session_with_ecryptfs(pytester: pytest.Pytester, scratch: Path) -> None:
     """The plugin end to end: pytest --encperf-backends=ecryptfs at a tiny size. The table's
-    ecryptfs rows are recorded (UML: one virtual CPU, not a performance figure)."""
-    result = tiny_session(pytester, scratch, "--encperf-backends=ecryptfs")
+    ecryptfs rows are recorded (UML: one virtual CPU, not a performance figure). Without warm-up
+    rounds, as test_full_session_with_dm_crypt_backends."""
+    result = tiny_session(pytester, scratch, "--encperf-backends=ecryptfs", "--encperf-warmup=0")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*plain *", "*ecryptfs*"])
     assert list(scratch.glob("encperf-*")) == [], "run directory left behind"
