@@ -70,7 +70,7 @@ class Plan:
     runtime: float
     warmup: int
     one_volume_at_a_time: bool = False  # partition target: plain measured before and after each volume
-    workloads_per_volume: int = 0  # partition target: workloads of each plain measurement
+    workloads_per_volume: int = 0  # partition target: workloads of each plain measurement (those collected)
     steady_budget: float | None = None  # --encperf-steady-cv/-precision: most extra seconds per workload
     confirm_budget: float = 0.0  # most extra seconds of confirmation rounds in the run
     quiet_wait: float = 0.0  # --encperf-quiet-wait: most seconds waited for quiet per workload
@@ -85,7 +85,7 @@ class Plan:
         """The rounds alone (warm-up included); making volumes and test files is extra."""
         sides = 1 if self.one_volume_at_a_time else 2
         total = len(self.tests) * workload_seconds(self.counted_rounds, self.runtime, self.warmup, sides)
-        if self.one_volume_at_a_time:  # plain, every workload, before and after each encrypted volume
+        if self.one_volume_at_a_time:  # plain, each collected workload, before and after each volume
             volumes = len({backend for backend, _ in self.tests})
             total += volumes * 2 * self.workloads_per_volume * (self.rounds + self.warmup) * self.runtime
         return total

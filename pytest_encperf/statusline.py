@@ -30,8 +30,9 @@ class StatusLine:
         self._progress: ProgressLine | None = None  # None: not asked yet, or no terminal to show it on
         self._asked = False
 
-    def plan(self, items: list[pytest.Item]) -> list[str]:
-        """The plan, in one line after pytest's "collected N items"."""
+    def plan(self, items: list[pytest.Item], baseline_workloads: int) -> list[str]:
+        """The plan, in one line after pytest's "collected N items"; ``baseline_workloads``: how
+        many workloads the partition target's baseline measures (session.baseline_workloads)."""
         tests = []
         for item in items:
             params = getattr(getattr(item, "callspec", None), "params", {})
@@ -43,7 +44,7 @@ class StatusLine:
         rounds, beside_plain = s.round_plan, not s.one_volume_at_a_time
         plan = Plan(
             tests, rounds=rounds.rounds, runtime=rounds.runtime, warmup=rounds.warmup,
-            one_volume_at_a_time=s.one_volume_at_a_time, workloads_per_volume=len(s.workloads),
+            one_volume_at_a_time=s.one_volume_at_a_time, workloads_per_volume=baseline_workloads,
             steady_budget=s.steady_budget if s.steady_cv or (s.precision and beside_plain) else None,
             confirm_budget=s.confirm_budget if (s.fail or s.max_overhead) and beside_plain else 0.0,
             quiet_wait=s.quiet_wait,

@@ -30,7 +30,7 @@ from .mountedvolume import MountedVolume, Unavailable, close_volume, open_volume
 from .runner import measure_all
 from .settings import Settings
 from .targets import DeviceClaim, Target, container_size
-from .workloads import MiB
+from .workloads import MiB, Workload
 
 # After Ctrl-C / SIGTERM / SIGHUP the teardown waits at most this long in all for other runs'
 # measurement locks, then releases anyway: the user asked to stop, now.
@@ -92,6 +92,9 @@ class Volumes:
         self._counter = itertools.count(1)
         # partition target: baseline rounds measured before each encrypted volume, by spec
         self.measured_baseline: dict[str, dict[str, list[Measurement]]] = {}
+        # partition target: the workloads the baseline measures, those of the collected tests
+        # (session.baseline_workloads); None: every workload of the profiles
+        self.baseline_workloads: list[Workload] | None = None
         # partition target: the device held exclusively between volumes, or why it cannot be
         self._claim: DeviceClaim | None = None
         self._device_refused = ""
@@ -151,12 +154,14 @@ class Volumes:
             )
 
     def measure_baseline(self) -> dict[str, list[Measurement]]:
-        """Partition target: plain ext4 on the partition, every workload's rounds, then removed."""
+        """Partition target: plain ext4 on the partition, the rounds of each workload the collected
+        tests measure (``baseline_workloads``), then removed."""
         mounted = self.open(BASELINE_SPEC)
         try:
             s = self.settings
+            workloads = s.workloads if self.baseline_workloads is None else self.baseline_workloads
             with host.measurement_lock(self.lock_disks(mounted), waiting=self.lock_waiting()):
-                return measure_all(self.engine, mounted, s.workloads, s.round_plan, self.meter)
+                return measure_all(self.engine, mounted, workloads, s.round_plan, self.meter)
         finally:
             self.close(mounted)
 

@@ -409,9 +409,29 @@ class Looping(Recording):
 def pytest_encperf_register_backends(config):
     return {"recording": Recording, "recording2": Recording, "grabbing": Grabbing, "looping": Looping}
 
+class Measured:
+    \"\"\"The session's engine, writing down the workload of each round it runs (plain's too).\"\"\"
+    def __init__(self, engine):
+        self.engine = engine
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def run(self, workload, path, **kwargs):
+        with (Path(__file__).parent / "measured.log").open("a") as f:
+            f.write(workload.name + "\\n")
+        return self.engine.run(workload, path, **kwargs)
+
+def encperf_session(config):
+    return config.stash[__import__("pytest_encperf.plugin", fromlist=["x"]).session_key]
+
+def pytest_sessionstart(session):
+    encperf = encperf_session(session.config)
+    encperf.engine = encperf.volumes.engine = Measured(encperf.engine)
+
 def pytest_sessionfinish(session):
     import json
-    encperf = session.config.stash[__import__("pytest_encperf.plugin", fromlist=["x"]).session_key]
+    encperf = encperf_session(session.config)
     rounds = {f"{r.backend} {r.workload.name}":
               [len(r.rounds), len(r.baseline_rounds), r.description.get("baseline")]
               for r in encperf.record.results}
@@ -498,6 +518,10 @@ def test_partition_session_measures_baseline_before_and_after_and_holds_the_devi
         "recording SEQ1M-Q1T1-read": [2, 4, "before/after"],
         "recording2 SEQ1M-Q1T1-read": [2, 4, "before/after"],
     }
+    # the baseline measures the workload -k selected, not the profile's others: 2 volumes x 2
+    # rounds, and plain's 2 rounds before and after each volume
+    measured = (pytester.path / "measured.log").read_text().splitlines()
+    assert measured == ["SEQ1M-Q1T1-read"] * 12
     assert partition_problems(partition) == [], "partition not left as we got it"
 
 
