@@ -259,6 +259,7 @@ def quiet_runner(bench: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Non
 def test_a_fleet_reports_each_machine_saves_each_under_its_id_and_gates_each_against_its_own(
     bench: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Then: a worker without the baseline in its own storage gets no confirmation rounds."""
     quiet_runner(bench, monkeypatch)
     result = fleet(bench, "--encperf-save=fleet")
     result.assert_outcomes(passed=16)
@@ -302,14 +303,10 @@ def test_a_fleet_reports_each_machine_saves_each_under_its_id_and_gates_each_aga
         ]
     )
 
-
-def test_a_worker_without_the_baseline_in_its_own_storage_gets_no_confirmation_rounds(
-    bench: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The controller saves and judges from its storage; confirmation rounds are asked for on the
-    worker, from the worker's own --encperf-storage (a remote machine's, relative to //chdir=)."""
-    quiet_runner(bench, monkeypatch)
-    fleet(bench, "--encperf-save=fleet").assert_outcomes(passed=16)
+    # A worker without the baseline in its own storage gets no confirmation rounds: the controller
+    # saves and judges from its storage; confirmation rounds are asked for on the worker, from the
+    # worker's own --encperf-storage (a remote machine's, relative to //chdir=). (The run saved
+    # above is the baseline: one fleet session fewer than a test of its own.)
     monkeypatch.setenv("ENCPERF_STORAGE", str(bench.path / ".encperf"))  # the controller's
     slower = "//env:SCRIPTED_VOLUME_SCALE=0.5"  # both machines' backends twice as slow
     checked = run(
