@@ -124,7 +124,7 @@ class Workload:
             return self.label
         return f"{self.label.replace(' ', '-')}-{self.direction}"
 
-    @property
+    @cached_property  # each cell's metric reads it for every look-up of its setup and samples
     def reports_iops(self) -> bool:
         """Small random I/O is judged by IOPS (CrystalDiskMark's 4K rows); the file cycle by
         files per second (its "ios" are files)."""

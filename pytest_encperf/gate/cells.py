@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from typing import Any, TypeVar, cast
 
 from .. import stats
@@ -50,12 +50,16 @@ class Cell:
     _figured: dict[object, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def _once(self, key: object, figure: Callable[[], T]) -> T:
-        """``figure()`` the first time ``key`` is asked for, the value kept then after."""
-        if key not in self._figured:
-            self._figured[key] = figure()
-        return cast(T, self._figured[key])
+        """``figure()`` the first time ``key`` is asked for, the value kept then after (one look-up
+        when it is kept: a verdict asks a saved run's cells millions of times in the simulations)."""
+        try:
+            return cast(T, self._figured[key])
+        except KeyError:
+            pass
+        found = self._figured[key] = figure()
+        return found
 
-    @property
+    @cached_property  # the backend never changes
     def plain(self) -> bool:
         return self.backend.split(":", 1)[0] == BASELINE
 
@@ -111,7 +115,9 @@ class Cell:
         were left out; None when they are, unrecorded, or on the partition target (no pairs)."""
         if self.before_after:
             return None
-        return pair_order_problem(self.rounds if self.plain else self.baseline_rounds)
+        return self._once(
+            "order problem", lambda: pair_order_problem(self.rounds if self.plain else self.baseline_rounds)
+        )
 
     def setup(self, metric: Metric) -> dict[str, str]:
         """What has to match for two cells to be compared on ``metric``."""
@@ -119,9 +125,11 @@ class Cell:
 
     def _setup_for(self, metric: Metric) -> dict[str, str]:
         # the gate compares a cell's setup with each saved run's: figured once per cell
+        return self._once(("setup", metric), lambda: self._setup_of(metric))
+
+    def _setup_of(self, metric: Metric) -> dict[str, str]:
         with_plain = metric.paired and not self.plain
-        latency = metric.attr_for(self.workload).startswith("lat_")
-        return self._once(("setup", metric), lambda: self._setup(with_plain, latency))
+        return self._setup(with_plain, metric.attr_for(self.workload).startswith("lat_"))
 
     def _setup(self, with_plain: bool, latency: bool) -> dict[str, str]:
         rounds = [*self.rounds, *(self.baseline_rounds if with_plain else ())]

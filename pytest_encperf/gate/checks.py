@@ -8,6 +8,7 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .. import stats, verdict
 from ..load import BUSY_SHARE
@@ -90,6 +91,19 @@ class Check:
     unreachable: bool = False  # UNDECIDED (more rounds may decide it; strict fails)
     busy: int = 0  # rounds of this run (both sides) left out because the machine was busy
     order: str = ""  # why its rounds (this run's, the reference's) are not whole A B B A blocks
+
+    def replaced(self, **changes: Any) -> Check:
+        """``dataclasses.replace(self, **changes)``, the same check, without replace's walk over
+        every field and the frozen __init__'s setattr of each (Check has no __post_init__ and no
+        field outside __init__): the gate decides every check of every verdict with it, hundreds
+        of thousands in the simulations (tests/unit/test_gate.py checks it is replace's copy)."""
+        fields = self.__dict__.copy()
+        if not changes.keys() <= fields.keys():
+            raise TypeError(f"not fields of Check: {sorted(changes.keys() - fields.keys())}")
+        fields.update(changes)
+        made = object.__new__(Check)
+        object.__setattr__(made, "__dict__", fields)
+        return made
 
     @property
     def failed(self) -> bool:
@@ -397,8 +411,8 @@ def decide(check: Check, p_adjusted: float, family: int = 1, alpha: float = FAIL
         reason += "; plain itself: a finding about the machine (disk, kernel, load), not the encryption"
     if check.order:
         reason += f"; {check.order}"
-    return replace(
-        check, status=status, reason=reason, p_adjusted=p_adjusted, detectable=detect, tightest=tightest,
+    return check.replaced(
+        status=status, reason=reason, p_adjusted=p_adjusted, detectable=detect, tightest=tightest,
         unreachable=status not in (PASS, FAIL),
     )  # fmt: skip
 
