@@ -159,6 +159,8 @@ def quiet_rounds(
     """The rounds and plain rounds without the busy ones (Measurement.busy), and how many rounds
     were left out: a pair goes whole when either of its rounds was busy (on the partition
     target, whose plain rounds are not paired, each busy round alone)."""
+    if not any(m.busy for m in rounds) and not any(m.busy for m in baseline_rounds):  # the usual case
+        return tuple(rounds), tuple(baseline_rounds), 0
     if before_after or len(rounds) != len(baseline_rounds):
         kept, plain = [m for m in rounds if not m.busy], [m for m in baseline_rounds if not m.busy]
         return tuple(kept), tuple(plain), len(rounds) + len(baseline_rounds) - len(kept) - len(plain)

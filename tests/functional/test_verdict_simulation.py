@@ -136,6 +136,7 @@ def simulated_run(
         return [run + rng.gauss(0, sd * own) for _ in range(volumes)]
 
     plain_levels = {w.name: levels(model.between[("plain", w.name)][0]) for w in CDM}
+    gauss, exp = rng.gauss, math.exp  # the round loop's look-ups, once (millions of rounds)
     for backend in BACKENDS:
         for workload in CDM:
             key = (backend, workload.name)
@@ -147,14 +148,15 @@ def simulated_run(
                 model.within[("plain", workload.name)],
                 model.within[key],
             )
+            baseline_rounds, rounds = result.baseline_rounds, result.rounds
             for block in range(volumes):
                 tag = block if volumes > 1 else None
                 plain_level, offset = plain_levels[workload.name][block], offsets[block]
                 for _ in range(per_block):
-                    plain = plain_mb_s * math.exp(plain_level + rng.gauss(0, plain_within))
-                    ratio = math.exp(offset + rng.gauss(0, within))
-                    result.baseline_rounds.append(measurement(plain, workload, tag))
-                    result.rounds.append(measurement(plain * ratio, workload, tag))
+                    plain = plain_mb_s * exp(plain_level + gauss(0, plain_within))
+                    ratio = exp(offset + gauss(0, within))
+                    baseline_rounds.append(measurement(plain, workload, tag))
+                    rounds.append(measurement(plain * ratio, workload, tag))
             results.append(result)
     return RunData(label, tuple(results), SETTINGS)
 

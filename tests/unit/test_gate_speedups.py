@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from pytest_encperf.gate.cells import Cell, cells_of
+from pytest_encperf.gate.cells import Cell, cells_of, quiet_rounds
 from pytest_encperf.gate.checks import Check, decide
 from pytest_encperf.gate.rules import METRICS
 from pytest_encperf.model import Measurement, Result
@@ -78,3 +78,16 @@ def test_a_replaced_check_is_dataclasses_replace_copy() -> None:
     # what replaced's copy rests on: every field set by __init__, nothing after it
     assert all(f.init for f in dataclasses.fields(Check)) and not hasattr(Check, "__post_init__")
     assert math.isnan(dataclasses.replace(check, se=math.nan).replaced().se)
+
+
+@pytest.mark.parametrize("before_after", [False, True])
+@pytest.mark.parametrize("plain_count", [4, 3])
+def test_quiet_rounds_without_a_busy_round_keep_every_round_in_order(
+    before_after: bool, plain_count: int
+) -> None:
+    rounds = [round_of(50.0 + i, 4096, 1 + i % 2) for i in range(4)]
+    plain = [round_of(100.0 + i, 4096, 1 + i % 2) for i in range(plain_count)]
+    kept, kept_plain, dropped = quiet_rounds(rounds, plain, before_after)
+    assert kept == tuple(rounds) and kept_plain == tuple(plain) and dropped == 0
+    busy = [dataclasses.replace(rounds[0], busy=True), *rounds[1:]]  # and a busy one is still left out
+    assert quiet_rounds(busy, plain, before_after)[2] == (1 if before_after or plain_count == 3 else 2)
