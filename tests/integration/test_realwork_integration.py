@@ -79,7 +79,7 @@ def test_a_reference_that_cannot_be_made_fails_every_task_with_the_reason(
     import shutil
 
     which = shutil.which
-    monkeypatch.setattr(shutil, "which", lambda tool: None if tool == "gzip" else which(tool))
+    monkeypatch.setattr(shutil, "which", lambda tool, **kw: None if tool == "gzip" else which(tool, **kw))
     pytester.makepyfile(test_bench=TINY_BENCHMARK)
     result = pytester.runpytest(
         f"--encperf-dir={disk_dir()}",

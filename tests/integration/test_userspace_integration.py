@@ -261,7 +261,9 @@ def test_qemu_luks_falls_back_to_qemu_img(base: Path, monkeypatch: pytest.Monkey
     if host.missing_tools("qemu-img"):
         pytest.skip("needs qemu-img (Debian package qemu-utils)")
     real_which = shutil.which
-    monkeypatch.setattr(qemu.shutil, "which", lambda name: None if name == "cryptsetup" else real_which(name))
+    monkeypatch.setattr(
+        qemu.shutil, "which", lambda name, **kw: None if name == "cryptsetup" else real_which(name, **kw)
+    )
     mounted = open_volume(backend, target, base / "vol")
     try:
         assert mounted.description["formatted_by"] == "qemu-img"
