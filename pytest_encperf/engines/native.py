@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import itertools
 import math
 import mmap
@@ -297,7 +298,11 @@ class NativeEngine:
 
         def queue_worker(index: int) -> None:
             stream = streams[schedule.workers[index]]
-            run_queue = aio.run_queue if schedule.queue == "aio" else uring.run_queue
+            run_queue = (
+                aio.run_queue
+                if schedule.queue == "aio"
+                else functools.partial(uring.run_queue, one_a_call=not plan.random)  # see run_queue
+            )
             try:
                 go.wait()
                 run_queue(

@@ -331,8 +331,11 @@ def test_buffered_rounds_keep_the_queue_depth_in_flight_through_io_uring(
     offsets: list[int] = []
     real = native.uring.run_queue
 
+    one_a_call: list[bool] = []
+
     def spy(fd, buffers, block, is_read, next_offset, *args, **kwargs):
         depths.append(len(buffers))
+        one_a_call.append(kwargs.get("one_a_call", True))
 
         def recorded() -> int | None:
             offset = next_offset()
@@ -345,6 +348,8 @@ def test_buffered_rounds_keep_the_queue_depth_in_flight_through_io_uring(
     monkeypatch.setattr(native.uring, "run_queue", spy)
     m = engine.run(workload, test_file, runtime=0.1, direct=False)
     assert depths == [workload.iodepth] * workload.numjobs
+    # sequential I/Os each in a call of their own, as fio; scattered ones together (uring.run_queue)
+    assert one_a_call == [not workload.is_random] * workload.numjobs
     assert m.io_mode == "buffered" and m.ios > 0 and m.bytes == m.ios * workload.block_size
     assert m.ios >= len(offsets) - workload.iodepth  # every I/O taken was done, bar the last queue
     assert 0 < m.lat_p50_us <= m.lat_p99_us
