@@ -502,29 +502,6 @@ def loops_backed_by(directory: Path) -> list[Path]:
     return found
 
 
-# ---------------------------------------------------------------- device-mapper
-
-
-def dm_exists(name: str) -> bool:
-    return (Path("/dev/mapper") / name).exists()
-
-
-def remove_dm(name: str) -> bool:
-    """Close a device-mapper mapping if it exists: ``cryptsetup close``, else ``dmsetup remove``
-    (a mapping cryptsetup does not know); False when there was none.
-
-    ``--retry`` because udev may still hold the device for a moment after an unmount.
-    """
-    if not dm_exists(name):
-        return False
-    try:
-        run(["cryptsetup", "close", name], timeout=60)
-    except HostError:
-        if dm_exists(name):
-            run(["dmsetup", "remove", "--retry", name], timeout=60)
-    return True
-
-
 # ---------------------------------------------------------------- caches
 
 

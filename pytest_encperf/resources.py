@@ -33,7 +33,7 @@ from typing import Protocol
 
 import psutil
 
-from . import children, host, mounting, mounttable
+from . import children, devicemapper, host, mounting, mounttable
 from .footprints import Failed, Footprint, Holdback, Kept, Released
 from .host import HostError
 from .processes import ProcessStart, executable, foreign_process, is_alive, process_start
@@ -286,7 +286,7 @@ def _release_dm(resource: Resource) -> str:
         raise HostError(
             f"not closing dm target {resource.ident!r}: not a name a run makes (encperf-<pid>-<token>-N)"
         )
-    if not host.remove_dm(resource.ident):
+    if not devicemapper.remove_dm(resource.ident):
         return f"dm {resource.ident}: not active any more"
     return f"closed dm target {resource.ident}"
 

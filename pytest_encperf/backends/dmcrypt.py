@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
-from .. import host, redaction, resources, trust
+from .. import devicemapper, host, redaction, resources, trust
 from ..ceiling import dm_crypt_cipher
 from ..parsing import parse_bool, parse_int, parse_int_choice
 from ..targets import Target, wipe_own_signature
@@ -196,7 +196,7 @@ class CryptsetupBackend(BackendBase):
     def close_mapping(self, volume: Volume) -> None:
         name = volume.state.pop("dm_name", None)
         if name:
-            host.remove_dm(name)
+            devicemapper.remove_dm(name)
 
     def open(self, volume: Volume) -> Path:
         mapped = self.open_mapping(volume, volume.mounted)
@@ -525,7 +525,7 @@ class PlainDmcryptBackend(CryptsetupBackend):
         names = volume.state.pop("dm_layers", [])
         volume.state.pop("dm_name", None)
         for name in reversed(names):
-            host.remove_dm(name)
+            devicemapper.remove_dm(name)
 
     def describe(self, volume: Volume) -> dict[str, Any]:
         info = super().describe(volume)

@@ -131,7 +131,7 @@ def test_dm_plain_cascade_stacks_one_mapping_per_cipher_with_its_own_key(
     assert keys == [volume.state["key"], volume.state["key_1"], volume.state["key_2"]]
     # closed top first: a mapping is never removed while another is stacked on it
     closed: list[str] = []
-    monkeypatch.setattr(dmcrypt.host, "remove_dm", lambda name: closed.append(name) or True)
+    monkeypatch.setattr(dmcrypt.devicemapper, "remove_dm", lambda name: closed.append(name) or True)
     backend.close_mapping(volume)
     assert closed == list(reversed(names))
 
