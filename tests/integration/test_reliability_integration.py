@@ -52,10 +52,15 @@ def test_workload(encperf, encperf_workload):
 # 1st resource registered by mount(), round = when the engine starts on the volume, teardown =
 # after the backend's unmount() inside destroy (file system gone, devices still there).
 CHAOS_CONFTEST = """
-import os, time
+import os, signal, time
 from pathlib import Path
 from pytest_encperf import resources, volumes
 from pytest_encperf.engines import native
+
+# A suite started under nohup hands its sessions SIGHUP ignored, and a run keeps an ignored signal
+# ignored: the SIGHUP these tests send would then do nothing. Give it back, as a terminal would.
+if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 POINT = os.environ.get("ENCPERF_CHAOS_POINT", "")
 CONTROL = Path(os.environ.get("ENCPERF_CHAOS_CONTROL", "."))
