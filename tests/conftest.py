@@ -30,6 +30,7 @@ import hypothesis  # noqa: F401
 import pytest
 
 from pytest_encperf import host, mounting
+from tests.helpers.workers import suite_workers
 
 pytest_plugins = ["pytester"]
 
@@ -86,6 +87,12 @@ def _remove_unless_mounted(directory: str) -> None:
     """rmtree would descend into a mount a failed test left behind (the test reports it)."""
     if not mounting.mounts_under(Path(directory)):
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent where it is (the UML guest)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` (the README's test command): see tests/helpers/workers.py."""
+    return suite_workers()
 
 
 # Longest first: pytest-xdist hands tests out in collection order, so the UML lane (one test of

@@ -1,0 +1,19 @@
+"""How many pytest-xdist workers ``-n auto`` starts for this suite (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import os
+
+# One worker more than the CPUs this process may use: with one a CPU the suite kept them 74% busy
+# (the functional and integration lanes, 2 cores, a clean clone: 671 s), its tests waiting on
+# scripted tools' sleeps, FUSE round trips and the sessions they start. Three workers on those
+# 2 cores: 602 s; four: 590 s, the CPUs then full.
+EXTRA_WORKERS = 1
+
+
+def suite_workers() -> int | None:
+    """The number of workers for ``-n auto``; None where PYTEST_XDIST_AUTO_NUM_WORKERS says it
+    (pytest-xdist's own hook reads it)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return len(os.sched_getaffinity(0)) + EXTRA_WORKERS
