@@ -122,51 +122,22 @@ class RecordingLibc:
         self.syscall = Syscall()
 
 
-@pytest.mark.skipif(not uring.available(), reason="io_uring is not usable here (x86-64, kernel 5.6+)")
-def test_each_io_is_submitted_on_its_own_and_the_wait_submits_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # fio (iodepth_batch_submit=1) submits each I/O in a call that does not wait and runs the
-    # ring's deferred work; submitted together, a buffered sequential queue read ahead less
-    block, depth, count = 64 * 1024, 4, 12
-    path = tmp_path / "data"
-    path.write_bytes(os.urandom(block * count))
-    recording = RecordingLibc(uring._LIBC)
-    monkeypatch.setattr(uring, "_LIBC", recording)
-    buffers = [ctypes.create_string_buffer(block) for _ in range(depth)]
-    offsets = iter(range(0, block * count, block))
-    latencies: list[int] = []
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        uring.run_queue(
-            fd,
-            [ctypes.addressof(buffer) for buffer in buffers],
-            block,
-            True,
-            lambda: next(offsets, None),
-            lambda: 0,
-            lambda: 2**63,
-            latencies,
-        )
-    finally:
-        os.close(fd)
-    assert len(latencies) == count
-    submitting = [enter for enter in recording.enters if enter[0]]
-    assert submitting == [(1, 0)] * count  # one I/O a call, none of them waiting
-    assert all(enter == (0, 1) for enter in recording.enters if not enter[0])  # a wait submits nothing
-
-
-@pytest.mark.skipif(not uring.available(), reason="io_uring is not usable here (x86-64, kernel 5.6+)")
-def test_scattered_ios_ready_together_go_in_one_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # one call for each 4 KiB read made the Python loop the limit on a fast store (uring.run_queue)
-    block, depth, count = 4096, 4, 12
-    data = os.urandom(block * count)
+def read_through_a_ring(
+    data: bytes,
+    block: int,
+    depth: int,
+    order: list[int],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    **options: Any,
+) -> tuple[list[int], list[tuple[int, int]], list[bytes]]:
+    """``run_queue`` reading ``data``'s blocks in ``order``, ``depth`` at a time: the latencies,
+    every io_uring_enter's (to_submit, min_complete) and what the buffers hold at the end."""
     path = tmp_path / "data"
     path.write_bytes(data)
     recording = RecordingLibc(uring._LIBC)
     monkeypatch.setattr(uring, "_LIBC", recording)
     buffers = [ctypes.create_string_buffer(block) for _ in range(depth)]
-    order = [7, 2, 11, 0, 5, 9, 3, 10, 1, 8, 4, 6]
     offsets = iter(index * block for index in order)
     latencies: list[int] = []
     fd = os.open(path, os.O_RDONLY)
@@ -180,14 +151,42 @@ def test_scattered_ios_ready_together_go_in_one_call(tmp_path: Path, monkeypatch
             lambda: 0,
             lambda: 2**63,
             latencies,
-            one_a_call=False,
+            **options,
         )
     finally:
         os.close(fd)
+    return latencies, recording.enters, [bytes(buffer.raw) for buffer in buffers]
+
+
+@pytest.mark.skipif(not uring.available(), reason="io_uring is not usable here (x86-64, kernel 5.6+)")
+def test_each_io_is_submitted_on_its_own_and_the_wait_submits_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # fio (iodepth_batch_submit=1) submits each I/O in a call that does not wait and runs the
+    # ring's deferred work; submitted together, a buffered sequential queue read ahead less
+    block, depth, count = 64 * 1024, 4, 12
+    latencies, enters, _ = read_through_a_ring(
+        os.urandom(block * count), block, depth, list(range(count)), tmp_path, monkeypatch
+    )
     assert len(latencies) == count
-    submitting = [enter for enter in recording.enters if enter[0]]
+    submitting = [enter for enter in enters if enter[0]]
+    assert submitting == [(1, 0)] * count  # one I/O a call, none of them waiting
+    assert all(enter == (0, 1) for enter in enters if not enter[0])  # a wait submits nothing
+
+
+@pytest.mark.skipif(not uring.available(), reason="io_uring is not usable here (x86-64, kernel 5.6+)")
+def test_scattered_ios_ready_together_go_in_one_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # one call for each 4 KiB read made the Python loop the limit on a fast store (uring.run_queue)
+    block, depth, count = 4096, 4, 12
+    data = os.urandom(block * count)
+    order = [7, 2, 11, 0, 5, 9, 3, 10, 1, 8, 4, 6]
+    latencies, enters, held = read_through_a_ring(
+        data, block, depth, order, tmp_path, monkeypatch, one_a_call=False
+    )
+    assert len(latencies) == count
+    submitting = [enter for enter in enters if enter[0]]
     assert submitting[0] == (depth, 0)  # the whole queue in the first call, without waiting
     assert sum(to_submit for to_submit, _ in submitting) == count
     assert all(wait == 0 for _, wait in submitting)
     # the last reads' buffers hold their blocks (each slot's last read, the queue refilled in order)
-    assert {bytes(buffer.raw) for buffer in buffers} <= {data[i * block : (i + 1) * block] for i in order}
+    assert set(held) <= {data[i * block : (i + 1) * block] for i in order}
