@@ -6,8 +6,9 @@ import os
 
 # One worker more than the CPUs this process may use: with one a CPU the suite kept them 74% busy
 # (the functional and integration lanes, 2 cores, a clean clone: 671 s), its tests waiting on
-# scripted tools' sleeps, FUSE round trips and the sessions they start. Three workers on those
-# 2 cores: 602 s; four: 590 s, the CPUs then full.
+# scripted tools' sleeps, FUSE round trips and the sessions they start. With three workers on those
+# 2 cores they were 86% busy (602 s, and 674 s in a run where every file took about 10% longer);
+# four: 590 s, 89% busy.
 EXTRA_WORKERS = 1
 
 

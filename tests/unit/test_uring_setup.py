@@ -129,13 +129,14 @@ def read_through_a_ring(
     order: list[int],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    recording: RecordingLibc | None = None,
     **options: Any,
 ) -> tuple[list[int], list[tuple[int, int]], list[bytes]]:
     """``run_queue`` reading ``data``'s blocks in ``order``, ``depth`` at a time: the latencies,
     every io_uring_enter's (to_submit, min_complete) and what the buffers hold at the end."""
     path = tmp_path / "data"
     path.write_bytes(data)
-    recording = RecordingLibc(uring._LIBC)
+    recording = recording or RecordingLibc(uring._LIBC)
     monkeypatch.setattr(uring, "_LIBC", recording)
     buffers = [ctypes.create_string_buffer(block) for _ in range(depth)]
     offsets = iter(index * block for index in order)
@@ -190,3 +191,46 @@ def test_scattered_ios_ready_together_go_in_one_call(tmp_path: Path, monkeypatch
     assert all(wait == 0 for _, wait in submitting)
     # the last reads' buffers hold their blocks (each slot's last read, the queue refilled in order)
     assert set(held) <= {data[i * block : (i + 1) * block] for i in order}
+
+
+class TakesOneFewer(RecordingLibc):
+    """A kernel that takes one I/O fewer than asked when asked for several (as it may, when it
+    refuses an entry)."""
+
+    def __init__(self, real: Any) -> None:
+        super().__init__(real)
+        recorded = self.syscall
+
+        class Syscall:
+            restype: Any = None
+
+            def __call__(self, number: Any, *args: Any) -> Any:
+                recorded.restype = self.restype
+                if getattr(number, "value", number) == uring.IO_URING_ENTER and args[1].value > 1:
+                    args = (args[0], ctypes.c_uint(args[1].value - 1), *args[2:])
+                return recorded(number, *args)
+
+        self.syscall = Syscall()
+
+
+@pytest.mark.skipif(not uring.available(), reason="io_uring is not usable here (x86-64, kernel 5.6+)")
+def test_a_submission_taken_in_part_fails_after_waiting_for_the_part_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the kernel would go on reading into the buffers of the I/Os it took: the engine must wait
+    # for them before it lets the buffers go
+    block, depth = 4096, 4
+    recording = TakesOneFewer(uring._LIBC)
+    with pytest.raises(OSError, match="io_uring took 3 of 4 I/Os"):
+        read_through_a_ring(
+            os.urandom(block * 8),
+            block,
+            depth,
+            list(range(8)),
+            tmp_path,
+            monkeypatch,
+            recording,
+            one_a_call=False,
+        )
+    assert recording.enters[0] == (3, 0)
+    assert (0, 1) in recording.enters[1:]  # waited for the three taken
