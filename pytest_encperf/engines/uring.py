@@ -185,13 +185,12 @@ def run_queue(
     c_zero, c_one, getevents = ctypes.c_uint(0), ctypes.c_uint(1), ctypes.c_uint(IORING_ENTER_GETEVENTS)
     no_size = ctypes.c_size_t(0)
 
-    def submit(count: int) -> int:
+    def submit(count: int) -> None:
         nonlocal in_flight
         taken = enter(count, c_zero)
-        if taken != count:  # the ones taken are in flight all the same: the cleanup waits for them
-            in_flight += taken
+        in_flight += taken  # also when it took fewer: the cleanup waits for the ones it took
+        if taken != count:
             raise OSError(errno.EAGAIN, f"io_uring took {taken} of {count} I/Os")
-        return taken
 
     def enter(to_submit: int, wait: ctypes.c_uint) -> int:
         while True:
@@ -264,10 +263,10 @@ def run_queue(
                 started[slot] = clock()
                 if one_a_call:
                     sq_words[sq_tail_at] = tail  # after the entry: the kernel reads it in enter()
-                    in_flight += submit(1)
+                    submit(1)
             if batch and not one_a_call:
                 sq_words[sq_tail_at] = tail
-                in_flight += submit(len(batch))
+                submit(len(batch))
             batch = []
             head, ready = cq_words[cq_head_at], cq_words[cq_tail_at]
             if head == ready:  # nothing done yet: wait for the first (fio reaps at least one)
