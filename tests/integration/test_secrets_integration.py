@@ -44,6 +44,7 @@ from tests.helpers.support import (
     bitlk_passwords,
     disk_dir,
     given_file,
+    guest_engine,
     problems_here,
     secret_dirs,
     spec_for,
@@ -165,9 +166,11 @@ def pytest_testnodedown(node, error):
 
 
 def session_options(spec: str) -> list[str]:
-    """The scanned session's options: the scan of ``spec``'s backends (one test each), every report."""
+    """The scanned session's options: the scan of ``spec``'s backends (one test each), every report
+    (in the UML lane measured with the native engine: support.guest_engine)."""
     return [
         f"--encperf-backends={spec}",
+        *guest_engine(),
         "--encperf-size=2MiB",
         "--encperf-runtime=0.05",
         "--encperf-rounds=1",
