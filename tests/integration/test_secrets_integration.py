@@ -364,6 +364,15 @@ def test_secret_is_never_exposed(
     assert leaks_in_written(written, secrets) == []
 
 
+def test_the_scanned_sessions_also_verify_a_remount() -> None:
+    """A scanned session checks its written file after the backend's unmount + mount, and
+    test_secret_is_never_exposed asserts it passed: for CryFS this is its verify test
+    (test_reliability_integration.VERIFIED_IN_THE_SECRETS_SCAN)."""
+    options = session_options("cryfs")
+    assert "--encperf-verify=yes" in options
+    assert options[options.index("-k") + 1].endswith("-write")  # verify follows write workloads
+
+
 def test_a_recovery_password_goes_to_argv_only_with_consent(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, given: Path
 ) -> None:
