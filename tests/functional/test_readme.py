@@ -16,5 +16,5 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert shown.stdout.strip() == command_after("<!-- test-command -->")
     # the unit lane first, and the rest only when it passed (CI stops on its failure)
     unit, rest = shown.stdout.strip().split(" && ")[-2:]
-    assert unit.endswith("pytest -q tests/unit")
+    assert unit.endswith("pytest -q -n auto tests/unit")
     assert rest.endswith("pytest -n auto --dist worksteal tests/functional tests/integration")
