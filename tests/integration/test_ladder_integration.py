@@ -27,10 +27,12 @@ BACKENDS = ("plain", "fscrypt", "gocryptfs")
 WORKLOADS = ("SEQ1M-Q1T1-read", "SEQ1M-Q1T1-write")
 
 
-def ram_mounts() -> list[str]:
-    """Mounts of the ladder's tmpfs (by its source name) anywhere on this machine."""
+def ram_mounts(base: Path) -> list[str]:
+    """Mount points of the ladder's tmpfs (by its source name) under this test's ``base``: other
+    tests' sessions mount theirs at the same time (the suite's other workers)."""
     lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    return [line for line in lines if line.split(" - ")[-1].split()[1:2] == [RAM_SOURCE]]
+    points = [line.split()[4] for line in lines if line.split(" - ")[-1].split()[1:2] == [RAM_SOURCE]]
+    return [point for point in points if Path(point).is_relative_to(base)]
 
 
 def test_the_ladder_names_a_limiting_rung_for_each_workload_and_leaves_nothing(
@@ -41,7 +43,7 @@ def test_the_ladder_names_a_limiting_rung_for_each_workload_and_leaves_nothing(
         missing = {name: reasons for name, reasons in missing.items() if reasons}
         if missing:
             pytest.skip("; ".join(f"{name}: {'; '.join(why)}" for name, why in missing.items()))
-        before = ram_mounts()
+        before = ram_mounts(base)
         saved = base / "saved"
         result = tiny_session(
             pytester, base, f"--encperf-backends={','.join(BACKENDS)}", "--encperf-ladder",
@@ -58,7 +60,7 @@ def test_the_ladder_names_a_limiting_rung_for_each_workload_and_leaves_nothing(
         markdown = (base / "report.md").read_text()
         assert "**where the overhead comes from (--encperf-ladder): cipher, layer, device**" in markdown
         assert markdown.count(" limits it") == len(BACKENDS) * len(WORKLOADS)
-        assert ram_mounts() == before, "the ladder's tmpfs is still mounted"
+        assert ram_mounts(base) == before, "the ladder's tmpfs is still mounted"
         assert list(base.glob("encperf-*/ladder-ram")) == []
         (path,) = saved.glob("*/*.json")
         doc = json.loads(path.read_text())
@@ -84,7 +86,7 @@ def test_a_backend_that_cannot_run_says_why_on_its_layer_rung_and_the_ram_is_rel
     workloads = [Workload("SEQ1M Q1T1", "write", MiB)]
     settings = LayerSettings(select_engine("auto"), RoundPlan(2 * MiB, 0.05, 1, 0))
     with scratch_dir("encperf-layer-") as base:
-        before = ram_mounts()
+        before = ram_mounts(base)
         found, errors = measure_layers(
             [(BASELINE_SPEC, workloads), (BackendSpec("luks2"), workloads)], base, settings
         )
@@ -97,7 +99,7 @@ def test_a_backend_that_cannot_run_says_why_on_its_layer_rung_and_the_ram_is_rel
             assert luks2 == Rung(None, f"not measured: {'; '.join(reasons)}")
         else:
             assert luks2.mb_per_s and luks2.note.startswith("RAM-backed")
-        assert ram_mounts() == before and not (base / RAM_MOUNT).exists()
+        assert ram_mounts(base) == before and not (base / RAM_MOUNT).exists()
 
 
 def test_the_ram_tmpfs_is_private_sized_for_two_containers_and_released() -> None:
@@ -108,7 +110,7 @@ def test_the_ram_tmpfs_is_private_sized_for_two_containers_and_released() -> Non
             assert mounting.mount_type(point) == "tmpfs"
             assert stat.S_IMODE(os.stat(point).st_mode) == 0o700  # the tmpfs's root
             assert shutil.disk_usage(point).total == ram_bytes(2 * MiB)
-            assert len(ram_mounts()) >= 1
+            assert len(ram_mounts(base)) >= 1
         finally:
             cleanup.release()
         assert not point.exists()
@@ -124,10 +126,10 @@ def test_a_run_asked_to_stop_measures_no_ladder(pytester: pytest.Pytester) -> No
             "    if nextitem is None:\n"
             "        item.session.shouldstop = 'stopped by the test'\n"
         )
-        before = ram_mounts()
+        before = ram_mounts(base)
         result = tiny_session(pytester, base, "--encperf-backends=plain", "--encperf-ladder")
         result.assert_outcomes(passed=len(WORKLOADS))
         lines = [line for line in result.stdout.lines if line.startswith("plain SEQ1M-Q1T1-")]
         assert len(lines) == len(WORKLOADS) and all("layer not measured" in line for line in lines)
         assert " on RAM" not in result.stdout.str()
-        assert ram_mounts() == before
+        assert ram_mounts(base) == before
