@@ -10,7 +10,9 @@ for SEQ1M Q8T1 read/write (MB/s) and RND4K Q32T1 read/write (IOPS); prints nativ
 ``agreement``: every CrystalDiskMark workload with both engines, alternating (fio, native, then
 native, fio ...), on a direct backend (plain vs qemu-luks) and a buffered one (plain vs gocryptfs);
 prints each engine's overhead vs plain (median of the repeats), the difference in points and the
-busy flags (rounds measured while processes outside the run used the CPU, load.py) of each engine.
+busy flags (rounds measured while processes outside the run used the CPU, load.py) of each engine;
+then, over the repeats (each one's mean log ratio of its pairs), each engine's overhead with its 95%
+interval and whether the engines differ beyond their intervals (a Welch test, engines_apart).
 The goal on the development machine is every workload within 5 points on both backends, and on a
 busy machine (``--hog``: a busy loop of one core beside the run) every cell more than 5 points
 apart flagged busy.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import signal
 import statistics
 import sys
@@ -32,11 +35,12 @@ from pytest_encperf.engines import select_engine
 from pytest_encperf.engines.fio import FioEngine
 from pytest_encperf.engines.native import NativeEngine
 from pytest_encperf.load import LoadMeter
-from pytest_encperf.model import Result
+from pytest_encperf.model import Result, round_ratios
 from pytest_encperf.mountedvolume import close_volume, open_volume
 from pytest_encperf.optionparsers import parse_size
 from pytest_encperf.roundplan import RoundPlan
 from pytest_encperf.runner import Runner, io_mode_policy
+from pytest_encperf.stats import mean_interval, t_ppf
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import CDM
 
@@ -118,12 +122,44 @@ AGREEMENT_BACKENDS = ("qemu-luks", "gocryptfs")  # a direct stack and a buffered
 AGREEMENT_GOAL_POINTS = 5.0
 
 
+def pair_logs(result: Result) -> list[float]:
+    """The log ratios backend/plain of a result's A B B A pairs (what its overhead interval is of)."""
+    ratios = round_ratios(result.rounds, result.baseline_rounds, result.primary_metric)
+    return [math.log(r) for r in ratios if math.isfinite(r) and r > 0]
+
+
+def pooled(logs: list[float]) -> str:
+    """An engine's overhead over its repeats (their mean log ratios): mean, 95% t interval."""
+    found = mean_interval(logs)
+    if found is None:
+        return "-"
+    change = [(math.exp(x) - 1) * 100 for x in (found.estimate, found.low, found.high)]
+    return f"{change[0]:+.1f}% [{change[1]:+.1f}..{change[2]:+.1f}]"
+
+
+def engines_apart(fio_logs: list[float], native_logs: list[float]) -> tuple[float, bool] | None:
+    """The difference of the engines' pooled overheads (points, at plain's speed) and whether it
+    is real: its 95% Welch interval (each engine's repeats as independent samples) excludes 0.
+    None with fewer than two repeats on a side."""
+    if len(fio_logs) < 2 or len(native_logs) < 2:
+        return None
+    means = [statistics.fmean(v) for v in (fio_logs, native_logs)]
+    errors = [statistics.variance(v) / len(v) for v in (fio_logs, native_logs)]
+    error = math.sqrt(sum(errors))
+    sides = zip(errors, (fio_logs, native_logs), strict=True)
+    df = sum(errors) ** 2 / sum(e**2 / (len(v) - 1) for e, v in sides)  # Welch-Satterthwaite
+    points = (math.exp(means[1]) - math.exp(means[0])) * 100
+    real = error > 0 and abs(means[1] - means[0]) > t_ppf(0.975, max(df, 1.0)) * error
+    return points, real
+
+
 def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
     both = (FioEngine(), NativeEngine())
     workloads = [w for w in CDM if not args.only or w.name in args.only.split(",")]
     plain = open_volume(make_backend(BackendSpec("plain")), target, run_dir / "plain")
     worst = 0.0
     apart: list[tuple[str, str, bool]] = []  # cells more than the goal apart: (spec, workload, busy)
+    disagree: list[tuple[str, str, bool]] = []  # cells whose engines differ beyond their intervals
     meter = LoadMeter()
     try:
         for spec in args.backends.split(","):
@@ -133,6 +169,9 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
                 flagged: dict[tuple[str, str], int] = {}  # repeats whose cell is "cached below"
                 busy: dict[tuple[str, str], list[int]] = {}  # (busy rounds, rounds) of both sides
                 plain_values: dict[tuple[str, str], list[float]] = {}
+                # per repeat, the mean log ratio of its pairs: a run's pairs share its level (the
+                # volume, the machine's state), so the repeats, not the pairs, are the samples
+                logs: dict[tuple[str, str], list[float]] = {}
                 modes: set[str] = set()
                 definitions: set[str] = set()  # a random read on a store below: its read-ahead limited
                 for repeat in range(args.repeats):
@@ -150,6 +189,9 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
                             key = (workload.name, engine.name)
                             changes.setdefault(key, []).append(result.change_percent or 0.0)
                             flagged[key] = flagged.get(key, 0) + result.cached_below
+                            pairs = pair_logs(result)
+                            if pairs:
+                                logs.setdefault(key, []).append(statistics.fmean(pairs))
                             counts = busy.setdefault(key, [0, 0])
                             counts[0] += result.busy_rounds
                             counts[1] += len(result.rounds) + len(result.baseline_rounds)
@@ -188,6 +230,25 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
                         f"   {flagged[(workload.name, 'fio')]}/{flagged[(workload.name, 'native')]}"
                         f"   busy {busy_fio[0]}/{busy_fio[1]} | busy {busy_native[0]}/{busy_native[1]}"
                     )
+                print(
+                    "over the repeats (each the mean log ratio of its A B B A pairs): each engine's "
+                    "overhead [95% interval], their difference (native - fio, points) and whether "
+                    "it is real (its 95% Welch interval excludes 0)"
+                )
+                for workload in workloads:
+                    fio_logs = logs.get((workload.name, "fio"), [])
+                    native_logs = logs.get((workload.name, "native"), [])
+                    found = engines_apart(fio_logs, native_logs)
+                    busy_cell = bool(busy[(workload.name, "fio")][0] or busy[(workload.name, "native")][0])
+                    if found is not None and found[1]:
+                        disagree.append((spec, workload.name, busy_cell))
+                    said = "-"
+                    if found is not None:
+                        said = f"{found[0]:+5.1f}  {'REAL' if found[1] else 'within the intervals'}"
+                    print(
+                        f"{workload.name:22} fio {pooled(fio_logs):26} native {pooled(native_logs):26} "
+                        f"{len(fio_logs)}/{len(native_logs)} repeats  {said}"
+                    )
             finally:
                 close_volume(volume)
     finally:
@@ -198,6 +259,11 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
     print(
         f"cells more than {AGREEMENT_GOAL_POINTS:g} points apart: {len(apart)}, flagged busy: {flagged_apart}"
         + "".join(f"\n  {spec} {name}{' (busy)' if is_busy else ''}" for spec, name, is_busy in apart)
+    )
+    print(
+        f"cells whose engines differ beyond their intervals: {len(disagree)}, flagged busy: "
+        f"{sum(is_busy for _, _, is_busy in disagree)}"
+        + "".join(f"\n  {spec} {name}{' (busy)' if is_busy else ''}" for spec, name, is_busy in disagree)
     )
 
 
