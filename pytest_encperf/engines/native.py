@@ -167,7 +167,16 @@ class _Stream:
     its offsets in order, shared by the workers that serve it, and its flush (buffered writes)
     or page drop (buffered reads, at each new pass) points."""
 
-    def __init__(self, plan: IoPlan, index: int, drop_cache: bool, limit: int | None, fd: int = -1) -> None:
+    def __init__(
+        self,
+        plan: IoPlan,
+        index: int,
+        drop_cache: bool,
+        limit: int | None,
+        fd: int = -1,
+        *,
+        drain_at_pass_end: bool = False,
+    ) -> None:
         self.fd = fd
         self.block = plan.block_size
         self.first = index * plan.stripe
@@ -183,6 +192,12 @@ class _Stream:
         if not plan.direct and drop_cache:
             self.every = plan.blocks if plan.is_read else (plan.flush_every or 0) // plan.block_size or None
         self.next_point = self.every or 0
+        # a queue's reads: the pass's last reads complete before its pages are dropped, as fio
+        # ends a loop (uring.PASS_END). Dropped under reads still out, SEQ1M Q8T1 read (buffered,
+        # 64 MiB: 16 passes a second) reached the loop device in 660 KiB requests to fio's 740,
+        # at 86% of fio's MB/s; after the drain, 96.5%. A file no round wraps: 101% either way.
+        self.drain_at_pass_end = drain_at_pass_end and plan.is_read
+        self.pending: int | None = None  # the I/O that met a pass end, issued after the drain
         self.is_read = plan.is_read
         self.stripe = plan.stripe
 
@@ -190,9 +205,15 @@ class _Stream:
         """The next I/O's offset, None when the stream is done; first the stream's maintenance
         when its count passes a point: fdatasync (writes) or dropping the stripe's cached pages
         at a new pass (reads)."""
-        n = next(self.cursor)
-        if self.limit is not None and n >= self.limit:
-            return None
+        if self.pending is not None:  # drained: this pass's end now, then its I/O
+            n, self.pending = self.pending, None
+        else:
+            n = next(self.cursor)
+            if self.limit is not None and n >= self.limit:
+                return None
+            if self.drain_at_pass_end and self.every and n >= self.next_point:
+                self.pending = n
+                return uring.PASS_END
         if self.every and n >= self.next_point:
             with self.lock:
                 if n >= self.next_point:
@@ -294,7 +315,11 @@ class NativeEngine:
                 os.close(fd)
             pool.close()
             raise
-        streams = [_Stream(plan, index, self.drop_cache, limit, fds[index]) for index in range(plan.streams)]
+        drain = schedule.queue == "uring"  # one queue a stream: it can wait for its reads
+        streams = [
+            _Stream(plan, index, self.drop_cache, limit, fds[index], drain_at_pass_end=drain)
+            for index in range(plan.streams)
+        ]
 
         def queue_worker(index: int) -> None:
             stream = streams[schedule.workers[index]]

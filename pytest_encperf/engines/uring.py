@@ -24,6 +24,9 @@ from typing import Literal
 
 from .aio import libc_with_syscall
 
+# next_offset's answer at the end of a pass over the file: submit nothing more until every read
+# out is in, then ask again (the stream drops the pass's pages in between), as fio ends a loop
+PASS_END = -1
 IO_URING_SETUP, IO_URING_ENTER = 425, 426  # the same numbers on every architecture
 IORING_OFF_SQ_RING, IORING_OFF_CQ_RING, IORING_OFF_SQES = 0, 0x8000000, 0x10000000
 IORING_ENTER_GETEVENTS = 1
@@ -169,7 +172,10 @@ def run_queue(
     """aio.run_queue's contract (the native engine calls either), through an io_uring of
     ``len(buffers)`` entries. ``one_a_call``: each I/O submitted in a call of its own, as fio
     does (iodepth_batch_submit=1); False: the I/Os ready to go are submitted in one call (for
-    scattered blocks, where the Python loop and not the store would otherwise set the pace)."""
+    scattered blocks, where the Python loop and not the store would otherwise set the pace).
+    ``next_offset`` may answer PASS_END: nothing more is submitted until every I/O out is done,
+    then it is asked again (fio ends a loop over the file so; dropping a pass's pages under its
+    reads still out cost SEQ1M Q8T1 read 14% of its MB/s on plain, see _Stream)."""
     assert _LIBC is not None
     syscall = _LIBC.syscall
     syscall.restype = ctypes.c_long
@@ -238,13 +244,26 @@ def run_queue(
         append = latencies.append
         tail = sq_words[sq_tail_at]
         batch: list[int] = []
-        for slot in range(depth):
-            offset = next_offset()
+        idle: list[int] = []  # slots held back until the pass's reads are all in (PASS_END)
+        draining = stopping = False
+
+        def take(slot: int) -> None:
+            """The slot's next I/O into the batch; at a pass end, the slot waits (idle)."""
+            nonlocal draining, stopping
+            offset = PASS_END if draining else next_offset()
             if offset is None:
+                stopping = True
+            elif offset == PASS_END:
+                draining = True
+                idle.append(slot)
+            else:
+                offsets[slot] = offset
+                batch.append(slot)
+
+        for slot in range(depth):
+            take(slot)
+            if stopping:
                 break
-            offsets[slot] = offset
-            batch.append(slot)
-        stopping = False
         while batch or in_flight:
             # As fio (iodepth_batch_submit=1): each I/O submitted on its own, without waiting;
             # the kernel runs the work the ring deferred (DEFER_TASKRUN: the retries of reads
@@ -288,14 +307,16 @@ def run_queue(
                         what = "read" if is_read else "write"
                         raise OSError(err, f"{what} of {block} bytes at {offsets[slot]}: {os.strerror(err)}")
                     if not stopping:
-                        offset = next_offset()
-                        if offset is None:
-                            stopping = True
-                        else:
-                            offsets[slot] = offset
-                            batch.append(slot)
+                        take(slot)
             finally:  # consumed, also when one of them failed (the cleanup counts from here)
                 cq_words[cq_head_at] = head
+            if draining and not in_flight and not batch:  # the pass's reads are all in: go on
+                draining, waiting = False, idle[:]
+                idle.clear()
+                for slot in waiting:
+                    if stopping:
+                        break
+                    take(slot)
     finally:
         if in_flight > 0 and views:  # an error with I/Os still out: wait for them before the buffers go
             cq_words = views[0]
