@@ -229,10 +229,10 @@ def test_rounds_of_two_workers_on_one_disk_never_overlap(
         assert len(rounds_of(results)) == 8 * 2 * 2
         assert overlaps(results) == []
         # waiting for the other worker happened (their first workloads were due together: one
-        # waited for at least the other's rounds), outside every round
+        # waited for at least the other's rounds), outside every round: a round that waited would
+        # hold the other worker's rounds and overlap them (not a duration bound: a round of 0.1 s
+        # took 0.24 s with the suite beside a benchmark on 2 cores)
         assert sorted(path.name for path in barrier.iterdir()) == ["gw0", "gw1"]
-        longest_round = max(end - start for _, start, end in rounds_of(results))
-        assert longest_round < sleep + 0.09
         assert max(r.lock_wait for r in results) > 2 * sleep
         workers = {line.split()[1] for line in result.stdout.lines if line.startswith("[gw")}
         assert len(workers) <= 2
