@@ -35,7 +35,7 @@ from pytest_encperf.engines import select_engine
 from pytest_encperf.engines.fio import FioEngine
 from pytest_encperf.engines.native import NativeEngine
 from pytest_encperf.load import LoadMeter
-from pytest_encperf.model import Result, round_ratios
+from pytest_encperf.model import Result
 from pytest_encperf.mountedvolume import close_volume, open_volume
 from pytest_encperf.optionparsers import parse_size
 from pytest_encperf.roundplan import RoundPlan
@@ -122,12 +122,6 @@ AGREEMENT_BACKENDS = ("qemu-luks", "gocryptfs")  # a direct stack and a buffered
 AGREEMENT_GOAL_POINTS = 5.0
 
 
-def pair_logs(result: Result) -> list[float]:
-    """The log ratios backend/plain of a result's A B B A pairs (what its overhead interval is of)."""
-    ratios = round_ratios(result.rounds, result.baseline_rounds, result.primary_metric)
-    return [math.log(r) for r in ratios if math.isfinite(r) and r > 0]
-
-
 def pooled(logs: list[float]) -> str:
     """An engine's overhead over its repeats (their mean log ratios): mean, 95% t interval."""
     found = mean_interval(logs)
@@ -189,7 +183,7 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
                             key = (workload.name, engine.name)
                             changes.setdefault(key, []).append(result.change_percent or 0.0)
                             flagged[key] = flagged.get(key, 0) + result.cached_below
-                            pairs = pair_logs(result)
+                            pairs = result.pair_log_ratios()
                             if pairs:
                                 logs.setdefault(key, []).append(statistics.fmean(pairs))
                             counts = busy.setdefault(key, [0, 0])

@@ -300,6 +300,12 @@ class Result:
         finite = [r for r in ratios if math.isfinite(r)]  # a plain round of 0 has no ratio
         return statistics.median(finite) if finite else None
 
+    def pair_log_ratios(self) -> list[float]:
+        """log(backend / plain) of each paired round's primary metric, where both are finite and
+        positive (a plain round of 0 has no ratio): what the overhead interval is the mean of."""
+        ratios = round_ratios(self.rounds, self.baseline_rounds, self.primary_metric)
+        return [math.log(r) for r in ratios if math.isfinite(r) and r > 0]
+
     @property
     def overhead_interval(self) -> OverheadInterval | None:
         """The 95% interval of the overhead over the paired rounds (log scale, t interval of the
@@ -307,8 +313,7 @@ class Result:
         (plain measured before and after, not beside each round)."""
         if self.before_after or not self.comparable or len(self.rounds) != len(self.baseline_rounds):
             return None
-        ratios = round_ratios(self.rounds, self.baseline_rounds, self.primary_metric)
-        logs = [math.log(r) for r in ratios if math.isfinite(r) and r > 0]
+        logs = self.pair_log_ratios()
         if self.workload.lower_is_better:  # a time: plain's over the backend's is the speed
             logs = [-value for value in logs]
         interval = stats.mean_interval(logs)
