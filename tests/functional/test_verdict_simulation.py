@@ -47,6 +47,7 @@ from pytest_encperf.gate import FAIL, UNDECIDED, SortedRuns, Verdict, judge, par
 from pytest_encperf.model import Measurement, Result, RunData
 from pytest_encperf.runner import rounds_per_volume
 from pytest_encperf.workloads import CDM, Workload
+from tests.helpers.suite_once import once_for_the_suite
 
 # Runs per case: the suite's default keeps the file to a few minutes on 2 cores (the seed is fixed,
 # so the bounds are checked on the same draws every time); ENCPERF_SIMULATION_RUNS=2000 gives the
@@ -383,12 +384,29 @@ def simulations() -> dict[tuple[int, int, int, float], Simulation]:
     return found
 
 
+def every_planned_rate(key: tuple[int, int, int, float]) -> dict[tuple[str, Wanted], Rates]:
+    """Every planned case of the streams drawn alike (each gate's, by gate name and case)."""
+    simulation = simulations()[key]
+    return {
+        (gate, case): simulation.rates(gate, case)
+        for gate, judged in simulation.gates.items()
+        for case in judged.wanted
+    }
+
+
+def drawn_name(stream: Stream) -> str:
+    """The name every worker gives the streams drawn like ``stream`` (suite_once: the first that
+    asks draws them for the suite's other workers, which wait and read them back)."""
+    truth = "measured" if SCENARIOS[stream.name][0] is MEASURED else "quiet"
+    return f"verdict-simulation-{truth}-{stream.saved}-{stream.volumes}-{stream.shared}-{RUNS}-{POWER_RUNS}"
+
+
 def scenario_rates(
     name: str, saved: int, slowdown: float = 1.0, runs: int = RUNS, volumes: int = 1, shared: float = 0.0
 ) -> Rates:
     stream, case = Stream(name, saved, volumes, shared), (slowdown, runs)
     if case in plan().get(stream, set()):
-        return simulations()[draws(stream)].rates(name, case)
+        return once_for_the_suite(drawn_name(stream), lambda: every_planned_rate(draws(stream)))[name, case]
     alone = Simulation(  # a case outside the plan: drawn alone
         SCENARIOS[name][0], saved, {name: gate_of(name, [case])}, volumes=volumes, shared=shared
     )
