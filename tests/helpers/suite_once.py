@@ -24,17 +24,22 @@ from typing import TypeVar
 from pytest_encperf import host
 
 SHARED_ENV = "ENCPERF_TEST_SHARED"  # tests/conftest.py: a 0700 directory of the suite's own
+# pytest-xdist's id of this run, the same in each of its workers: a value is shared within one run,
+# never read back by a later one (the directory is kept when the user sets ENCPERF_TEST_SHARED)
+RUN_ENV = "PYTEST_XDIST_TESTRUNUID"
 T = TypeVar("T")
 
 
 def once_for_the_suite(name: str, compute: Callable[[], T]) -> T:
-    """``compute()``, or what another worker of this suite computed under ``name`` (letters,
-    digits, ``.-_``); computed here where the suite has no private shared directory."""
+    """``compute()``, or what another worker of this run of the suite computed under ``name``
+    (letters, digits, ``.-_``); computed here outside pytest-xdist's workers (nothing to share) or
+    where the suite has no private shared directory."""
     if not re.fullmatch(r"[\w.-]+", name):
         raise ValueError(f"not a plain name: {name!r}")
-    shared = os.environ.get(SHARED_ENV)
-    if not shared or not host.is_private_directory(shared):
+    shared, run = os.environ.get(SHARED_ENV), os.environ.get(RUN_ENV, "")
+    if not shared or not host.is_private_directory(shared) or not re.fullmatch(r"\w+", run):
         return compute()
+    name = f"{run}-{name}"
     directory = Path(shared)
     lock = host.open_own_file(directory / f"{name}.lock", os.O_RDWR | os.O_CREAT)
     try:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.suite_once import SHARED_ENV, once_for_the_suite
+from tests.helpers.suite_once import RUN_ENV, SHARED_ENV, once_for_the_suite
 
 
 @pytest.fixture
@@ -17,6 +17,7 @@ def shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     directory = tmp_path / "shared"
     directory.mkdir(mode=0o700)
     monkeypatch.setenv(SHARED_ENV, str(directory))
+    monkeypatch.setenv(RUN_ENV, "0123abcd")
     return directory
 
 
@@ -30,7 +31,15 @@ def test_the_second_asker_reads_what_the_first_computed(shared: Path) -> None:
     assert once_for_the_suite("value", compute) == {("a", 1): 0.5}
     assert once_for_the_suite("value", compute) == {("a", 1): 0.5}
     assert len(calls) == 1
-    assert sorted(p.name for p in shared.iterdir()) == ["value.lock", "value.pickle"]
+    assert sorted(p.name for p in shared.iterdir()) == ["0123abcd-value.lock", "0123abcd-value.pickle"]
+
+
+def test_a_later_run_computes_again(shared: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert once_for_the_suite("value", lambda: "first run") == "first run"
+    monkeypatch.setenv(RUN_ENV, "4567ef")
+    assert once_for_the_suite("value", lambda: "second run") == "second run"
+    monkeypatch.delenv(RUN_ENV)  # not a worker of pytest-xdist: nothing to share
+    assert once_for_the_suite("value", lambda: "alone") == "alone"
 
 
 def test_an_asker_waits_for_the_one_computing_and_does_not_compute_again(shared: Path) -> None:
@@ -65,7 +74,7 @@ def test_without_a_private_shared_directory_each_asker_computes(
 
 
 def test_a_value_file_of_another_mode_is_refused_not_read(shared: Path) -> None:
-    planted = shared / "value.pickle"
+    planted = shared / "0123abcd-value.pickle"
     planted.write_bytes(b"not ours")
     planted.chmod(0o644)
     with pytest.raises(OSError, match="mode 0644"):
