@@ -301,9 +301,12 @@ class Result:
         return statistics.median(finite) if finite else None
 
     def pair_log_ratios(self) -> list[float]:
-        """log(backend / plain) of each paired round's primary metric, where both are finite and
-        positive (a plain round of 0 has no ratio): what the overhead interval is the mean of."""
-        ratios = round_ratios(self.rounds, self.baseline_rounds, self.primary_metric)
+        """log(backend / plain) of each round's primary metric as round_ratios pairs it (plain's
+        round beside it, or on a partition plain's median), where the ratio is finite and positive
+        (a plain round of 0 has no ratio): what the overhead interval is the mean of."""
+        ratios = round_ratios(
+            self.rounds, self.baseline_rounds, self.primary_metric, before_after=self.before_after
+        )
         return [math.log(r) for r in ratios if math.isfinite(r) and r > 0]
 
     @property

@@ -49,7 +49,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import Result, round_ratios
+from .model import Result
 from .stats import t_ppf, t_sf
 from .workloads import Workload
 
@@ -220,10 +220,7 @@ def _log_ratios(result: Result) -> list[float] | None:
     """The finite per-round log ratios of a result, or None when it has no ratio to plain."""
     if result.ratio() is None:
         return None
-    ratios = round_ratios(
-        result.rounds, result.baseline_rounds, result.primary_metric, before_after=result.before_after
-    )
-    logs = [math.log(r) for r in ratios if math.isfinite(r) and r > 0]
+    logs = result.pair_log_ratios()
     if result.workload.lower_is_better:  # a task's time: its speed ratio is plain's time over it
         logs = [-log for log in logs]
     return logs or None
