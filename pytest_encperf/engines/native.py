@@ -192,10 +192,11 @@ class _Stream:
         if not plan.direct and drop_cache:
             self.every = plan.blocks if plan.is_read else (plan.flush_every or 0) // plan.block_size or None
         self.next_point = self.every or 0
-        # a queue's reads: the pass's last reads complete before its pages are dropped, as fio
-        # ends a loop (uring.PASS_END). Dropped under reads still out, SEQ1M Q8T1 read (buffered,
-        # 64 MiB: 16 passes a second) reached the loop device in 660 KiB requests to fio's 740,
-        # at 86% of fio's MB/s; after the drain, 96.5%. A file no round wraps: 101% either way.
+        # a queue's reads: the pass's last reads complete before its pages are dropped
+        # (uring.PASS_END), so no page still under a read survives the drop into the next pass.
+        # fio 3.33 drops them with its reads still out (io_u.c, get_next_seq_offset). Measured
+        # paired on plain, SEQ1M Q8T1 read (buffered, 64 MiB: 16 passes a second, 25 rounds
+        # each), the two ways are level: 96.4% and 95.8% of fio's MB/s (docs/explanation/method.md).
         self.drain_at_pass_end = drain_at_pass_end and plan.is_read
         self.pending: int | None = None  # the I/O that met a pass end, issued after the drain
         self.is_read = plan.is_read

@@ -25,7 +25,7 @@ from typing import Literal
 from .aio import libc_with_syscall
 
 # next_offset's answer at the end of a pass over the file: submit nothing more until every read
-# out is in, then ask again (the stream drops the pass's pages in between), as fio ends a loop
+# out is in, then ask again (the stream drops the pass's pages in between, none of them under a read)
 PASS_END = -1
 IO_URING_SETUP, IO_URING_ENTER = 425, 426  # the same numbers on every architecture
 IORING_OFF_SQ_RING, IORING_OFF_CQ_RING, IORING_OFF_SQES = 0, 0x8000000, 0x10000000
@@ -174,8 +174,8 @@ def run_queue(
     does (iodepth_batch_submit=1); False: the I/Os ready to go are submitted in one call (for
     scattered blocks, where the Python loop and not the store would otherwise set the pace).
     ``next_offset`` may answer PASS_END: nothing more is submitted until every I/O out is done,
-    then it is asked again (fio ends a loop over the file so; dropping a pass's pages under its
-    reads still out cost SEQ1M Q8T1 read 14% of its MB/s on plain, see _Stream)."""
+    then it is asked again (so that a pass's pages are dropped with none of them under a read,
+    see native._Stream)."""
     assert _LIBC is not None
     syscall = _LIBC.syscall
     syscall.restype = ctypes.c_long

@@ -385,10 +385,8 @@ def test_one_io_in_flight_is_a_plain_call_and_no_queue(
 def test_a_pass_ends_with_every_read_in_before_its_pages_are_dropped(
     engine: NativeEngine, test_file: Path, workload: Workload, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """As fio ends a loop over the file: the queue lets its reads complete, then the pass's pages
-    go and the next pass starts. Dropped under reads still out, SEQ1M Q8T1 read (buffered, 64 MiB,
-    plain) reached the loop device in 660 KiB requests to fio's 740, at 86% of fio's MB/s; after
-    the drain, 96.5% (docs/explanation/method.md)."""
+    """The queue lets its reads complete, then the pass's pages go (none of them under a read, so
+    none survives the drop) and the next pass starts (docs/explanation/method.md)."""
     real = native.uring.run_queue
     out_at_pass_end: list[int] = []  # reads still out when the stream was asked past a pass end
 
