@@ -61,3 +61,8 @@ def test_fewer_than_two_repeats_decide_nothing(engine_bars: ModuleType) -> None:
 def test_the_interval_is_of_the_mean_overhead(engine_bars: ModuleType) -> None:
     text = engine_bars.pooled([math.log(0.6), math.log(0.6)])
     assert text == "-40.0% [-40.0..-40.0]"
+
+
+def test_a_listed_cell_says_how_many_of_its_rounds_were_busy(engine_bars: ModuleType) -> None:
+    assert engine_bars.busy_share(1, 64) == " (busy: 1 of 64 rounds)"
+    assert engine_bars.busy_share(0, 64) == ""
