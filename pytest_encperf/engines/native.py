@@ -194,9 +194,9 @@ class _Stream:
         self.next_point = self.every or 0
         # a queue's reads: the pass's last reads complete before its pages are dropped
         # (uring.PASS_END), so no page still under a read survives the drop into the next pass.
-        # fio 3.33 drops them with its reads still out (io_u.c, get_next_seq_offset). Measured
-        # paired on plain, SEQ1M Q8T1 read (buffered, 64 MiB: 16 passes a second, 25 rounds
-        # each), the two ways are level: 96.4% and 95.8% of fio's MB/s (docs/explanation/method.md).
+        # fio 3.33's time-based loop drops them with its reads still out (io_u.c,
+        # get_next_seq_offset): on plain, SEQ1M Q8T1 read of 16 MiB, a fifth of its reads then
+        # came from the cache (device/logical 0.80; with the drain 1.00, docs/explanation/method.md).
         self.drain_at_pass_end = drain_at_pass_end and plan.is_read
         self.pending: int | None = None  # the I/O that met a pass end, issued after the drain
         self.is_read = plan.is_read
