@@ -153,6 +153,12 @@ def busy_share(busy_rounds: int, rounds: int) -> str:
     return f" (busy: {busy_rounds} of {rounds} rounds)" if busy_rounds else ""
 
 
+def cell_busy(busy: dict[tuple[str, str], list[int]], workload: str) -> tuple[int, int]:
+    """(busy rounds, rounds) of a cell, over both engines and both sides."""
+    fio, native = busy[(workload, "fio")], busy[(workload, "native")]
+    return fio[0] + native[0], fio[1] + native[1]
+
+
 def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
     both = (FioEngine(), NativeEngine())
     workloads = [w for w in CDM if not args.only or w.name in args.only.split(",")]
@@ -221,9 +227,7 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
                     worst = max(worst, diff)
                     busy_fio, busy_native = busy[(workload.name, "fio")], busy[(workload.name, "native")]
                     if diff > AGREEMENT_GOAL_POINTS:
-                        apart.append(
-                            (spec, workload.name, busy_fio[0] + busy_native[0], busy_fio[1] + busy_native[1])
-                        )
+                        apart.append((spec, workload.name, *cell_busy(busy, workload.name)))
                     plain_f = statistics.median(plain_values[(workload.name, "fio")])
                     plain_n = statistics.median(plain_values[(workload.name, "native")])
                     print(
@@ -243,11 +247,8 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
                     fio_logs = logs.get((workload.name, "fio"), [])
                     native_logs = logs.get((workload.name, "native"), [])
                     found = engines_apart(fio_logs, native_logs)
-                    fio_busy, native_busy = busy[(workload.name, "fio")], busy[(workload.name, "native")]
                     if found is not None and found[1]:
-                        disagree.append(
-                            (spec, workload.name, fio_busy[0] + native_busy[0], fio_busy[1] + native_busy[1])
-                        )
+                        disagree.append((spec, workload.name, *cell_busy(busy, workload.name)))
                     said = "-"
                     if found is not None:
                         said = f"{found[0]:+5.1f}  {'REAL' if found[1] else 'within the intervals'}"

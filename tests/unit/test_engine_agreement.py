@@ -66,3 +66,8 @@ def test_the_interval_is_of_the_mean_overhead(engine_bars: ModuleType) -> None:
 def test_a_listed_cell_says_how_many_of_its_rounds_were_busy(engine_bars: ModuleType) -> None:
     assert engine_bars.busy_share(1, 64) == " (busy: 1 of 64 rounds)"
     assert engine_bars.busy_share(0, 64) == ""
+
+
+def test_a_cells_busy_rounds_are_summed_over_both_engines_and_sides(engine_bars: ModuleType) -> None:
+    busy = {("SEQ1M-Q8T1-read", "fio"): [1, 32], ("SEQ1M-Q8T1-read", "native"): [2, 32]}
+    assert engine_bars.cell_busy(busy, "SEQ1M-Q8T1-read") == (3, 64)
