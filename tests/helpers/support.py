@@ -182,6 +182,15 @@ def write_mbr(target: Path, start: int = 2048, sectors: int = 32 * MiB // 512) -
         os.close(fd)
 
 
+def still_backs(device: Path, image: Path) -> bool:
+    """Is ``device`` still attached to ``image`` (the kernel's name, removed or not)?
+
+    Tests ask this, never "is ``device`` free": once detached, the name is another xdist
+    worker's to take at once, and their loop device is none of ours to look at or detach.
+    """
+    return (host.loop_backing_file(device) or "").removesuffix(host.DELETED) == str(image)
+
+
 @contextlib.contextmanager
 def loop_device(image: Path, size: int) -> Iterator[Path]:
     """A loop device (direct I/O) over a new sparse ``image`` of ``size`` bytes, detached after."""

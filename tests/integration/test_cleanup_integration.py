@@ -20,6 +20,7 @@ import pytest
 from pytest_encperf import cli, deadruns, host, mounttable
 from pytest_encperf.backends import veracrypt
 from tests.functional.test_journal import dead_pid, run_dir, write_journal
+from tests.helpers.support import still_backs
 
 pytestmark = [
     pytest.mark.integration,
@@ -41,7 +42,7 @@ def plain_volume(tmp_path: Path) -> Iterator[tuple[Path, Path, Path, Path]]:
     container = run / "plain.img"
     with open(container, "wb") as handle:
         handle.truncate(16 << 20)
-    device = Path(host.run(["losetup", "--find", "--show", str(container)]).strip())
+    device = host.attach_loop(container, direct_io=False).path
     mountpoint = run / "plain-mnt"
     try:
         host.run(["mkfs.ext4", "-q", str(device)])
@@ -51,8 +52,7 @@ def plain_volume(tmp_path: Path) -> Iterator[tuple[Path, Path, Path, Path]]:
     finally:
         if str(mountpoint) in mounttable.mountpoints():
             subprocess.run(["umount", "-l", str(mountpoint)], check=False)
-        if host.loop_backing_file(device) is not None:
-            subprocess.run(["losetup", "-d", str(device)], check=False)
+        host.detach_loop(device, container)  # only while it is ours: the name may be reused at once
 
 
 def test_a_failed_release_leaves_what_does_not_rest_on_it_released(
@@ -90,7 +90,7 @@ def test_a_failed_release_leaves_what_does_not_rest_on_it_released(
     )
     # the plain volume does not rest on the VeraCrypt one: released
     assert str(mountpoint) not in mounttable.mountpoints()
-    assert host.loop_backing_file(device) is None
+    assert not still_backs(device, container)
     assert not container.exists() and not mountpoint.exists()
     assert f"{head}: unmounted {mountpoint}" in out and f"{head}: detached {device}" in out
     # what the VeraCrypt volume may rest on is kept, and said so

@@ -11,6 +11,7 @@ import pytest
 
 from pytest_encperf import deadruns, host, journal, mounting
 from pytest_encperf.resources import Cleanup, Resource
+from tests.helpers.support import still_backs
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount)")
@@ -100,6 +101,6 @@ def test_a_dead_run_s_loop_over_a_file_removed_with_its_directory_is_detached(tm
         run.rmdir()  # gone while attached: the kernel names "<path> (deleted)"
         (dead,) = deadruns.release_dead_runs(tmp_path)
         assert dead.done == [f"detached {loop.path}"]
-        assert host.loop_backing_file(loop.path) is None
+        assert not still_backs(loop.path, image)
     finally:
-        host.detach_loop(loop.path)
+        host.detach_loop(loop.path, image)
