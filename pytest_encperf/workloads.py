@@ -150,6 +150,13 @@ FLUSH_BYTES = 16 * MiB
 # another pattern under the same name. "" in runs saved before it was recorded, when buffered
 # QnT1 rounds of fio were n threads on n stripes and fio's buffers were not on huge pages.
 ROUND_DEFINITION = "2"
+# Added to it for a round that read its store below with the store's read-ahead limited
+# (engines/readahead.py): such a cell is not compared with one read before this limit existed.
+LIMITED_DEFINITION_SUFFIX = "+store-readahead-1-page"
+# Added to it for a round whose passes end with none of its reads in flight before the pass's
+# pages are dropped (IoPlan.drains_pass_ends): the kernel keeps pages under a read, and the next
+# pass read them from memory; rounds measured so are not compared with these.
+DRAINED_DEFINITION_SUFFIX = "+pass-ends-drained"
 
 
 @dataclass(frozen=True)
@@ -208,6 +215,23 @@ class IoPlan:
     def in_flight(self) -> int:
         """I/Os in flight in the whole round."""
         return self.streams * self.outstanding
+
+    @property
+    def drains_pass_ends(self) -> bool:
+        """Whether a pass of a stream ends with every read of it done before the stripe's pages
+        are dropped for the next pass: buffered time-based reads with more than one I/O of a
+        stream in flight (at depth 1 nothing is out at a pass end; direct reads leave no pages)."""
+        return self.is_read and not self.direct and self.outstanding > 1 and self.amount is None
+
+
+def round_definition(plan: IoPlan, store_readahead_limited: bool) -> str:
+    """What a round of ``plan`` measured (Measurement.round_definition): ROUND_DEFINITION, with
+    what this version's rounds of that kind do that earlier ones did not."""
+    return (
+        ROUND_DEFINITION
+        + (LIMITED_DEFINITION_SUFFIX if store_readahead_limited else "")
+        + (DRAINED_DEFINITION_SUFFIX if plan.drains_pass_ends else "")
+    )
 
 
 def io_plan(workload: Workload, size: int, direct: bool) -> IoPlan:

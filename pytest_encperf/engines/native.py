@@ -30,10 +30,10 @@ from pathlib import Path
 
 from .. import __version__, host
 from ..model import LATENCY_TOTAL, Measurement
-from ..workloads import SMALL_FILE_SIZES, IoPlan, MiB, Workload, io_plan
+from ..workloads import SMALL_FILE_SIZES, IoPlan, MiB, Workload, io_plan, round_definition
 from . import TEST_FILE_NAME, aio, uring
 from .observe import Observe, Observer, busy_cpu_seconds, with_caveat
-from .readahead import round_definition, round_readahead_limited
+from .readahead import round_readahead_limited
 
 __all__ = [
     "NativeEngine",
@@ -418,7 +418,7 @@ class NativeEngine:
             lat_p99_us=percentile(merged, 0.99) / 1e3,
             lat_p999_us=percentile(merged, 0.999) / 1e3,
             latency=LATENCY_TOTAL,  # each I/O from its submission to its completion
-            round_definition=round_definition(limited),
+            round_definition=round_definition(plan, limited),
             io_mode=mode,
             logical_read_bytes=ios * block if plan.is_read else 0,
             logical_write_bytes=0 if plan.is_read else ios * block,

@@ -27,16 +27,13 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from ..workloads import ROUND_DEFINITION, Workload
+from ..workloads import Workload
 from .observe import Observe
 
 SYS_BLOCK = Path("/sys/block")
 # One page: a read of more pages is read whole (the kernel allows a read up to the device's
 # request size beyond the read-ahead); 0 would read it a page at a time, slower than plain's.
 ROUND_READAHEAD_KB = 4
-# Added to a round's definition (Measurement.round_definition) when the store's read-ahead was
-# limited: the gate does not compare such a cell with one read before this limit existed
-LIMITED_DEFINITION_SUFFIX = "+store-readahead-1-page"
 LOOP_NAME = re.compile(r"loop\d+")
 
 
@@ -44,12 +41,6 @@ def limits_readahead(workload: Workload) -> bool:
     """Whether a round of ``workload`` reads the store below with its read-ahead limited: a block
     workload of random reads (the one that gives POSIX_FADV_RANDOM on the file)."""
     return workload.kind == "block" and workload.is_read and workload.is_random
-
-
-def round_definition(limited: bool) -> str:
-    """What a block round measured (workloads.ROUND_DEFINITION), and whether it read the store
-    below with its read-ahead limited."""
-    return ROUND_DEFINITION + LIMITED_DEFINITION_SUFFIX if limited else ROUND_DEFINITION
 
 
 def setting(device: str, sys_block: Path | None = None) -> Path | None:
@@ -94,5 +85,6 @@ def round_readahead_limited(
 ) -> AbstractContextManager[bool]:
     """What both engines wrap a block round in: the store below (``observe.store_devices``) reading
     ahead one page while a round of ``workload`` that limits it runs (limits_readahead), nothing
-    for any other round. Yields whether the round read with its store limited (round_definition)."""
+    for any other round. Yields whether the round read with its store limited
+    (workloads.round_definition)."""
     return store_readahead_limited(observe.store_devices if limits_readahead(workload) else (), sys_block)

@@ -19,10 +19,10 @@ from pytest_encperf.backends import BackendSpec, make_backend
 from pytest_encperf.backends.fuse import FuseBackend
 from pytest_encperf.engines.fio import FioEngine, fio_available
 from pytest_encperf.engines.native import NativeEngine
-from pytest_encperf.engines.readahead import LIMITED_DEFINITION_SUFFIX, ROUND_READAHEAD_KB
+from pytest_encperf.engines.readahead import ROUND_READAHEAD_KB
 from pytest_encperf.mountedvolume import MountedVolume, close_volume, open_volume
 from pytest_encperf.targets import Target, container_size
-from pytest_encperf.workloads import MiB, Workload
+from pytest_encperf.workloads import LIMITED_DEFINITION_SUFFIX, MiB, Workload
 from tests.helpers.support import disk_dir, mounts_and_loops_left
 
 pytestmark = pytest.mark.integration

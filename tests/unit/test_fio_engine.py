@@ -11,6 +11,7 @@ import pytest
 
 from pytest_encperf.engines import native, select_engine
 from pytest_encperf.engines.fio import (
+    UNTIL_RUNTIME_LOOPS,
     FioEngine,
     FioError,
     buffered_depth_caveat,
@@ -189,13 +190,39 @@ def test_dd_is_one_pass_and_matrix_uses_its_extent(tmp_path: Path) -> None:
     assert option(args, "size") == str(4 * MiB)
 
 
+def test_buffered_reads_with_more_than_one_out_run_pass_by_pass_never_dropping_under_a_read(
+    tmp_path: Path,
+) -> None:
+    """fio's time-based loop drops a pass's pages with its last reads out, and the kernel keeps
+    pages under a read: such rounds run by passes (--loops), each ending with its reads done,
+    until the runtime; all others stay time based."""
+    for name in ("SEQ1M-Q8T1-read", "RND4K-Q32T1-read"):
+        workload = next(w for w in CDM if w.name == name)
+        args = fio_args(workload, tmp_path / "f", size=64 * MiB, runtime=1.5, direct=False)
+        assert option(args, "time_based") is None and option(args, "runtime") == "1500ms"
+        assert option(args, "loops") == str(UNTIL_RUNTIME_LOOPS) and option(args, "invalidate") == "1"
+        for kept in (
+            fio_args(workload, tmp_path / "f", size=64 * MiB, runtime=1.5, direct=True),  # no pages
+            fio_args(
+                workload, tmp_path / "f", size=64 * MiB, runtime=1.5, direct=False, uring=False
+            ),  # depth 1
+        ):
+            assert option(kept, "time_based") == "1" and option(kept, "loops") is None
+    for workload in CDM:
+        if workload.name not in ("SEQ1M-Q8T1-read", "RND4K-Q32T1-read"):  # depth 1, or writes
+            args = fio_args(workload, tmp_path / "f", size=64 * MiB, runtime=1.5, direct=False)
+            assert option(args, "time_based") == "1" and option(args, "loops") is None
+
+
 def test_one_pass_rounds_end_at_the_end_of_the_file_or_the_runtime(tmp_path: Path) -> None:
     seq = Workload("SEQ", "read", MiB, iodepth=4)
     args = fio_args(seq, tmp_path / "f", size=64 * MiB, runtime=1.5, direct=False, one_pass=True)
     assert option(args, "time_based") is None and option(args, "runtime") == "1500ms"
     assert option(args, "size") == str(64 * MiB) and option(args, "numjobs") == "1"  # one stream, once
+    assert option(args, "loops") is None
     assert (
-        option(fio_args(seq, tmp_path / "f", size=64 * MiB, runtime=1.5, direct=False), "time_based") == "1"
+        option(fio_args(seq, tmp_path / "f", size=64 * MiB, runtime=1.5, direct=False), "loops")
+        == str(UNTIL_RUNTIME_LOOPS)  # by passes until the runtime (4 reads out at each pass end)
     )
 
 

@@ -20,7 +20,6 @@ from pytest_encperf.engines.observe import Observe
 from pytest_encperf.engines.readahead import (
     ROUND_READAHEAD_KB,
     limits_readahead,
-    round_definition,
     round_readahead_limited,
     setting,
     store_readahead_limited,
@@ -28,13 +27,22 @@ from pytest_encperf.engines.readahead import (
 from pytest_encperf.model import Measurement
 from pytest_encperf.mountedvolume import MountedVolume
 from pytest_encperf.targets import Target
-from pytest_encperf.workloads import CDM, DD, ROUND_DEFINITION, SMALLFILES, MiB, Workload
+from pytest_encperf.workloads import (
+    CDM,
+    DD,
+    DRAINED_DEFINITION_SUFFIX,
+    LIMITED_DEFINITION_SUFFIX,
+    ROUND_DEFINITION,
+    SMALLFILES,
+    MiB,
+    Workload,
+)
 
 RND_READ = next(w for w in CDM if w.name == "RND4K-Q1T1-read")
 RND_READ_Q32 = next(w for w in CDM if w.name == "RND4K-Q32T1-read")
 SEQ_READ = next(w for w in CDM if w.name == "SEQ1M-Q1T1-read")
 RND_WRITE = next(w for w in CDM if w.name == "RND4K-Q1T1-write")
-LIMITED = ROUND_DEFINITION + readahead.LIMITED_DEFINITION_SUFFIX
+LIMITED = ROUND_DEFINITION + LIMITED_DEFINITION_SUFFIX
 
 
 def fake_device(sys_block: Path, name: str, kb: str = "128", loop: bool = True) -> Path:
@@ -61,11 +69,6 @@ def test_only_random_reads_of_a_block_workload_limit_the_store_below() -> None:
     assert not limits_readahead(SMALLFILES[0]) and not any(limits_readahead(w) for w in DD)
     job = Workload("mine", "fio-job", 4096, job=(("rw", "randread"),))
     assert not limits_readahead(job)  # the user's own fio job keeps its own options
-
-
-def test_the_round_definition_says_when_the_store_read_ahead_was_limited() -> None:
-    assert round_definition(False) == ROUND_DEFINITION
-    assert round_definition(True) == LIMITED != ROUND_DEFINITION
 
 
 def test_a_loop_device_reads_ahead_one_page_inside_and_its_own_setting_after(sys_block: Path) -> None:
@@ -236,6 +239,8 @@ def test_native_random_read_rounds_open_the_file_with_the_store_read_ahead_limit
     assert NativeEngine().run(RND_READ, test_file, runtime=0.05, direct=False).round_definition == (
         ROUND_DEFINITION
     )
+    m = NativeEngine().run(RND_READ_Q32, test_file, runtime=0.05, direct=False, observe=STORE)
+    assert m.round_definition == LIMITED + DRAINED_DEFINITION_SUFFIX  # 32 reads out: drained
 
 
 def test_fio_random_read_rounds_run_fio_with_the_store_read_ahead_limited(
@@ -266,9 +271,11 @@ def test_fio_random_read_rounds_run_fio_with_the_store_read_ahead_limited(
     engine.run(RND_READ, test_file, runtime=0.05, direct=False, observe=STORE)
     engine.run(SEQ_READ, test_file, runtime=0.05, direct=False, observe=STORE)
     engine.run(RND_READ, test_file, runtime=0.05, direct=False)
+    engine.run(RND_READ_Q32, test_file, runtime=0.05, direct=False, observe=STORE)
     assert runs == [
         (str(ROUND_READAHEAD_KB), LIMITED),
         ("128", ROUND_DEFINITION),
         ("128", ROUND_DEFINITION),
+        (str(ROUND_READAHEAD_KB), LIMITED + DRAINED_DEFINITION_SUFFIX),  # 32 reads out: drained
     ]
-    assert drops == [str(ROUND_READAHEAD_KB), "128", "128"]  # the drop inside the limit too
+    assert drops == [str(ROUND_READAHEAD_KB), "128", "128", str(ROUND_READAHEAD_KB)]  # inside the limit
