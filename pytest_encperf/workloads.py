@@ -154,8 +154,8 @@ ROUND_DEFINITION = "2"
 # (engines/readahead.py): such a cell is not compared with one read before this limit existed.
 LIMITED_DEFINITION_SUFFIX = "+store-readahead-1-page"
 # Added to it for a round whose passes end with none of its reads in flight before the pass's
-# pages are dropped (IoPlan.drains_pass_ends): the kernel keeps pages under a read, and the next
-# pass read them from memory; rounds measured so are not compared with these.
+# pages are dropped (IoPlan.reads_out_at_pass_ends): the kernel keeps pages under a read, and
+# the next pass read them from memory; rounds measured so are not compared with these.
 DRAINED_DEFINITION_SUFFIX = "+pass-ends-drained"
 
 
@@ -185,10 +185,11 @@ class IoPlan:
     bytes it wrote (dirty memory stays bounded and the round measures the storage), and every
     write round ends with fdatasync inside its timed part; it drops nothing between passes (the
     page cache is dropped before the round). A buffered read round drops the stream's cached
-    pages at the start of each pass, so a pass does not read what the previous one cached (bar
-    the few reads still in flight at the turn, in both engines); within a pass nothing is
-    dropped: a page the layer below read ahead for one I/O may serve a later one (the report
-    flags a read that beats plain this way, see model.Result.cached_below). Random streams ask
+    pages at the start of each pass, so a pass does not read what the previous one cached:
+    with reads in flight through io_uring, both engines first wait for the pass's reads (a page
+    under a read is not dropped; reads_out_at_pass_ends). Within a pass nothing is dropped: a
+    page the layer below read ahead for one I/O may serve a later one (the report flags a read
+    that beats plain this way, see model.Result.cached_below). Random streams ask
     for no read-ahead on the file they read (POSIX_FADV_RANDOM; a random read round carries it
     to a stacked store on a loop device of ours, engines/readahead.py); sequential streams give
     no advice (the kernel's default read-ahead, as any program gets it).
@@ -217,20 +218,25 @@ class IoPlan:
         return self.streams * self.outstanding
 
     @property
-    def drains_pass_ends(self) -> bool:
-        """Whether a pass of a stream ends with every read of it done before the stripe's pages
-        are dropped for the next pass: buffered time-based reads with more than one I/O of a
-        stream in flight (at depth 1 nothing is out at a pass end; direct reads leave no pages)."""
+    def reads_out_at_pass_ends(self) -> bool:
+        """Whether a stream's pass can end with reads of it still out: buffered time-based reads
+        with more than one I/O of a stream in flight (at depth 1 nothing is out at a pass end;
+        direct reads leave no pages; dd and one-pass rounds have no pass end after which to
+        read). An engine that keeps that many in flight waits for them before it drops the
+        stripe's pages for the next pass (round_definition's ``pass_ends_drained``)."""
         return self.is_read and not self.direct and self.outstanding > 1 and self.amount is None
 
 
-def round_definition(plan: IoPlan, store_readahead_limited: bool) -> str:
-    """What a round of ``plan`` measured (Measurement.round_definition): ROUND_DEFINITION, with
-    what this version's rounds of that kind do that earlier ones did not."""
+def round_definition(store_readahead_limited: bool, pass_ends_drained: bool) -> str:
+    """What a block round measured (Measurement.round_definition): ROUND_DEFINITION, with what
+    this version's rounds do that earlier ones did not. ``store_readahead_limited``: it read its
+    store below with one page of read-ahead; ``pass_ends_drained``: passes followed each other
+    with reads of the stream in flight, and each ended with them done before its pages were
+    dropped."""
     return (
         ROUND_DEFINITION
         + (LIMITED_DEFINITION_SUFFIX if store_readahead_limited else "")
-        + (DRAINED_DEFINITION_SUFFIX if plan.drains_pass_ends else "")
+        + (DRAINED_DEFINITION_SUFFIX if pass_ends_drained else "")
     )
 
 

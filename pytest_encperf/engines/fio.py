@@ -27,7 +27,7 @@ from typing import Any
 
 from .. import children, host
 from ..model import LATENCY_TOTAL, Measurement
-from ..workloads import Workload, io_plan, round_definition
+from ..workloads import IoPlan, Workload, io_plan, round_definition
 from .native import NativeEngine, probe_io_mode
 from .observe import Observe, Observer, with_caveat
 from .readahead import round_readahead_limited
@@ -116,7 +116,7 @@ def fio_args(
         args.append(f"--io_size={plan.amount}")  # one pass, like dd count=
     elif one_pass:  # without time_based, fio ends at the end of the file or of the runtime
         args.append(f"--runtime={max(1, round(runtime * 1000))}ms")
-    elif plan.drains_pass_ends and depth > 1:
+    elif runs_by_passes(plan, one_pass, uring):
         # Pass after pass until the runtime, each ending with every read done before the next
         # drops the stripe's pages. fio's time-based loop drops them with its last reads still
         # out, and the kernel keeps pages under a read: on a 16 MiB file a fifth of the bytes
@@ -130,6 +130,13 @@ def fio_args(
 # fio's --loops with --runtime: passes until the runtime is over (a million passes of even a
 # one-block stripe outlast any round)
 UNTIL_RUNTIME_LOOPS = 1_000_000
+
+
+def runs_by_passes(plan: IoPlan, one_pass: bool, uring: bool) -> bool:
+    """Whether fio_args runs a round of ``plan`` pass by pass (``--loops``), each pass ending
+    with its reads done: passes that would otherwise end with reads out, kept in flight by
+    io_uring (without it the round runs at depth 1), when more than one pass is read."""
+    return plan.reads_out_at_pass_ends and uring and not one_pass
 
 
 # glibc's malloc asks for transparent huge pages (madvise) on what it maps, in whole huge pages:
@@ -340,7 +347,9 @@ class FioEngine:
                 runtime=runtime,
                 observe=observe,
                 version=self.version(),
-                round_definition=round_definition(io_plan(workload, size, mode == "direct"), limited),
+                round_definition=round_definition(
+                    limited, runs_by_passes(io_plan(workload, size, mode == "direct"), one_pass, uring)
+                ),
                 io_mode=mode,
                 caveats=tuple(caveats),
             )

@@ -418,7 +418,9 @@ class NativeEngine:
             lat_p99_us=percentile(merged, 0.99) / 1e3,
             lat_p999_us=percentile(merged, 0.999) / 1e3,
             latency=LATENCY_TOTAL,  # each I/O from its submission to its completion
-            round_definition=round_definition(plan, limited),
+            round_definition=round_definition(
+                limited, pass_ends_drained=drain and plan.reads_out_at_pass_ends and limit is None
+            ),
             io_mode=mode,
             logical_read_bytes=ios * block if plan.is_read else 0,
             logical_write_bytes=0 if plan.is_read else ios * block,

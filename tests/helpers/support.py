@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_encperf import host, mounting, mounttable, secretdirs
+from pytest_encperf import host, loopdev, mounting, mounttable, secretdirs
 from pytest_encperf.backends import BackendSpec, make_backend, vcformat
 from pytest_encperf.targets import Target, container_size
 from pytest_encperf.workloads import MiB
@@ -183,12 +183,29 @@ def write_mbr(target: Path, start: int = 2048, sectors: int = 32 * MiB // 512) -
 
 
 def still_backs(device: Path, image: Path) -> bool:
-    """Is ``device`` still attached to ``image`` (the kernel's name, removed or not)?
+    """Is ``device`` still attached to ``image``: the kernel's name of its file (removed or not),
+    or, while ``image`` exists, its device and inode number (the kernel names a file it reached
+    through a mount since gone "/")?
 
     Tests ask this, never "is ``device`` free": once detached, the name is another xdist
     worker's to take at once, and their loop device is none of ours to look at or detach.
     """
-    return (host.loop_backing_file(device) or "").removesuffix(host.DELETED) == str(image)
+    named = host.loop_backing_file(device)
+    if named is None:
+        return False
+    if named.removesuffix(host.DELETED) == str(image):
+        return True
+    try:
+        fd = loopdev.open_device(device)
+    except OSError:
+        return False
+    try:
+        bound = loopdev.status(fd)
+        return bound is not None and bound.backs(os.lstat(image))
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -227,9 +244,13 @@ def partitioned_loop(image: Path, size: int = 96 * MiB) -> Iterator[tuple[Path, 
     with image.open("wb") as handle:
         handle.truncate(size)
     write_mbr(image)
-    out = subprocess.run(
-        ["losetup", "--find", "--show", "--partscan", str(image)], capture_output=True, text=True, check=True
-    )
+    with host.machine_lock(host.LOOP_LOCK):  # two --find at once may pick the same device
+        out = subprocess.run(
+            ["losetup", "--find", "--show", "--partscan", str(image)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     device = Path(out.stdout.strip())
     try:
         part = Path(f"{device}p1")

@@ -68,6 +68,26 @@ def run(*argv: str) -> str:
     return subprocess.run(argv, check=True, capture_output=True, text=True).stdout.strip()
 
 
+def attach(image: Path) -> str:
+    """``losetup --find --show``, as VeraCrypt runs it; tried again when another program took
+    the free device it found first (two --find at once pick the same one: EBUSY)."""
+    for attempt in range(10):
+        try:
+            return run("losetup", "--find", "--show", str(image))
+        except subprocess.CalledProcessError:
+            if attempt == 9:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def read_or_none(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
 def passwords() -> Path:
     """Which password opens which container (sha256), kept beside the slots: the whole
     container is the "decrypted" volume, so it has no room for a header."""
@@ -133,7 +153,7 @@ def map_volume(argv: list[str]) -> int:
     )
     slot["daemon"] = str(proc.pid)
     save.write_text(json.dumps(slot))
-    slot["device"] = run("losetup", "--find", "--show", str(aux / "volume"))
+    slot["device"] = attach(aux / "volume")
     save.write_text(json.dumps(slot))
     pause = os.environ.get("VERACRYPT_STANDIN_PAUSE")
     if pause:
@@ -150,11 +170,11 @@ def dismount(container: str) -> int:
         if slot["container"] != container:
             continue
         aux = Path(slot["aux"])
-        if slot.get("device"):
+        backing = Path("/sys/block") / Path(slot.get("device") or "none").name / "loop" / "backing_file"
+        if slot.get("device") and read_or_none(backing) == str(aux / "volume"):  # never another's
             subprocess.run(["losetup", "--detach", slot["device"]], check=False)
             deadline = time.monotonic() + 10
-            backing = Path("/sys/block") / Path(slot["device"]).name / "loop" / "backing_file"
-            while backing.exists() and time.monotonic() < deadline:
+            while read_or_none(backing) == str(aux / "volume") and time.monotonic() < deadline:
                 time.sleep(0.05)
         if slot.get("daemon"):
             pid = int(slot["daemon"])

@@ -236,9 +236,15 @@ def test_a_mounted_file_is_unmounted_before_it_is_removed_never_unlinked_busy(
         handle.truncate(1 << 20)
     subprocess.run(["mount", "--bind", str(source), str(export)], check=True)
     loop = host.attach_loop(export, direct_io=False)
-    line = resources.release(resources.Resource("path", str(export)))
-    assert line == f"removed {export}"
-    assert not mounting.is_mounted(export) and not still_backs(loop.path, export)
+    try:
+        assert still_backs(loop.path, export) and still_backs(loop.path, source)  # the same file
+        line = resources.release(resources.Resource("path", str(export)))
+        assert line == f"removed {export}"
+        # by inode too: had the loop device stayed, the kernel would name its file "/" by now
+        assert not mounting.is_mounted(export) and not still_backs(loop.path, source)
+    finally:
+        if still_backs(loop.path, source):  # left by a failure above: ours by its inode
+            host.detach_loop(loop.path)
     assert resources.release(resources.Resource("path", str(run))) == f"removed {run}"
 
 

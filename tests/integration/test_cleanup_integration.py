@@ -43,6 +43,7 @@ def plain_volume(tmp_path: Path) -> Iterator[tuple[Path, Path, Path, Path]]:
     with open(container, "wb") as handle:
         handle.truncate(16 << 20)
     device = host.attach_loop(container, direct_io=False).path
+    assert still_backs(device, container)
     mountpoint = run / "plain-mnt"
     try:
         host.run(["mkfs.ext4", "-q", str(device)])

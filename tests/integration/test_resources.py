@@ -92,6 +92,7 @@ def test_a_dead_run_s_loop_over_a_file_removed_with_its_directory_is_detached(tm
     image.write_bytes(bytes(1 << 20))
     loop = host.attach_loop(image, direct_io=False)
     try:
+        assert still_backs(loop.path, image)
         (tmp_path / "alias").symlink_to(run)
         recorded = Cleanup(journal.Journal(tmp_path / "j"))  # (no journal written: no such directory)
         recorded.loop(loop.path, tmp_path / "alias" / "container.img")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,12 +21,15 @@ from pytest_encperf.engines.fio import (
     parse_fio_json,
 )
 from pytest_encperf.engines.native import NativeEngine, native_schedule
+from pytest_encperf.engines.observe import Observe
 from pytest_encperf.workloads import (
     CDM,
     CDM_NVME,
     DD,
+    DRAINED_DEFINITION_SUFFIX,
     MATRIX,
     PROFILES,
+    ROUND_DEFINITION,
     SMALLFILES,
     IoPlan,
     KiB,
@@ -212,6 +216,34 @@ def test_buffered_reads_with_more_than_one_out_run_pass_by_pass_never_dropping_u
         if workload.name not in ("SEQ1M-Q8T1-read", "RND4K-Q32T1-read"):  # depth 1, or writes
             args = fio_args(workload, tmp_path / "f", size=64 * MiB, runtime=1.5, direct=False)
             assert option(args, "time_based") == "1" and option(args, "loops") is None
+
+
+@pytest.mark.parametrize(
+    ("uring", "observe", "drained"),
+    [(True, Observe(), True), (False, Observe(), False), (True, Observe(store_below=True), False)],
+    ids=["by passes", "depth 1 without io_uring", "one pass"],
+)
+def test_a_round_says_its_pass_ends_were_drained_exactly_when_fio_ran_it_by_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, uring: bool, observe: Observe, drained: bool
+) -> None:
+    from pytest_encperf.engines import fio
+
+    ran: list[tuple[list[str], str]] = []
+
+    def stand_in(args: list[str], **kwargs: Any) -> None:
+        ran.append((args, kwargs["round_definition"]))
+
+    monkeypatch.setattr(fio, "run_fio", stand_in)
+    monkeypatch.setattr(fio, "creatable", lambda: uring)
+    monkeypatch.setattr(fio.host, "drop_page_cache", lambda path: True)
+    path = tmp_path / "f"
+    path.write_bytes(bytes(4 * MiB))
+    engine = FioEngine()
+    engine._version = "3.33"
+    engine.run(CDM[0], path, runtime=0.5, direct=False, observe=observe)  # SEQ1M Q8T1 read
+    ((args, definition),) = ran
+    assert (option(args, "loops") is not None) is drained
+    assert definition == ROUND_DEFINITION + (DRAINED_DEFINITION_SUFFIX if drained else "")
 
 
 def test_one_pass_rounds_end_at_the_end_of_the_file_or_the_runtime(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from pytest_encperf.engines.native import (
     probe_io_mode,
 )
 from pytest_encperf.engines.observe import Observe
-from pytest_encperf.workloads import CDM, KiB, MiB, Workload
+from pytest_encperf.workloads import CDM, DRAINED_DEFINITION_SUFFIX, ROUND_DEFINITION, KiB, MiB, Workload
 
 SIZE = 4 * MiB
 
@@ -421,3 +421,16 @@ def test_a_pass_ends_with_every_read_in_before_its_pages_are_dropped(
     assert m.bytes > SIZE  # more than one pass
     assert out_at_pass_end and set(out_at_pass_end) == {0}
     assert len(drops) >= len(out_at_pass_end)  # each pass end dropped the pass's pages
+    assert m.round_definition == ROUND_DEFINITION + DRAINED_DEFINITION_SUFFIX
+
+
+@pytest.mark.parametrize("workload", [CDM[0], CDM[4]], ids=str)
+def test_a_round_that_does_not_wait_for_its_reads_at_a_pass_end_does_not_say_it_did(
+    test_file: Path, workload: Workload
+) -> None:
+    # a thread per I/O in flight (no io_uring): the pages go while the other threads' reads are out
+    m = NativeEngine(kernel_queues=False).run(workload, test_file, runtime=0.3, direct=False)
+    assert m.bytes > SIZE and m.round_definition == ROUND_DEFINITION
+    # one pass (a store below): no pass end at all
+    one = NativeEngine().run(workload, test_file, runtime=30, direct=False, observe=Observe(store_below=True))
+    assert one.bytes == SIZE and one.round_definition == ROUND_DEFINITION

@@ -62,24 +62,23 @@ def test_dd_moves_its_amount_once_and_the_grid_its_extent() -> None:
     assert io_plan(small, 64 * MiB, True).stripe == small.extent == 4 * MiB
 
 
-def test_only_buffered_reads_with_more_than_one_out_drain_their_pass_ends_and_their_definition_says_so() -> (
-    None
-):
-    drained = {w.name for w in CDM if io_plan(w, 64 * MiB, direct=False).drains_pass_ends}
-    assert drained == {"SEQ1M-Q8T1-read", "RND4K-Q32T1-read"}
-    assert not any(io_plan(w, 64 * MiB, direct=True).drains_pass_ends for w in CDM)  # no pages left
-    assert not io_plan(DD[0], 64 * MiB, direct=False).drains_pass_ends  # one pass, no pass end
-    seq_q8 = io_plan(CDM[0], 64 * MiB, direct=False)
-    seq_q1 = io_plan(next(w for w in CDM if w.name == "SEQ1M-Q1T1-read"), 64 * MiB, direct=False)
-    assert round_definition(seq_q1, store_readahead_limited=False) == ROUND_DEFINITION
+def test_only_buffered_time_based_reads_with_more_than_one_out_can_end_a_pass_with_reads_out() -> None:
+    out = {w.name for w in CDM if io_plan(w, 64 * MiB, direct=False).reads_out_at_pass_ends}
+    assert out == {"SEQ1M-Q8T1-read", "RND4K-Q32T1-read"}
+    assert not any(io_plan(w, 64 * MiB, direct=True).reads_out_at_pass_ends for w in CDM)  # no pages left
+    dd_read = Workload("DD-read", "read", 4 * KiB, iodepth=8, amount=64 * MiB)
+    assert not io_plan(dd_read, 64 * MiB, direct=False).reads_out_at_pass_ends  # one pass: no pass end
+    assert io_plan(Workload("DD-read", "read", 4 * KiB, iodepth=8), 64 * MiB, False).reads_out_at_pass_ends
+
+
+def test_the_round_definition_says_what_a_round_did_that_earlier_ones_did_not() -> None:
+    assert round_definition(False, pass_ends_drained=False) == ROUND_DEFINITION
+    assert round_definition(True, pass_ends_drained=False) == ROUND_DEFINITION + LIMITED_DEFINITION_SUFFIX
+    assert round_definition(False, pass_ends_drained=True) == ROUND_DEFINITION + DRAINED_DEFINITION_SUFFIX
     assert (
-        round_definition(seq_q1, store_readahead_limited=True) == ROUND_DEFINITION + LIMITED_DEFINITION_SUFFIX
+        len({round_definition(limited, drained) for limited in (False, True) for drained in (False, True)})
+        == 4
     )
-    assert (
-        round_definition(seq_q8, store_readahead_limited=False)
-        == ROUND_DEFINITION + DRAINED_DEFINITION_SUFFIX
-    )
-    assert len({round_definition(p, limited) for p in (seq_q1, seq_q8) for limited in (False, True)}) == 4
 
 
 def test_a_file_smaller_than_a_block_and_the_files_cycle_are_refused() -> None:
