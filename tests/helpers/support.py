@@ -147,12 +147,30 @@ def mounts_and_loops_left(path: Path) -> list[str]:
     """
     found = [f"mount {m}" for m in mounting.mounts_under(path)]
     found += [f"loop device {d}" for d in host.loops_backed_by(path)]
-    for entry in Path("/sys/block").glob("loop*"):
-        backing = entry / "loop" / "backing_file"
-        with contextlib.suppress(OSError):
-            if backing.read_text().strip() == "/":
-                found.append(f"orphaned loop device /dev/{entry.name} (backing file of a vanished mount)")
+    # Such a device cannot be told from another xdist worker's for the moment its release takes
+    # (its export unmounted, its loop device not yet detached): only one that stays counts.
+    orphans = orphaned_loops()
+    deadline = time.monotonic() + ORPHAN_GRACE
+    while orphans and time.monotonic() < deadline:
+        time.sleep(0.1)
+        orphans &= orphaned_loops()
+    found += [
+        f"orphaned loop device /dev/{name} (backing file of a vanished mount)" for name in sorted(orphans)
+    ]
     return found
+
+
+ORPHAN_GRACE = 2.0  # seconds an orphaned loop device may take to go before it counts as left
+
+
+def orphaned_loops() -> set[str]:
+    """Loop devices (names) whose backing file the kernel names "/": a file on a mount gone."""
+    names = set()
+    for entry in Path("/sys/block").glob("loop*"):
+        with contextlib.suppress(OSError):
+            if (entry / "loop" / "backing_file").read_text().strip() == "/":
+                names.add(entry.name)
+    return names
 
 
 @contextlib.contextmanager
