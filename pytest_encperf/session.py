@@ -35,7 +35,7 @@ from .stopsignals import StopSignals, stopped_by
 from .sweep import FamilyRanking
 from .volumes import NoRoom, Volumes
 from .workers import Topology, WorkerRuns, merge
-from .workloads import Workload
+from .workloads import baseline_workloads
 
 # Fixtures that create volumes: a session collecting none of them needs no room on the target.
 VOLUME_FIXTURES = ("encperf_volume", "encperf_baseline", "encperf", "encperf_kdf", "encperf_inplace")
@@ -278,23 +278,6 @@ class EncperfSession:
             terminal.write(tr, terminal.verdicts(self.outcome.verdicts.values()))
         except Exception as exc:  # a summary must never replace pytest's own result line
             tr.write_line(f"encperf: could not print the summary: {exc}", red=True)
-
-
-def baseline_workloads(items: list[pytest.Item], workloads: list[Workload]) -> list[Workload]:
-    """The workloads the partition target's baseline measures: those of ``workloads`` (the
-    profiles') the collected ``items`` are parametrized with (``encperf_workload``; after ``-k``
-    and ``-m``, only the selected tests'), all of them when a collected test may measure with
-    ``encperf`` without such a parameter (it may run any). runner.measure_all leaves out a
-    real-work task (it needs plain beside the volume)."""
-    names: set[str] = set()
-    for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        workload = params.get("encperf_workload")
-        if isinstance(workload, Workload):
-            names.add(workload.name)
-        elif "encperf_workload" not in params and "encperf" in getattr(item, "fixturenames", ()):
-            names.update(w.name for w in workloads)
-    return [w for w in workloads if w.name in names]
 
 
 class EncperfWarning(pytest.PytestWarning):

@@ -32,7 +32,7 @@ class StatusLine:
 
     def plan(self, items: list[pytest.Item], baseline_workloads: int) -> list[str]:
         """The plan, in one line after pytest's "collected N items"; ``baseline_workloads``: how
-        many workloads the partition target's baseline measures (session.baseline_workloads)."""
+        many workloads the partition target's baseline measures (workloads.baseline_workloads)."""
         tests = []
         for item in items:
             params = getattr(getattr(item, "callspec", None), "params", {})

@@ -93,7 +93,7 @@ class Volumes:
         # partition target: baseline rounds measured before each encrypted volume, by spec
         self.measured_baseline: dict[str, dict[str, list[Measurement]]] = {}
         # partition target: the workloads the baseline measures, those of the collected tests
-        # (session.baseline_workloads); None: every workload of the profiles
+        # (workloads.baseline_workloads); None: every workload of the profiles
         self.baseline_workloads: list[Workload] | None = None
         # partition target: the device held exclusively between volumes, or why it cannot be
         self._claim: DeviceClaim | None = None

@@ -10,6 +10,7 @@ shows as one table (one column per workload label).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -416,3 +417,20 @@ def profile_workloads(names: list[str], size: int, tree_size: int = 0, tree_seed
         for workload in PROFILES[profile].workloads_for(size):
             seen.setdefault(workload.name, with_tree(workload, tree_size, tree_seed))
     return list(seen.values())
+
+
+def baseline_workloads(items: Iterable[object], workloads: list[Workload]) -> list[Workload]:
+    """The workloads the partition target's baseline measures: those of ``workloads`` (the
+    profiles') the collected tests (``items``, pytest's items, read by attribute) are parametrized
+    with (``encperf_workload``; after ``-k`` and ``-m``, only the selected tests'), all of them when
+    a collected test may measure with ``encperf`` without such a parameter (it may run any).
+    runner.measure_all leaves out a real-work task (it needs plain beside the volume)."""
+    names: set[str] = set()
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        workload = params.get("encperf_workload")
+        if isinstance(workload, Workload):
+            names.add(workload.name)
+        elif "encperf_workload" not in params and "encperf" in getattr(item, "fixturenames", ()):
+            names.update(w.name for w in workloads)
+    return [w for w in workloads if w.name in names]

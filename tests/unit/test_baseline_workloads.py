@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pytest_encperf.session import baseline_workloads
-from pytest_encperf.workloads import CDM
+from pytest_encperf.workloads import CDM, baseline_workloads
 
 
 @dataclass
