@@ -6,10 +6,12 @@ that I/O reaches the disk below instead of the host's page cache (checked in sys
 --encperf-allow-destroy=/dev/X``); everything on it is overwritten, so it is refused when it
 is, sits under or holds a mounted file system, swap, an active device-mapper/LVM/MD device, a
 loop device or the stack holding /, when another loop device presents bytes it would write (one
-over the same backing file or device, see loopsharing), when another program holds it or that
-file, and when it carries a file system or partition table signature unless ``--encperf-force``
-(which overrides nothing else).
-A run holds it exclusively (O_EXCL) from before its first write (see DeviceClaim).
+over the same backing file or device, see loopsharing), when another program holds it, that
+file, the whole disk it is a partition of or a device under it, and when it carries a file
+system or partition table signature unless ``--encperf-force`` (which overrides nothing else).
+The device number the path names at the start is kept: a path that names another device later
+(a udev link under /dev/disk moved) is refused. Between its volumes a run holds it exclusively
+(O_EXCL, see DeviceClaim).
 ``directory``: a directory on the host filesystem; needs no root, but only file-level
 backends (plain, fscrypt where the host filesystem supports it, FUSE) can use it.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +42,9 @@ class Target:
     size: int  # bytes of the container (file system included)
     device: Path | None = None  # the block device of a partition target
     force: bool = False  # partition: overwrite even if it carries a signature
+    # the device number ``device`` named when the run started (device_number): a path under /dev
+    # that names another device later (a udev link moved) is refused, never written through
+    device_number: int | None = None
     # a container on a tmpfs the run mounted itself (the ladder's layer rung): memory on purpose
     ram: bool = False
 
@@ -48,7 +54,7 @@ class Target:
         if self.kind == "partition":
             if self.device is None:
                 return ["partition target needs --encperf-device=/dev/X"]
-            found += partition_problems(self.device, force=self.force)
+            found += partition_problems(self.device, force=self.force, pinned=self.device_number)
             size = device_size(self.device)
             if size is not None and size < container_size(self.size):
                 found.append(f"{self.device} is smaller than a volume for {self.size // MiB} MiB workloads")
@@ -125,10 +131,13 @@ class DeviceClaim:
     device meanwhile, and the run stops.
     """
 
-    _held: set[str] = set()  # real paths this process holds, so the rules' own O_EXCL probe skips them
+    _held: set[int] = set()  # device numbers this process holds, so the rules' own O_EXCL probe skips them
 
-    def __init__(self, device: Path) -> None:
+    def __init__(self, device: Path, pinned: int | None = None) -> None:
         self.device = device
+        # the device number the claim is held on: ``pinned`` (Target.device_number), else the one
+        # the first acquire opened; a later acquire through a path that names another is refused
+        self.number = pinned
         self._fd: int | None = None
 
     @property
@@ -143,6 +152,10 @@ class DeviceClaim:
             fd = os.open(self.device, os.O_RDONLY | os.O_EXCL | os.O_CLOEXEC)
         except OSError as exc:
             raise host.HostError(_exclusive_refusal(self.device, exc)) from None
+        number = os.fstat(fd).st_rdev  # what was opened, not what the path names a moment later
+        if self.number is not None and number != self.number:
+            os.close(fd)
+            raise host.HostError(_moved_refusal(self.device, self.number, number))
         # a loop device takes no exclusive hold on its backing device: one set up on ours
         # since the rules were read (during a volume's life, too) passes the open above
         stack = BlockStack()
@@ -159,18 +172,41 @@ class DeviceClaim:
         if refusal := "; ".join(filter(None, refusals)):
             os.close(fd)
             raise host.HostError(refusal)
-        self._fd = fd
-        DeviceClaim._held.add(os.path.realpath(self.device))
+        self._fd, self.number = fd, number
+        DeviceClaim._held.add(number)
 
     def release(self) -> None:
         if self._fd is not None:
-            DeviceClaim._held.discard(os.path.realpath(self.device))
+            DeviceClaim._held.discard(os.fstat(self._fd).st_rdev)
             os.close(self._fd)
             self._fd = None
 
     @classmethod
     def holds(cls, device: Path) -> bool:
-        return os.path.realpath(device) in cls._held
+        number = device_number(device)
+        return number is not None and number in cls._held
+
+
+def device_number(device: Path) -> int | None:
+    """The device number (st_rdev) of the block device ``device`` names now; None when it names none."""
+    try:
+        info = os.stat(device)
+    except OSError:
+        return None
+    return info.st_rdev if stat.S_ISBLK(info.st_mode) else None
+
+
+def _numbers(number: int) -> str:
+    return f"{os.major(number)}:{os.minor(number)}"
+
+
+def _moved_refusal(device: Path, pinned: int, now: int | None) -> str:
+    named = "no block device" if now is None else f"device {_numbers(now)}"
+    return (
+        f"partition rule 'same device': {device} names {named} now, not device {_numbers(pinned)} as when "
+        "the run started (a link under /dev moved, or the device was replaced): nothing is written "
+        "through it"
+    )
 
 
 def _exclusive_refusal(device: Path, exc: OSError) -> str:
@@ -181,21 +217,34 @@ def _exclusive_refusal(device: Path, exc: OSError) -> str:
     )
 
 
-def partition_problems(device: Path, *, force: bool = False, stack: BlockStack | None = None) -> list[str]:
+def partition_problems(
+    device: Path, *, force: bool = False, stack: BlockStack | None = None, pinned: int | None = None
+) -> list[str]:
     """Why ``device`` must not be overwritten; each message names the rule that refuses it.
 
-    Refused: anything that is, sits under, or holds a mounted file system, swap, an active
+    Refused: a path that no longer names the device number ``pinned`` (the one it named when the
+    run started); anything that is, sits under, or holds a mounted file system, swap, an active
     device-mapper, LVM or MD device, a loop device, or the stack holding / (see stack_problems);
-    a device another program has open, exclusively or not (it or one of its partitions); and,
-    unless ``force``, one that carries a signature. ``force`` overrides that rule only.
+    a device another program has open, exclusively or not (it, one of its partitions, the whole
+    disk it is a partition of or any device it is built on: that program reads or writes the
+    same bytes); and, unless ``force``, one that carries a signature. ``force`` overrides that
+    rule only.
     """
+    if pinned is not None and (now := device_number(device)) != pinned:
+        return [_moved_refusal(device, pinned, now)]
     stack = stack or BlockStack()
     name = stack.name_of(device)
     if name is None:
         return [f"partition rule 'block device': {device} is not a block device"]
     found = stack_problems(device, name, stack)
-    for other, processes in stack.openers([name, *stack.partitions(name)]).items():
-        where = f"{device} is" if other == name else f"{device} has a partition, /dev/{other}, that is"
+    under = stack.below(name)[1:]  # the whole disk of a partition, and every device it is built on
+    for other, processes in stack.openers([name, *stack.partitions(name), *under]).items():
+        if other == name:
+            where = f"{device} is"
+        elif other in under:
+            where = f"{device} is on {stack.label(other)}, which is"
+        else:
+            where = f"{device} has a partition, /dev/{other}, that is"
         found.append(
             f"partition rule 'not in use': {where} open in {', '.join(processes)} "
             "(a virtual machine, dd or another program is using it)"

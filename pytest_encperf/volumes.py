@@ -29,7 +29,7 @@ from .model import Measurement
 from .mountedvolume import MountedVolume, Unavailable, close_volume, open_volume, slug
 from .runner import measure_all
 from .settings import Settings
-from .targets import DeviceClaim, Target, container_size
+from .targets import DeviceClaim, Target, container_size, device_number
 from .workloads import MiB, Workload
 
 # After Ctrl-C / SIGTERM / SIGHUP the teardown waits at most this long in all for other runs'
@@ -72,7 +72,9 @@ class Volumes:
         room = settings.size + task_room(settings)  # the test file, and what a real-work task puts there
         size = container_size(room) if settings.target == "container" else settings.size
         s = settings
-        self.target = Target(s.target, s.dir, size, device=s.device, force=s.force)
+        # the device the path names now, at the start: a path that names another later is refused
+        number = device_number(s.device) if s.device is not None else None
+        self.target = Target(s.target, s.dir, size, device=s.device, force=s.force, device_number=number)
         self.engine = engine
         self.journal = run_journal
         self.meter = meter
@@ -173,7 +175,7 @@ class Volumes:
             raise VolumeFailure(self._device_lost)
         if self._claim is None and not self._device_refused:
             assert self.target.device is not None
-            claim = DeviceClaim(self.target.device)
+            claim = DeviceClaim(self.target.device, pinned=self.target.device_number)
             try:
                 claim.acquire()
             except host.HostError as exc:

@@ -204,6 +204,55 @@ def test_a_device_a_program_has_open_without_holding_it_exclusively_is_refused(
     assert partition_problems(part, force=True) == []
 
 
+def test_a_program_that_has_the_whole_disk_open_refuses_its_partition(disk: tuple[Path, Path]) -> None:
+    """A virtual machine given the whole disk, or dd imaging it, reads and writes the partition's
+    bytes too, and the kernel lets a partition be held exclusively while its disk is only open:
+    the open descriptor of the disk names the process."""
+    whole, part = disk
+    with whole.open("rb") as device:
+        user = subprocess.Popen(["sleep", "600"], stdin=device)
+    try:
+        assert partition_problems(part, force=True) == [
+            f"partition rule 'not in use': {part} is on {whole.name}, which is open in pid {user.pid} "
+            "(sleep) (a virtual machine, dd or another program is using it)"
+        ]
+        os.close(os.open(part, os.O_RDONLY | os.O_EXCL))  # what the probe alone would have accepted
+    finally:
+        user.kill()
+        user.wait()
+    assert partition_problems(part, force=True) == []
+
+
+def test_a_path_that_names_another_device_later_is_refused(
+    disk: tuple[Path, Path], partition: Path, scratch: Path
+) -> None:
+    """A link such as /dev/disk/by-uuid/X moves when udev sees another device with that name (a
+    clone of the disk, a second partition called "Linux filesystem"): the device number the path
+    named at the start is kept, and the rules and the claim refuse the path once it names
+    another device, whatever that device looks like."""
+    _, part = disk
+    link = scratch / "by-uuid-X"
+    link.symlink_to(part)
+    pinned = os.stat(part).st_rdev
+    assert partition_problems(link, pinned=pinned) == []
+    claim = DeviceClaim(link, pinned=pinned)
+    claim.acquire()
+    claim.release()
+    link.unlink()
+    link.symlink_to(partition)  # empty, unused: every other rule accepts it
+    assert partition_problems(partition) == []
+    numbers = f"{os.major(pinned)}:{os.minor(pinned)}"
+    moved = partition_problems(link, pinned=pinned)
+    assert rules(moved) == ["same device"]
+    assert f"not device {numbers} as when the run started" in moved[0]
+    with pytest.raises(host.HostError, match="partition rule 'same device'"):
+        claim.acquire()
+    assert not claim.held
+    assert not DeviceClaim.holds(partition)
+    target = Target("partition", scratch, 32 * MiB, device=link, device_number=pinned)
+    assert rules(target.problems()) == ["same device"]
+
+
 def test_the_claim_keeps_everything_else_off_the_device_until_released(
     partition: Path, scratch: Path
 ) -> None:

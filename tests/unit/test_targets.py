@@ -7,6 +7,7 @@ device-mapper) are in tests/integration/test_partition.py and tests/integration/
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -653,3 +654,13 @@ def test_mount_points_and_swap_files_with_any_character_are_found(tmp_path: Path
     assert stack.mounts()["loop1"] == [point]
     assert check(stack, "loop1") == [f"partition rule 'not mounted': /dev/loop1 is mounted on {point}"]
     assert stack.swaps_on() == {"loop2": swap_source}
+
+
+def test_a_path_that_names_no_block_device_now_is_refused_before_anything_is_read(tmp_path: Path) -> None:
+    """The device number the path named at the start (Target.device_number) is checked first: a
+    path that names nothing, or another device, is refused with no other rule read."""
+    gone = tmp_path / "by-uuid-X"
+    assert partition_problems(gone, pinned=os.makedev(8, 17)) == [
+        f"partition rule 'same device': {gone} names no block device now, not device 8:17 as when the "
+        "run started (a link under /dev moved, or the device was replaced): nothing is written through it"
+    ]
