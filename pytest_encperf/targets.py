@@ -159,7 +159,7 @@ class DeviceClaim:
         # a loop device takes no exclusive hold on its backing device: one set up on ours
         # since the rules were read (during a volume's life, too) passes the open above
         stack = BlockStack()
-        name = stack.name_of(self.device)
+        name = stack.by_number(_numbers(number))  # the device opened, not the path looked up again
         # nor over the file under it: a loop device attached to that file meanwhile shares its bytes
         refusals = (
             []
