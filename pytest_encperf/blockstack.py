@@ -24,6 +24,21 @@ from typing import NamedTuple
 
 from . import loopbacking, mounttable, openfiles
 
+
+def device_number(device: Path) -> int | None:
+    """The device number (st_rdev) of the block device ``device`` names now; None when it names none."""
+    try:
+        info = os.stat(device)
+    except OSError:
+        return None
+    return info.st_rdev if stat.S_ISBLK(info.st_mode) else None
+
+
+def numbers_text(number: int) -> str:
+    """``8:17``: a device number as sysfs writes it."""
+    return f"{os.major(number)}:{os.minor(number)}"
+
+
 # file systems that live on a block device: a root of one of these that sysfs cannot name hides the disk
 DISK_FILE_SYSTEMS = frozenset(
     {"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "jfs", "reiserfs", "bcachefs", "vfat", "exfat", "ntfs3"}
@@ -65,13 +80,12 @@ class BlockStack:
 
     def name_of(self, device: Path) -> str | None:
         """Kernel name of a block device node, by its device number (None when it is not one)."""
-        try:
-            st = os.stat(device)
-        except OSError:
-            return None
-        if not stat.S_ISBLK(st.st_mode):
-            return None
-        return self.by_number(f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}")
+        number = device_number(device)
+        return None if number is None else self.name_of_number(number)
+
+    def name_of_number(self, number: int) -> str | None:
+        """Kernel name of the block device with device number ``number`` (st_rdev)."""
+        return self.by_number(numbers_text(number))
 
     def _entries(self, name: str, folder: str) -> list[str]:
         path = self.sys_block / name / folder

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import host, loopbacking, loopsharing, mounting, resources
-from .blockstack import BlockStack, Step
+from .blockstack import BlockStack, Step, device_number, numbers_text
 from .workloads import MiB
 
 KINDS = ("container", "partition", "directory")
@@ -159,7 +158,7 @@ class DeviceClaim:
         # a loop device takes no exclusive hold on its backing device: one set up on ours
         # since the rules were read (during a volume's life, too) passes the open above
         stack = BlockStack()
-        name = stack.by_number(_numbers(number))  # the device opened, not the path looked up again
+        name = stack.name_of_number(number)  # the device opened, not the path looked up again
         # nor over the file under it: a loop device attached to that file meanwhile shares its bytes
         refusals = (
             []
@@ -187,25 +186,12 @@ class DeviceClaim:
         return number is not None and number in cls._held
 
 
-def device_number(device: Path) -> int | None:
-    """The device number (st_rdev) of the block device ``device`` names now; None when it names none."""
-    try:
-        info = os.stat(device)
-    except OSError:
-        return None
-    return info.st_rdev if stat.S_ISBLK(info.st_mode) else None
-
-
-def _numbers(number: int) -> str:
-    return f"{os.major(number)}:{os.minor(number)}"
-
-
 def _moved_refusal(device: Path, pinned: int, now: int | None) -> str:
-    named = "no block device" if now is None else f"device {_numbers(now)}"
+    named = "no block device" if now is None else f"device {numbers_text(now)}"
     return (
-        f"partition rule 'same device': {device} names {named} now, not device {_numbers(pinned)} as when "
-        "the run started (a link under /dev moved, or the device was replaced): nothing is written "
-        "through it"
+        f"partition rule 'same device': {device} names {named} now, not device {numbers_text(pinned)} "
+        "as when the run started (a link under /dev moved, or the device was replaced): nothing is "
+        "written through it"
     )
 
 

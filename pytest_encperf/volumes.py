@@ -21,6 +21,7 @@ from typing import Any
 
 from . import host, inplace, journal, kdf, realwork, resources, secretdirs
 from .backends import BASELINE, BASELINE_SPEC, BackendSpec, make_backend
+from .blockstack import device_number
 from .engines import Engine
 from .inplace import InplaceTiming
 from .kdf import KdfTiming
@@ -29,7 +30,7 @@ from .model import Measurement
 from .mountedvolume import MountedVolume, Unavailable, close_volume, open_volume, slug
 from .runner import measure_all
 from .settings import Settings
-from .targets import DeviceClaim, Target, container_size, device_number
+from .targets import DeviceClaim, Target, container_size
 from .workloads import MiB, Workload
 
 # After Ctrl-C / SIGTERM / SIGHUP the teardown waits at most this long in all for other runs'
