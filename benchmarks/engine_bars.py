@@ -2,15 +2,16 @@
 
     python benchmarks/engine_bars.py engines [--size 256MiB --runtime 3 --repeats 3]
     python benchmarks/engine_bars.py overhead [--engine auto --repeats 3]
-    python benchmarks/engine_bars.py agreement [--size 64MiB --runtime 1 --repeats 3]
+    python benchmarks/engine_bars.py agreement [--size 256MiB --runtime 3 --repeats 3 --rounds 3]
 
 ``engines``: on one plain container, native vs fio alternating (native, fio, native, fio ...)
 for SEQ1M Q8T1 read/write (MB/s) and RND4K Q32T1 read/write (IOPS); prints native/fio.
 ``overhead``: the plain-vs-fscrypt sequential overheads, repeated, to see how far they spread.
 ``agreement``: every CrystalDiskMark workload with both engines, alternating (fio, native, then
 native, fio ...), on a direct backend (plain vs qemu-luks) and a buffered one (plain vs gocryptfs);
-prints each engine's overhead vs plain (median of the repeats), the difference in points and the
-busy flags (rounds measured while processes outside the run used the CPU, load.py) of each engine;
+prints each engine's overhead vs plain (median of the repeats; a repeat with a busy round marked *),
+the difference in points and the busy flags (rounds measured while processes outside the run used
+the CPU, load.py) of each engine;
 then, over the repeats (each one's mean log ratio of its pairs), each engine's overhead with its 95%
 interval and whether the engines differ beyond their intervals (a Welch test, engines_apart).
 The goal on the development machine is every workload within 5 points on both backends, and on a
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import math
 import signal
 import statistics
@@ -153,6 +155,11 @@ def busy_share(busy_rounds: int, rounds: int) -> str:
     return f" (busy: {busy_rounds} of {rounds} rounds)" if busy_rounds else ""
 
 
+def repeats_text(changes: list[float], busy: list[bool]) -> str:
+    """A cell's repeats, each marked * where one of its rounds (either side) was busy."""
+    return " ".join(f"{c:+.1f}{'*' if b else ''}" for c, b in zip(changes, busy, strict=True))
+
+
 def cell_busy(busy: dict[tuple[str, str], list[int]], workload: str) -> tuple[int, int]:
     """(busy rounds, rounds) of a cell, over both engines and both sides."""
     fio, native = busy[(workload, "fio")], busy[(workload, "native")]
@@ -177,6 +184,7 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
                 flagged: dict[tuple[str, str], int] = {}  # repeats whose cell is "cached below"
                 busy: dict[tuple[str, str], list[int]] = {}  # (busy rounds, rounds) of both sides
                 plain_values: dict[tuple[str, str], list[float]] = {}
+                busy_repeats: dict[tuple[str, str], list[bool]] = {}  # a repeat with a busy round: *
                 # per repeat, the mean log ratio of its pairs: a run's pairs share its level (the
                 # volume, the machine's state), so the repeats, not the pairs, are the samples
                 logs: dict[tuple[str, str], list[float]] = {}
@@ -196,6 +204,7 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
                             definitions.update(m.round_definition for m in result.rounds)
                             key = (workload.name, engine.name)
                             changes.setdefault(key, []).append(result.change_percent or 0.0)
+                            busy_repeats.setdefault(key, []).append(result.busy_rounds > 0)
                             flagged[key] = flagged.get(key, 0) + result.cached_below
                             pairs = result.pair_log_ratios()
                             if pairs:
@@ -233,8 +242,8 @@ def agreement(args: argparse.Namespace, target: Target, run_dir: Path) -> None:
                     print(
                         f"{workload.name:22} {f:+12.1f}% {n:+15.1f}% {diff:6.1f}"
                         f"   {plain_f:9.0f} / {plain_n:<9.0f}"
-                        f"   {' '.join(f'{c:+.1f}' for c in fio_changes)} | "
-                        f"{' '.join(f'{c:+.1f}' for c in native_changes)}"
+                        f"   {repeats_text(fio_changes, busy_repeats[(workload.name, 'fio')])} | "
+                        f"{repeats_text(native_changes, busy_repeats[(workload.name, 'native')])}"
                         f"   {flagged[(workload.name, 'fio')]}/{flagged[(workload.name, 'native')]}"
                         f"   busy {busy_fio[0]}/{busy_fio[1]} | busy {busy_native[0]}/{busy_native[1]}"
                     )
@@ -292,6 +301,8 @@ def main() -> None:
     )
     parser.add_argument("--hog", action="store_true", help="a busy loop of one core beside the whole run")
     args = parser.parse_args()
+    if isinstance(sys.stdout, io.TextIOWrapper):  # each table as it is measured, even into a file
+        sys.stdout.reconfigure(line_buffering=True)
     # SIGTERM (a killed run) unwinds like Ctrl-C, so every volume made is torn down
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     target = Target("container", Path(args.dir), container_size(args.size))
