@@ -1,4 +1,5 @@
-"""Loop devices that share what the named device writes: the siblings of a loop device.
+"""Devices that share what the named device writes: the siblings of a loop device, and
+partitions that overlap it.
 
 Two loop devices over the same backing file (``losetup -f g.img`` twice, or once more at an
 offset) present the same bytes: formatting one writes the file system another one presents,
@@ -131,6 +132,16 @@ class Written(NamedTuple):
     backing_device: str | None  # when it is a loop device over a block device: that device
 
 
+def partition_bytes(stack: BlockStack, name: str) -> tuple[int, int | None] | None:
+    """The bytes [start, end) of its disk that partition ``name`` is (None: where it starts is
+    not known; an end of None: to the end of the disk)."""
+    folder = stack.sys_block / name
+    if not (folder / "start").exists():
+        return None
+    first, size = _sysfs_int(folder / "start") * SECTOR, _sysfs_int(folder / "size") * SECTOR
+    return first, first + size if size else None
+
+
 def written_below(stack: BlockStack, name: str) -> list[Written]:
     """``name`` and every device under it, each with the bytes of it that writing ``name``
     writes: a partition moves them by its start in the disk, a loop device by its offset in the
@@ -148,9 +159,9 @@ def written_below(stack: BlockStack, name: str) -> list[Written]:
         backing = loopbacking.backing_of(stack, current) if span is not None else None
         found.append(Written(current, start, end, span, backing))
         if stack.is_partition(current):
-            if (folder / "start").exists():
-                first, size = _sysfs_int(folder / "start") * SECTOR, _sysfs_int(folder / "size") * SECTOR
-                within = LoopSpan(current, (), "", first, first + size if size else None)
+            where = partition_bytes(stack, current)
+            if where is not None:
+                within = LoopSpan(current, (), "", *where)
                 todo.append((stack.disk_of(current), *within.presented(start, end)))
             else:  # where it starts is not known: any byte of the disk
                 todo.append((stack.disk_of(current), 0, None))
@@ -192,6 +203,57 @@ def sharers(stack: BlockStack, name: str) -> list[tuple[str, Written]]:
             if shared_file or shared_device:
                 found[other.name] = entry
     return list(found.items())
+
+
+def overlapping_partitions(stack: BlockStack, name: str) -> list[tuple[str, Written]]:
+    """The partitions that share bytes with ``name`` without being on its path: (partition, the
+    disk under ``name`` whose bytes they share). Two partitions of one disk can overlap (an
+    isohybrid image's EFI partition lies inside its ISO 9660 one; a table edited by hand), and a
+    loop device over a disk at an offset can cover a partition of it; nothing in the block stack
+    links them. A partition whose start is not known overlaps everything. The partitions of the
+    named device itself are its own (the other rules read them)."""
+    below = written_below(stack, name)
+    path = {entry.name for entry in below}
+    found: dict[str, Written] = {}
+    for entry in below[1:]:
+        for partition in stack.partitions(entry.name):
+            if partition in path or partition in found:
+                continue
+            where = partition_bytes(stack, partition)
+            if where is None or overlaps(entry.start, entry.end, *where):
+                found[partition] = entry
+    return list(found.items())
+
+
+def overlap_refusals(device: Path, name: str, stack: BlockStack) -> list[str]:
+    """The rule 'no overlap', for each partition that shares bytes with ``device`` (kernel name
+    ``name``): writing the device would write it, whether or not it is in use. No option
+    overrides it; the whole disk can be named instead."""
+    mounts, swaps = stack.mounts(), stack.swaps_on()
+    found = []
+    for partition, via in overlapping_partitions(stack, name):
+        where = partition_bytes(stack, partition)
+        bytes_text = "where it starts is not known" if where is None else f"bytes {byte_range(*where)}"
+        uses = [f"mounted on {', '.join(mounts[partition])}"] if partition in mounts else []
+        uses += ["active swap"] if partition in swaps else []
+        holders = stack.holders(partition)
+        uses += [f"held by {', '.join(map(stack.label, holders))}"] if holders else []
+        in_use = f", and it is {' and '.join(uses)}" if uses else ""
+        found.append(
+            f"partition rule 'no overlap': writing {device} writes bytes "
+            f"{byte_range(via.start, via.end)} of /dev/{via.name}, which its partition /dev/{partition} "
+            f"({bytes_text}) shares{in_use}"
+        )
+    return found
+
+
+def byte_range(start: int, end: int | None) -> str:
+    """``1 MiB..33 MiB`` (whole MiB where they are), ``1 MiB..the end``."""
+
+    def size(value: int) -> str:
+        return f"{value >> 20} MiB" if value % (1 << 20) == 0 else f"{value} B"
+
+    return f"{size(start)}..{'the end' if end is None else size(end)}"
 
 
 def file_openers(stack: BlockStack, files: list[LoopSpan]) -> dict[str, list[str]]:

@@ -99,7 +99,8 @@ OPTIONS: tuple[Option, ...] = (
            parse_text, "", command_line_only=True),
     Option("force", "0|1",
            "partition target: overwrite a device that carries a signature (1); overrides that rule "
-           "('no signature') only, never 'not mounted', 'no swap', 'not in use' or 'not the root disk'",
+           "('no signature') only, never 'not mounted', 'no swap', 'not in use', 'no overlap' or "
+           "'not the root disk'",
            parse_bool, "0", command_line_only=True),
     Option("dir", "DIR", "directory (on the disk to measure) for containers and volumes",
            parse_directory, default_directory),

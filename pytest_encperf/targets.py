@@ -159,13 +159,15 @@ class DeviceClaim:
         # since the rules were read (during a volume's life, too) passes the open above
         stack = BlockStack()
         name = stack.name_of_number(number)  # the device opened, not the path looked up again
-        # nor over the file under it: a loop device attached to that file meanwhile shares its bytes
+        # nor over the file under it: a loop device attached to that file meanwhile shares its bytes;
+        # nor a partition that a table read again since then lays over it
         refusals = (
             []
             if name is None
             else [
                 loopbacking.refusal(self.device, name, stack, stack.reached_above(name)),
                 loopsharing.refusal(self.device, name, stack),
+                *loopsharing.overlap_refusals(self.device, name, stack),
             ]
         )
         if refusal := "; ".join(filter(None, refusals)):
@@ -213,8 +215,9 @@ def partition_problems(
     device-mapper, LVM or MD device, a loop device, or the stack holding / (see stack_problems);
     a device another program has open, exclusively or not (it, one of its partitions, the whole
     disk it is a partition of or any device it is built on: that program reads or writes the
-    same bytes); and, unless ``force``, one that carries a signature. ``force`` overrides that
-    rule only.
+    same bytes); one whose bytes a partition off its own path shares (overlapping partitions, a
+    loop device over a disk at an offset: loopsharing.overlap_refusals); and, unless ``force``,
+    one that carries a signature. ``force`` overrides that rule only.
     """
     if pinned is not None and (now := device_number(device)) != pinned:
         return [_moved_refusal(device, pinned, now)]
@@ -313,6 +316,7 @@ def stack_problems(device: Path, name: str, stack: BlockStack) -> list[str]:
     found += filter(
         None, [loopbacking.refusal(device, name, stack, reached), loopsharing.refusal(device, name, stack)]
     )
+    found += loopsharing.overlap_refusals(device, name, stack)
     unnamed = stack.unnamed_root()
     if unnamed is not None:
         found.append(

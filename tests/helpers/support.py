@@ -188,12 +188,16 @@ def scratch_dir(prefix: str) -> Iterator[Path]:
     assert left == [], "mount or loop device left behind"
 
 
-def write_mbr(target: Path, start: int = 2048, sectors: int = 32 * MiB // 512) -> None:
-    """An MBR with one Linux partition (what fdisk writes), without needing fdisk."""
-    entry = struct.pack("<B3sB3sII", 0, b"\0\0\0", 0x83, b"\0\0\0", start, sectors)
+def write_mbr(
+    target: Path, start: int = 2048, sectors: int = 32 * MiB // 512, *more: tuple[int, int]
+) -> None:
+    """An MBR with one Linux partition (what fdisk writes), without needing fdisk; ``more``:
+    further partitions (start, sectors), written as given, overlapping or not (fdisk refuses to)."""
     fd = os.open(target, os.O_WRONLY)
     try:
-        os.pwrite(fd, entry, 446)
+        for index, (first, count) in enumerate([(start, sectors), *more]):
+            entry = struct.pack("<B3sB3sII", 0, b"\0\0\0", 0x83, b"\0\0\0", first, count)
+            os.pwrite(fd, entry, 446 + 16 * index)
         os.pwrite(fd, b"\x55\xaa", 510)
         os.fsync(fd)
     finally:
@@ -257,11 +261,14 @@ def loop_on(backing: Path, offset: int = 0, sizelimit: int = 0) -> Iterator[Path
 
 
 @contextlib.contextmanager
-def partitioned_loop(image: Path, size: int = 96 * MiB) -> Iterator[tuple[Path, Path]]:
-    """A loop device over a new ``image`` with one 32 MiB partition: (whole device, partition)."""
+def partitioned_loop(
+    image: Path, size: int = 96 * MiB, *more: tuple[int, int]
+) -> Iterator[tuple[Path, Path]]:
+    """A loop device over a new ``image`` with one 32 MiB partition: (whole device, partition);
+    ``more``: further partitions (start, sectors), see write_mbr."""
     with image.open("wb") as handle:
         handle.truncate(size)
-    write_mbr(image)
+    write_mbr(image, 2048, 32 * MiB // 512, *more)
     with host.machine_lock(host.LOOP_LOCK):  # two --find at once may pick the same device
         out = subprocess.run(
             ["losetup", "--find", "--show", "--partscan", str(image)],

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from pytest_encperf.mountedvolume import open_volume
 from pytest_encperf.settings import resolve
 from pytest_encperf.targets import DeviceClaim, Target, partition_problems, probe_signature
 from pytest_encperf.workloads import MiB
-from tests.helpers.support import loop_device, partitioned_loop, scratch_dir, write_mbr
+from tests.helpers.support import loop_device, loop_on, partitioned_loop, scratch_dir, write_mbr
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("sessions_of_this_test_alone")]
 
@@ -221,6 +222,65 @@ def test_a_program_that_has_the_whole_disk_open_refuses_its_partition(disk: tupl
         user.kill()
         user.wait()
     assert partition_problems(part, force=True) == []
+
+
+# kernels without the MBR parser add partitions through BLKPG (partx), which refuses overlapping
+# ones: the UML lane's kernel has the parser and runs this test (tests/integration/test_uml_lane.py)
+NO_OVERLAP_HERE = "this kernel cannot show overlapping partitions (no MBR parser; partx's BLKPG refuses them)"
+
+
+def test_partitions_that_share_bytes_refuse_each_other(scratch: Path) -> None:
+    """An MBR whose second partition lies inside the first (an isohybrid image's EFI partition
+    inside its ISO 9660 one): the kernel reads both, and writing either writes the other; the
+    first is mounted, the second carries no signature of its own. A third, after the first,
+    shares nothing."""
+    inside, after = (2048 + 8 * MiB // 512, 4 * MiB // 512), (2048 + 32 * MiB // 512, 16 * MiB // 512)
+    with contextlib.ExitStack() as stack:
+        try:
+            whole, first = stack.enter_context(
+                partitioned_loop(scratch / "isohybrid.img", 96 * MiB, inside, after)
+            )
+        except subprocess.CalledProcessError:
+            pytest.skip(NO_OVERLAP_HERE)
+        second, third = Path(f"{whole}p2"), Path(f"{whole}p3")
+        for _ in range(50):  # devtmpfs makes the nodes right after
+            if second.exists() and third.exists():
+                break
+            time.sleep(0.05)
+        assert partition_problems(third) == []
+        with mounted(first, scratch / "mnt"):
+            assert partition_problems(second) == [
+                f"partition rule 'no overlap': writing {second} writes bytes 9 MiB..13 MiB of "
+                f"/dev/{whole.name}, which its partition /dev/{first.name} (bytes 1 MiB..33 MiB) shares, "
+                f"and it is mounted on {scratch / 'mnt'}"
+            ]
+            assert probe_signature(second) == {}  # no signature: nothing but this rule refused it
+        assert rules(partition_problems(second, force=True)) == ["no overlap"]
+        assert rules(partition_problems(first, force=True)) == ["no overlap"]  # second is inside it
+        with pytest.raises(host.HostError, match="partition rule 'no overlap'"):
+            DeviceClaim(second).acquire()
+
+
+def test_a_loop_device_over_the_disk_refuses_the_mounted_partition_its_bytes_cover(
+    disk: tuple[Path, Path], scratch: Path
+) -> None:
+    """losetup --offset over a whole disk: its bytes 8 to 16 MiB are bytes of the mounted
+    partition (1 to 33 MiB), which nothing in the block stack links to it; one from 40 MiB is
+    past it."""
+    whole, part = disk
+    with (
+        mounted(part, scratch / "mnt"),
+        loop_on(whole, 8 * MiB, 8 * MiB) as inside,
+        loop_on(whole, 40 * MiB) as past,
+    ):
+        assert partition_problems(inside, force=True) == [
+            f"partition rule 'no overlap': writing {inside} writes bytes 8 MiB..16 MiB of /dev/{whole.name}, "
+            f"which its partition /dev/{part.name} (bytes 1 MiB..33 MiB) shares, and it is mounted on "
+            f"{scratch / 'mnt'}"
+        ]
+        assert partition_problems(past, force=True) == []
+        with pytest.raises(host.HostError, match="partition rule 'no overlap'"):
+            DeviceClaim(inside).acquire()  # read again when the run takes the device back
 
 
 def test_a_path_that_names_another_device_later_is_refused(

@@ -32,7 +32,8 @@ class Dev:
     offset: int = 0  # and where it starts in it
     sizelimit: int = 0  # and how many bytes of it it presents (0: to its end)
     start: int | None = None  # a partition: where it starts in its disk and its size, in bytes
-    size: int = 0
+    size: int = 0  # (without a start: the next 64 MiB of its disk, as a partition table lays them out)
+    start_known: bool = True  # False: no start in sysfs (the kernel always has one; the rules err)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ def layout(
     block = root / "class" / "block"
     block.mkdir(parents=True)
     folders: dict[str, Path] = {}
+    laid_out: dict[str, int] = {}  # partitions of each disk so far
     for name, dev in devices.items():  # parents first: dict order
         parent = folders[dev.partition_of] if dev.partition_of else root / "devices" / "virtual" / "block"
         folder = parent / name
@@ -68,9 +70,15 @@ def layout(
         (folder / "slaves").mkdir()
         if dev.partition_of:
             (folder / "partition").write_text("1\n")
-            if dev.start is not None:
-                (folder / "start").write_text(f"{dev.start // 512}\n")
-                (folder / "size").write_text(f"{dev.size // 512}\n")
+            laid_out[dev.partition_of] = laid_out.get(dev.partition_of, 0) + 1
+            start, size = (
+                (dev.start, dev.size)
+                if dev.start is not None
+                else (laid_out[dev.partition_of] * 64 * MiB, 64 * MiB)
+            )
+            if dev.start_known:
+                (folder / "start").write_text(f"{start // 512}\n")
+                (folder / "size").write_text(f"{size // 512}\n")
         if dev.dm_name:
             (folder / "dm").mkdir()
             (folder / "dm" / "name").write_text(dev.dm_name + "\n")
@@ -539,7 +547,10 @@ def test_a_partition_of_a_loop_device_shares_only_its_own_bytes(tmp_path: Path) 
 
 
 def test_a_partition_whose_start_is_not_known_shares_the_whole_disk(tmp_path: Path) -> None:
-    devices = {**siblings(("loop2", 64 * MiB, 0)), "loop1p1": Dev("259:0", partition_of="loop1")}
+    devices = {
+        **siblings(("loop2", 64 * MiB, 0)),
+        "loop1p1": Dev("259:0", partition_of="loop1", start_known=False),
+    }
     assert rules(check(layout(tmp_path, devices, [ROOT_MOUNT]), "loop1p1")) == ["not in use"]
 
 
@@ -604,6 +615,59 @@ def test_loop_devices_over_one_block_device_share_its_bytes(tmp_path: Path) -> N
         "partition rule 'not in use': /dev/sdb1 is in use: /dev/loop6 (offset 8 MiB) is backed by "
         "/dev/sdb, which it is on"
     ]
+
+
+# An isohybrid-like disk: sdb2 lies inside sdb1; sdb3 follows sdb1; sdb4 has no start in sysfs.
+OVERLAPPING = {
+    **ROOT,
+    "sdb": Dev("8:16"),
+    "sdb1": Dev("8:17", partition_of="sdb", start=MiB, size=16 * MiB),
+    "sdb2": Dev("8:18", partition_of="sdb", start=5 * MiB, size=4 * MiB),
+    "sdb3": Dev("8:19", partition_of="sdb", start=17 * MiB, size=16 * MiB),
+}
+
+
+def test_partitions_that_share_bytes_refuse_each_other_in_use_or_not(tmp_path: Path) -> None:
+    stack = layout(tmp_path, OVERLAPPING, [ROOT_MOUNT, ("8:17", "/media/stick", "iso9660", "/dev/sdb1")])
+    assert check(stack, "sdb2") == [
+        "partition rule 'no overlap': writing /dev/sdb2 writes bytes 5 MiB..9 MiB of /dev/sdb, which its "
+        "partition /dev/sdb1 (bytes 1 MiB..17 MiB) shares, and it is mounted on /media/stick"
+    ]
+    idle = layout(tmp_path / "idle", OVERLAPPING, [ROOT_MOUNT])
+    assert check(idle, "sdb2") == [
+        "partition rule 'no overlap': writing /dev/sdb2 writes bytes 5 MiB..9 MiB of /dev/sdb, which its "
+        "partition /dev/sdb1 (bytes 1 MiB..17 MiB) shares"
+    ]
+    assert rules(check(idle, "sdb1")) == ["no overlap"]  # sdb2 is inside it
+    assert check(idle, "sdb3") == []  # it starts where sdb1 ends: no byte in common
+    assert check(idle, "sdb") == []  # its own partitions are read by the other rules (none in use)
+
+
+def test_a_partition_whose_start_is_not_known_overlaps_its_siblings(tmp_path: Path) -> None:
+    devices = {**OVERLAPPING, "sdb4": Dev("8:20", partition_of="sdb", start_known=False)}
+    stack = layout(tmp_path, devices, [ROOT_MOUNT])
+    assert "/dev/sdb4 (where it starts is not known)" in " ".join(check(stack, "sdb3"))
+    assert rules(check(stack, "sdb4")) == ["no overlap"] * 3  # sdb1, sdb2, sdb3: any byte of the disk
+
+
+def test_a_loop_device_over_a_disk_shares_the_partitions_its_range_covers(tmp_path: Path) -> None:
+    """loop6 presents sdb from 8 MiB (inside sdb1) to 40 MiB; loop7 from 40 MiB, past them all."""
+    devices = {
+        **OVERLAPPING,
+        "loop6": Dev("7:6", backing_file="/dev/sdb", offset=8 * MiB, sizelimit=32 * MiB),
+        "loop7": Dev("7:7", backing_file="/dev/sdb", offset=40 * MiB),
+    }
+    stack = layout(tmp_path, devices, [ROOT_MOUNT, ("8:19", "/srv", "ext4", "/dev/sdb3")])
+    assert check(stack, "loop6") == [
+        "partition rule 'no overlap': writing /dev/loop6 writes bytes 8 MiB..40 MiB of /dev/sdb, which its "
+        f"partition /dev/{name} ({span}) shares{use}"
+        for name, span, use in (
+            ("sdb1", "bytes 1 MiB..17 MiB", ""),
+            ("sdb2", "bytes 5 MiB..9 MiB", ""),
+            ("sdb3", "bytes 17 MiB..33 MiB", ", and it is mounted on /srv"),
+        )
+    ]
+    assert check(stack, "loop7") == []
 
 
 FORCED = [
