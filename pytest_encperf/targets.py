@@ -47,6 +47,21 @@ class Target:
     # a container on a tmpfs the run mounted itself (the ladder's layer rung): memory on purpose
     ram: bool = False
 
+    def node(self) -> Path:
+        """The node tools are handed for a partition target's device: ``/dev/<kernel name>`` of the
+        device number kept at the start, not the path the user gave, which a udev link under
+        /dev/disk can be between the rules' check and the tool's own open (it moves when a clone
+        of the disk appears); HostError (rule 'same device') when that number names no device or
+        its node another one. The path itself where no number was kept."""
+        assert self.device is not None
+        if self.device_number is None:
+            return self.device
+        name = BlockStack().name_of_number(self.device_number)
+        node = Path("/dev") / name if name is not None else None
+        if node is None or device_number(node) != self.device_number:
+            raise host.HostError(_moved_refusal(self.device, self.device_number, device_number(self.device)))
+        return node
+
     def problems(self) -> list[str]:
         """Why volumes cannot be made on this target; empty when they can."""
         found = []

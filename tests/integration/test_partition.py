@@ -311,6 +311,11 @@ def test_a_path_that_names_another_device_later_is_refused(
     assert not DeviceClaim.holds(partition)
     target = Target("partition", scratch, 32 * MiB, device=link, device_number=pinned)
     assert rules(target.problems()) == ["same device"]
+    # tools are handed the kept device's own node, never the link (which may move after the check)
+    assert target.node() == Path(f"/dev/{part.name}")
+    gone = Target("partition", scratch, 32 * MiB, device=link, device_number=os.makedev(4095, 4095))
+    with pytest.raises(host.HostError, match="partition rule 'same device'"):
+        gone.node()
 
 
 def test_the_claim_keeps_everything_else_off_the_device_until_released(
