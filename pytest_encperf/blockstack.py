@@ -87,6 +87,16 @@ class BlockStack:
         """Kernel name of the block device with device number ``number`` (st_rdev)."""
         return self.by_number(numbers_text(number))
 
+    def devname(self, name: str) -> str | None:
+        """The node the kernel names for the device, under /dev (``DEVNAME`` of its uevent:
+        ``sdb1``, ``cciss/c0d0p1``); None when sysfs does not say."""
+        try:
+            lines = (self.sys_block / name / "uevent").read_text().splitlines()
+        except OSError:
+            return None
+        found = next((line.partition("=")[2] for line in lines if line.startswith("DEVNAME=")), "")
+        return found if found and ".." not in Path(found).parts and not found.startswith("/") else None
+
     def _entries(self, name: str, folder: str) -> list[str]:
         path = self.sys_block / name / folder
         return sorted(entry.name for entry in path.iterdir()) if path.is_dir() else []

@@ -136,9 +136,11 @@ def partition_bytes(stack: BlockStack, name: str) -> tuple[int, int | None] | No
     """The bytes [start, end) of its disk that partition ``name`` is (None: where it starts is
     not known; an end of None: to the end of the disk)."""
     folder = stack.sys_block / name
-    if not (folder / "start").exists():
+    try:
+        first = int((folder / "start").read_text()) * SECTOR  # sysfs counts 512-byte sectors
+    except (OSError, ValueError):  # not there or not a number: where it starts is not known
         return None
-    first, size = _sysfs_int(folder / "start") * SECTOR, _sysfs_int(folder / "size") * SECTOR
+    size = _sysfs_int(folder / "size") * SECTOR
     return first, first + size if size else None
 
 
@@ -148,12 +150,14 @@ def written_below(stack: BlockStack, name: str) -> list[Written]:
     device it is backed by; a device-mapper or MD device may write any byte of its slaves."""
     found: list[Written] = []
     todo: list[tuple[str, int, int | None]] = [(name, 0, None)]
-    seen: set[str] = set()
+    # a device reached twice over different ranges (an MD or dm device over two loop devices on
+    # one disk) is written in each of them: seen by range, not by name
+    seen: set[tuple[str, int, int | None]] = set()
     while todo:
         current, start, end = todo.pop(0)
-        if current in seen:
+        if (current, start, end) in seen:
             continue
-        seen.add(current)
+        seen.add((current, start, end))
         folder = stack.sys_block / current
         span = span_of(stack, current) if (folder / "loop").is_dir() else None
         backing = loopbacking.backing_of(stack, current) if span is not None else None
@@ -211,11 +215,15 @@ def overlapping_partitions(stack: BlockStack, name: str) -> list[tuple[str, Writ
     isohybrid image's EFI partition lies inside its ISO 9660 one; a table edited by hand), and a
     loop device over a disk at an offset can cover a partition of it; nothing in the block stack
     links them. A partition whose start is not known overlaps everything. The partitions of the
-    named device itself are its own (the other rules read them)."""
+    named device itself are its own (the other rules read them), and so are those of a disk that
+    a device on the path holds whole (a multipath or MD member whose partition table is seen
+    through it: the kernel lets none of them be claimed while their disk is held)."""
     below = written_below(stack, name)
     path = {entry.name for entry in below}
     found: dict[str, Written] = {}
     for entry in below[1:]:
+        if path.intersection(stack.holders(entry.name)):
+            continue
         for partition in stack.partitions(entry.name):
             if partition in path or partition in found:
                 continue

@@ -6,7 +6,8 @@ that I/O reaches the disk below instead of the host's page cache (checked in sys
 --encperf-allow-destroy=/dev/X``); everything on it is overwritten, so it is refused when it
 is, sits under or holds a mounted file system, swap, an active device-mapper/LVM/MD device, a
 loop device or the stack holding /, when another loop device presents bytes it would write (one
-over the same backing file or device, see loopsharing), when another program holds it, that
+over the same backing file or device, see loopsharing) or a partition off its path does
+(overlapping partitions, rule 'no overlap'), when another program holds it, that
 file, the whole disk it is a partition of or a device under it, and when it carries a file
 system or partition table signature unless ``--encperf-force`` (which overrides nothing else).
 The device number the path names at the start is kept: a path that names another device later
@@ -48,19 +49,26 @@ class Target:
     ram: bool = False
 
     def node(self) -> Path:
-        """The node tools are handed for a partition target's device: ``/dev/<kernel name>`` of the
-        device number kept at the start, not the path the user gave, which a udev link under
+        """The node tools are handed for a partition target's device: the kernel's own node of the
+        device number kept at the start (``/dev/`` and the DEVNAME the kernel gives it, such as
+        ``sdb1`` or ``cciss/c0d0p1``), not the path the user gave, which a udev link under
         /dev/disk can be between the rules' check and the tool's own open (it moves when a clone
-        of the disk appears); HostError (rule 'same device') when that number names no device or
-        its node another one. The path itself where no number was kept."""
+        of the disk appears). Where that node is not the device (a container's own /dev), the
+        path given while it still names the kept device; HostError (rule 'same device') when
+        neither does. The path itself where no number was kept."""
         assert self.device is not None
         if self.device_number is None:
             return self.device
-        name = BlockStack().name_of_number(self.device_number)
-        node = Path("/dev") / name if name is not None else None
-        if node is None or device_number(node) != self.device_number:
-            raise host.HostError(_moved_refusal(self.device, self.device_number, device_number(self.device)))
-        return node
+        stack = BlockStack()
+        name = stack.name_of_number(self.device_number)
+        devname = stack.devname(name) if name is not None else None
+        for node in [Path("/dev") / devname] if devname else []:
+            if device_number(node) == self.device_number:
+                return node
+        now = device_number(self.device)
+        if now == self.device_number:
+            return self.device
+        raise host.HostError(_moved_refusal(self.device, self.device_number, now))
 
     def problems(self) -> list[str]:
         """Why volumes cannot be made on this target; empty when they can."""

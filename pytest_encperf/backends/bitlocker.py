@@ -152,7 +152,9 @@ class BitlockerBackend(BackendBase):
     # -- dislocker
     def dislocker_command(self, volume: Volume) -> list[str]:
         assert self.source is not None and self.unlock is not None
-        argv = ["dislocker-fuse", "-V", str(self.source)]
+        # device=: the partition target's own device (source_problems), by its kernel node
+        source = volume.target.node() if self.device is not None else self.source
+        argv = ["dislocker-fuse", "-V", str(source)]
         kind, path = self.unlock
         if kind == "password-file":
             argv.append("-u")  # no value: dislocker prompts and reads the password from stdin

@@ -92,7 +92,7 @@ class ExistingVolumeBackend(CryptsetupBackend):
             refused = self.device_problems(volume.target)
             if refused:  # problems() said so already; never rely on the caller having asked
                 raise BackendError("; ".join(refused))
-            return self.device
+            return volume.target.node()  # the target's own device (checked above), by its kernel node
         assert self.image is not None
         copy = volume.workdir / "container.img"
         volume.created.path(copy)

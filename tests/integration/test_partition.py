@@ -23,6 +23,7 @@ from pytest_encperf.backends import (
     make_backend,
     placement_problems,
 )
+from pytest_encperf.blockstack import BlockStack
 from pytest_encperf.mountedvolume import open_volume
 from pytest_encperf.settings import resolve
 from pytest_encperf.targets import DeviceClaim, Target, partition_problems, probe_signature
@@ -316,6 +317,23 @@ def test_a_path_that_names_another_device_later_is_refused(
     gone = Target("partition", scratch, 32 * MiB, device=link, device_number=os.makedev(4095, 4095))
     with pytest.raises(host.HostError, match="partition rule 'same device'"):
         gone.node()
+
+
+def test_where_the_kernels_node_is_not_there_the_path_given_serves_while_it_names_the_device(
+    disk: tuple[Path, Path], partition: Path, scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A container's own /dev names its devices as it likes: the kernel's node is missing, and
+    the path given is handed to the tools while it names the kept device, refused after."""
+    _, part = disk
+    link = scratch / "xvdb1"
+    link.symlink_to(part)
+    target = Target("partition", scratch, 32 * MiB, device=link, device_number=os.stat(part).st_rdev)
+    monkeypatch.setattr(BlockStack, "devname", lambda self, name: f"encperf-no-such-node/{name}")
+    assert target.node() == link
+    link.unlink()
+    link.symlink_to(partition)
+    with pytest.raises(host.HostError, match="partition rule 'same device'"):
+        target.node()
 
 
 def test_the_claim_keeps_everything_else_off_the_device_until_released(

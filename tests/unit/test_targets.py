@@ -650,6 +650,57 @@ def test_a_partition_whose_start_is_not_known_overlaps_its_siblings(tmp_path: Pa
     assert rules(check(stack, "sdb4")) == ["no overlap"] * 3  # sdb1, sdb2, sdb3: any byte of the disk
 
 
+def test_a_disk_reached_twice_is_checked_over_both_ranges(tmp_path: Path) -> None:
+    """md0 over two loop devices on sdb: its first MiB (no partition there) and 20 to 24 MiB,
+    inside the mounted sdb3."""
+    devices = {
+        **OVERLAPPING,
+        "loop1": Dev("7:1", backing_file="/dev/sdb", sizelimit=MiB),
+        "loop2": Dev("7:2", backing_file="/dev/sdb", offset=20 * MiB, sizelimit=4 * MiB),
+        "md0": Dev("9:0", slaves=["loop1", "loop2"]),
+    }
+    stack = layout(tmp_path, devices, [ROOT_MOUNT, ("8:19", "/srv", "ext4", "/dev/sdb3")])
+    assert check(stack, "md0") == [
+        "partition rule 'no overlap': writing /dev/md0 writes bytes 20 MiB..24 MiB of /dev/sdb, which its "
+        "partition /dev/sdb3 (bytes 17 MiB..33 MiB) shares, and it is mounted on /srv"
+    ]
+
+
+def test_the_partitions_of_a_disk_held_whole_by_the_path_are_not_overlaps(tmp_path: Path) -> None:
+    """Multipath: dm-0 over the two paths sdb and sdc, whose partition tables the kernel reads
+    too (sdb1, sdc1: none can be claimed while dm-0 holds its disk); mpatha-part1 on dm-0."""
+    devices = {
+        **ROOT,
+        "sdb": Dev("8:16"),
+        "sdb1": Dev("8:17", partition_of="sdb", start=MiB, size=16 * MiB),
+        "sdc": Dev("8:32"),
+        "sdc1": Dev("8:33", partition_of="sdc", start=MiB, size=16 * MiB),
+        "dm-0": Dev("253:0", slaves=["sdb", "sdc"], dm_name="mpatha"),
+        "dm-1": Dev("253:1", slaves=["dm-0"], dm_name="mpatha-part1"),
+    }
+    assert check(layout(tmp_path, devices, [ROOT_MOUNT]), "dm-1") == []
+
+
+def test_a_partition_start_sysfs_garbles_is_not_known(tmp_path: Path) -> None:
+    stack = layout(tmp_path, OVERLAPPING, [ROOT_MOUNT])
+    (stack.sys_block / "sdb2" / "start").write_text("garbled\n")
+    assert "/dev/sdb2 (where it starts is not known)" in " ".join(check(stack, "sdb3"))
+
+
+def test_the_node_of_a_device_is_the_one_its_uevent_names(tmp_path: Path) -> None:
+    stack = layout(tmp_path, OVERLAPPING, [ROOT_MOUNT])
+    assert stack.devname("sdb1") is None  # no uevent
+    for text, wanted in [
+        ("MAJOR=104\nMINOR=1\nDEVNAME=cciss/c0d0p1\nDEVTYPE=partition\n", "cciss/c0d0p1"),
+        ("DEVNAME=sdb1\n", "sdb1"),
+        ("DEVNAME=../etc/passwd\n", None),  # never a node outside /dev
+        ("DEVNAME=/etc/passwd\n", None),
+        ("MAJOR=8\n", None),
+    ]:
+        (stack.sys_block / "sdb1" / "uevent").write_text(text)
+        assert stack.devname("sdb1") == wanted
+
+
 def test_a_loop_device_over_a_disk_shares_the_partitions_its_range_covers(tmp_path: Path) -> None:
     """loop6 presents sdb from 8 MiB (inside sdb1) to 40 MiB; loop7 from 40 MiB, past them all."""
     devices = {
