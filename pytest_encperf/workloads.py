@@ -158,11 +158,6 @@ LIMITED_DEFINITION_SUFFIX = "+store-readahead-1-page"
 # pages are dropped (IoPlan.reads_out_at_pass_ends): the kernel keeps pages under a read, and
 # the next pass read them from memory; rounds measured so are not compared with these.
 DRAINED_DEFINITION_SUFFIX = "+pass-ends-drained"
-# Added to it for a fio round of scattered blocks with more than one I/O in flight whose ready I/Os
-# went to the kernel in one call (--iodepth_batch_submit), as the native engine's always did: one
-# call for each, fio's default before, set a lower pace on a fast store (workloads measured so are
-# not compared with these).
-BATCHED_DEFINITION_SUFFIX = "+ready-ios-in-one-call"
 
 
 @dataclass(frozen=True)
@@ -233,19 +228,16 @@ class IoPlan:
         return self.is_read and not self.direct and self.outstanding > 1 and self.amount is None
 
 
-def round_definition(
-    store_readahead_limited: bool, pass_ends_drained: bool, fio_batched: bool = False
-) -> str:
+def round_definition(store_readahead_limited: bool, pass_ends_drained: bool) -> str:
     """What a block round measured (Measurement.round_definition): ROUND_DEFINITION, with what
     this version's rounds do that earlier ones did not. ``store_readahead_limited``: it read its
     store below with one page of read-ahead; ``pass_ends_drained``: passes followed each other
     with reads of the stream in flight, and each ended with them done before its pages were
-    dropped; ``fio_batched``: fio submitted the scattered I/Os that were ready in one call."""
+    dropped."""
     return (
         ROUND_DEFINITION
         + (LIMITED_DEFINITION_SUFFIX if store_readahead_limited else "")
         + (DRAINED_DEFINITION_SUFFIX if pass_ends_drained else "")
-        + (BATCHED_DEFINITION_SUFFIX if fio_batched else "")
     )
 
 

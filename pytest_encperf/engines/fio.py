@@ -66,7 +66,14 @@ def fio_args(
     be used (buffered rounds need it to keep more than one I/O of a stream in flight; without
     it they run at depth 1, see buffered_depth_caveat)."""
     plan = io_plan(workload, size, direct)
-    ioengine, depth = queue_of(plan, uring)
+    if plan.outstanding == 1:  # one I/O at a time is a plain synchronous call, in either mode
+        ioengine, depth = "psync", 1
+    elif plan.direct:
+        ioengine, depth = "libaio", plan.outstanding
+    elif uring:
+        ioengine, depth = "io_uring", plan.outstanding
+    else:
+        ioengine, depth = "psync", 1
     args = [
         "fio",
         "--output-format=json",
@@ -99,8 +106,6 @@ def fio_args(
         # the neighbours of earlier ones (which a store below may have read ahead); an LFSR
         # never repeats within a pass, like the native engine's shuffled order
         args.append("--random_generator=lfsr")
-    if submits_batched(plan, uring):
-        args.append(f"--iodepth_batch_submit={depth}")
     if plan.streams > 1:
         args.append(f"--offset_increment={plan.stripe}")  # each stream its own stripe
     if plan.end_flush:
@@ -125,27 +130,6 @@ def fio_args(
 # fio's --loops with --runtime: passes until the runtime is over (a million passes of even a
 # one-block stripe outlast any round)
 UNTIL_RUNTIME_LOOPS = 1_000_000
-
-
-def queue_of(plan: IoPlan, uring: bool) -> tuple[str, int]:
-    """fio's ``--ioengine`` and ``--iodepth`` for a round of ``plan``."""
-    if plan.outstanding == 1:  # one I/O at a time is a plain synchronous call, in either mode
-        return "psync", 1
-    if plan.direct:
-        return "libaio", plan.outstanding
-    if uring:
-        return "io_uring", plan.outstanding
-    return "psync", 1
-
-
-def submits_batched(plan: IoPlan, uring: bool) -> bool:
-    """Whether fio_args has fio submit the I/Os that are ready in one call (scattered blocks,
-    more than one in flight), as the native engine does (aio.run_queue; uring.run_queue for
-    random rounds): fio's default, a call for each, made RND4K Q32T1 read on plain (direct,
-    256 MiB) 52,200 IOPS to the native engine's 65,200 here, and its overhead on qemu-luks 7.5
-    points smaller (docs/explanation/method.md). Sequential rounds keep a call for each, in
-    both engines."""
-    return plan.random and queue_of(plan, uring)[1] > 1
 
 
 def runs_by_passes(plan: IoPlan, one_pass: bool, uring: bool) -> bool:
@@ -364,9 +348,7 @@ class FioEngine:
                 observe=observe,
                 version=self.version(),
                 round_definition=round_definition(
-                    limited,
-                    runs_by_passes(plan := io_plan(workload, size, mode == "direct"), one_pass, uring),
-                    submits_batched(plan, uring),
+                    limited, runs_by_passes(io_plan(workload, size, mode == "direct"), one_pass, uring)
                 ),
                 io_mode=mode,
                 caveats=tuple(caveats),

@@ -12,7 +12,6 @@ from pytest_encperf.engines.fio import (
 )
 from pytest_encperf.engines.observe import Observe
 from pytest_encperf.workloads import (
-    BATCHED_DEFINITION_SUFFIX,
     CDM,
     DD,
     DRAINED_DEFINITION_SUFFIX,
@@ -37,10 +36,7 @@ def test_real_fio_run_on_a_small_file(tmp_path: Path, workload: Workload) -> Non
         assert m.bytes == 4 * MiB  # dd: exactly the (smaller) file, once
     assert path.stat().st_size == 4 * MiB  # fio never grew or replaced the file
     drained = workload.is_read and workload.iodepth > 1  # SEQ1M Q8T1: its pass ends wait for its reads
-    batched = workload.is_random and workload.iodepth > 1  # RND4K Q32T1: the ready I/Os in one call
-    assert m.round_definition == ROUND_DEFINITION + (DRAINED_DEFINITION_SUFFIX if drained else "") + (
-        BATCHED_DEFINITION_SUFFIX if batched else ""
-    )
+    assert m.round_definition == ROUND_DEFINITION + (DRAINED_DEFINITION_SUFFIX if drained else "")
     assert m.caveats == ()
 
 

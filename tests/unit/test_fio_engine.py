@@ -147,13 +147,6 @@ def test_direct_rounds_use_libaio_at_the_workload_queue_depth(tmp_path: Path) ->
     assert option(args, "time_based") == "1" and option(args, "runtime") == "2000ms"
     assert option(args, "size") == str(64 * MiB) and option(args, "invalidate") == "1"
     assert option(args, "group_reporting") == "1" and option(args, "end_fsync") is None
-    assert option(args, "iodepth_batch_submit") is None  # sequential: each I/O in a call of its own
-    rnd_q32_read = next(w for w in CDM if w.label == "RND4K Q32T1" and w.rw == "randread")
-    args = fio_args(rnd_q32_read, tmp_path / "f", size=64 * MiB, runtime=2.0, direct=True)
-    assert option(args, "ioengine") == "libaio" and option(args, "iodepth_batch_submit") == "32"
-    rnd_q1_read = next(w for w in CDM if w.label == "RND4K Q1T1" and w.rw == "randread")
-    args = fio_args(rnd_q1_read, tmp_path / "f", size=64 * MiB, runtime=2.0, direct=True)
-    assert option(args, "ioengine") == "psync" and option(args, "iodepth_batch_submit") is None
 
 
 def test_buffered_rounds_keep_the_queue_depth_of_one_stream_in_flight_with_io_uring(tmp_path: Path) -> None:
@@ -165,13 +158,11 @@ def test_buffered_rounds_keep_the_queue_depth_of_one_stream_in_flight_with_io_ur
     assert option(args, "size") == str(64 * MiB) and option(args, "offset_increment") is None
     assert option(args, "fadvise_hint") == "random"
     assert option(args, "random_generator") == "lfsr"  # each block once a pass, no neighbour runs
-    assert option(args, "iodepth_batch_submit") == "32"  # the ready I/Os in one call, as native's
     assert option(args, "invalidate") == "0"  # a write round drops nothing between its passes
     seq = Workload("SEQ", "read", MiB, iodepth=4)
     args = fio_args(seq, tmp_path / "f", size=64 * MiB, runtime=1.0, direct=False)
     assert option(args, "iodepth") == "4" and option(args, "numjobs") == "1"
     assert option(args, "fadvise_hint") == "0"  # the kernel's own read-ahead, no doubled window
-    assert option(args, "iodepth_batch_submit") is None  # sequential: each I/O in a call of its own
     assert option(args, "invalidate") == "1"  # a read round drops the stripe at every new pass
 
 

@@ -28,7 +28,6 @@ from pytest_encperf.model import Measurement
 from pytest_encperf.mountedvolume import MountedVolume
 from pytest_encperf.targets import Target
 from pytest_encperf.workloads import (
-    BATCHED_DEFINITION_SUFFIX,
     CDM,
     DD,
     DRAINED_DEFINITION_SUFFIX,
@@ -279,10 +278,8 @@ def test_fio_random_read_rounds_run_fio_with_the_store_read_ahead_limited(
         (str(ROUND_READAHEAD_KB), LIMITED),
         ("128", ROUND_DEFINITION),
         ("128", ROUND_DEFINITION),
-        # 32 reads out (the ready ones submitted in one call), but one pass (a store below): no pass end
-        (str(ROUND_READAHEAD_KB), LIMITED + BATCHED_DEFINITION_SUFFIX),
-        # no store below: pass after pass
-        ("128", ROUND_DEFINITION + DRAINED_DEFINITION_SUFFIX + BATCHED_DEFINITION_SUFFIX),
+        (str(ROUND_READAHEAD_KB), LIMITED),  # 32 reads out, but one pass (a store below): no pass end
+        ("128", ROUND_DEFINITION + DRAINED_DEFINITION_SUFFIX),  # no store below: pass after pass
     ]
     assert drops == [
         str(ROUND_READAHEAD_KB),
