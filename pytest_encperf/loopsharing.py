@@ -242,10 +242,7 @@ def overlap_refusals(device: Path, name: str, stack: BlockStack) -> list[str]:
     for partition, via in overlapping_partitions(stack, name):
         where = partition_bytes(stack, partition)
         bytes_text = "where it starts is not known" if where is None else f"bytes {byte_range(*where)}"
-        uses = [f"mounted on {', '.join(mounts[partition])}"] if partition in mounts else []
-        uses += ["active swap"] if partition in swaps else []
-        holders = stack.holders(partition)
-        uses += [f"held by {', '.join(map(stack.label, holders))}"] if holders else []
+        uses = uses_of(stack, partition, mounts, swaps)
         in_use = f", and it is {' and '.join(uses)}" if uses else ""
         found.append(
             f"partition rule 'no overlap': writing {device} writes bytes "
@@ -278,6 +275,14 @@ def file_openers(stack: BlockStack, files: list[LoopSpan]) -> dict[str, list[str
     return dict(sorted(openfiles.holders(backing_file, stack.proc).items()))
 
 
+def uses_of(stack: BlockStack, name: str, mounts: dict[str, list[str]], swaps: dict[str, str]) -> list[str]:
+    """How device ``name`` itself is in use: ``mounted on /m``, ``active swap``, ``held by dm-0 (x)``."""
+    uses = [f"mounted on {', '.join(mounts[name])}"] if name in mounts else []
+    uses += ["active swap"] if name in swaps else []
+    holders = stack.holders(name)
+    return uses + ([f"held by {', '.join(map(stack.label, holders))}"] if holders else [])
+
+
 def sharer_use(stack: BlockStack, name: str, loop: str, via: Written) -> str:
     """``/dev/loop2 shares its backing file /x/g.img (offset 1 MiB) and is mounted on /m``, then
     what is built on it and in use (a loop device on it, a partition or mapping of it mounted)."""
@@ -285,10 +290,7 @@ def sharer_use(stack: BlockStack, name: str, loop: str, via: Written) -> str:
     span = span_of(stack, loop)
     words = loopbacking.offset_words(span.start if span else 0)
     note = f" ({words})" if words else ""
-    uses = [f"mounted on {', '.join(mounts[loop])}"] if loop in mounts else []
-    uses += ["active swap"] if loop in swaps else []
-    holders = stack.holders(loop)
-    uses += [f"held by {', '.join(map(stack.label, holders))}"] if holders else []
+    uses = uses_of(stack, loop, mounts, swaps)
     and_uses = "".join(f" and is {use}" for use in uses)
     if via.span is not None and via.backing_device is None and (span is None or same_backing(via.span, span)):
         whose = "its" if via.name == name else f"/dev/{via.name}'s"

@@ -62,9 +62,8 @@ class Target:
         stack = BlockStack()
         name = stack.name_of_number(self.device_number)
         devname = stack.devname(name) if name is not None else None
-        for node in [Path("/dev") / devname] if devname else []:
-            if device_number(node) == self.device_number:
-                return node
+        if devname is not None and device_number(Path("/dev") / devname) == self.device_number:
+            return Path("/dev") / devname
         now = device_number(self.device)
         if now == self.device_number:
             return self.device

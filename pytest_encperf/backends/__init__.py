@@ -378,7 +378,7 @@ class BackendBase:
         container file (registered on ``volume.created``), the partition itself, or None on a
         directory target. Recorded as ``volume.device`` and ``volume.loop_direct_io``."""
         if volume.target.kind == "partition":
-            device = volume.target.node()  # /dev/<kernel name> of the device the run started with
+            device = volume.target.node()  # the kernel's node of the device the run started with
         elif volume.target.kind == "container":
             loop = create_container(volume.target, volume.workdir, volume.created)
             volume.loop_direct_io = loop.direct_io
