@@ -209,18 +209,21 @@ def sharers(stack: BlockStack, name: str) -> list[tuple[str, Written]]:
     return list(found.items())
 
 
-def overlapping_partitions(stack: BlockStack, name: str) -> list[tuple[str, Written]]:
-    """The partitions that share bytes with ``name`` without being on its path: (partition, the
-    disk under ``name`` whose bytes they share). Two partitions of one disk can overlap (an
-    isohybrid image's EFI partition lies inside its ISO 9660 one; a table edited by hand), and a
-    loop device over a disk at an offset can cover a partition of it; nothing in the block stack
-    links them. A partition whose start is not known overlaps everything. The partitions of the
-    named device itself are its own (the other rules read them), and so are those of a disk that
-    a device on the path holds whole (a multipath or MD member whose partition table is seen
-    through it: the kernel lets none of them be claimed while their disk is held)."""
+def overlapping_partitions(
+    stack: BlockStack, name: str
+) -> list[tuple[str, tuple[int, int | None] | None, Written]]:
+    """The partitions that share bytes with ``name`` without being on its path: (partition, its
+    bytes in its disk (partition_bytes), the disk under ``name`` whose bytes they share). Two
+    partitions of one disk can overlap (an isohybrid image's EFI partition lies inside its ISO 9660
+    one; a table edited by hand), and a loop device over a disk at an offset can cover a partition
+    of it; nothing in the block stack links them. A partition whose start is not known overlaps
+    everything. The partitions of the named device itself are its own (the other rules read them),
+    and so are those of a disk that a device on the path holds whole (a multipath or MD member whose
+    partition table is seen through it: the kernel lets none of them be claimed while their disk is
+    held)."""
     below = written_below(stack, name)
     path = {entry.name for entry in below}
-    found: dict[str, Written] = {}
+    found: dict[str, tuple[str, tuple[int, int | None] | None, Written]] = {}
     for entry in below[1:]:
         if path.intersection(stack.holders(entry.name)):
             continue
@@ -229,8 +232,8 @@ def overlapping_partitions(stack: BlockStack, name: str) -> list[tuple[str, Writ
                 continue
             where = partition_bytes(stack, partition)
             if where is None or overlaps(entry.start, entry.end, *where):
-                found[partition] = entry
-    return list(found.items())
+                found[partition] = (partition, where, entry)
+    return list(found.values())
 
 
 def overlap_refusals(device: Path, name: str, stack: BlockStack) -> list[str]:
@@ -239,8 +242,7 @@ def overlap_refusals(device: Path, name: str, stack: BlockStack) -> list[str]:
     overrides it; the whole disk can be named instead."""
     mounts, swaps = stack.mounts(), stack.swaps_on()
     found = []
-    for partition, via in overlapping_partitions(stack, name):
-        where = partition_bytes(stack, partition)
+    for partition, where, via in overlapping_partitions(stack, name):
         bytes_text = "where it starts is not known" if where is None else f"bytes {byte_range(*where)}"
         uses = uses_of(stack, partition, mounts, swaps)
         in_use = f", and it is {' and '.join(uses)}" if uses else ""
