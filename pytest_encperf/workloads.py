@@ -214,6 +214,20 @@ class IoPlan:
         return self.stripe // self.block_size
 
     @property
+    def completion_batch(self) -> int:
+        """I/Os a stream waits to see completed before it submits their successors, all in one
+        call. A queued direct random stream refills its queue whole: it submits ``outstanding``
+        I/Os at once and waits for all of them (fio: iodepth_batch_submit and
+        iodepth_batch_complete_min); 1 elsewhere (each I/O replaced as it completes). At 4 KiB
+        on a fast device a system call per I/O, not the device, sets the pace, and the engines
+        paid it differently: fio refilled one I/O a call, the native engine (Python, slower to
+        come back) about the whole queue, so fast devices were measured 10-35% apart
+        (docs/explanation/method.md, "Queued random rounds")."""
+        if self.direct and self.random and self.outstanding > 1:
+            return self.outstanding
+        return 1
+
+    @property
     def in_flight(self) -> int:
         """I/Os in flight in the whole round."""
         return self.streams * self.outstanding
@@ -228,16 +242,25 @@ class IoPlan:
         return self.is_read and not self.direct and self.outstanding > 1 and self.amount is None
 
 
-def round_definition(store_readahead_limited: bool, pass_ends_drained: bool) -> str:
+# Added to it for a round that refilled its queue whole (IoPlan.completion_batch): before, fio
+# replaced each I/O as it completed, a pattern another speed on a fast device.
+WHOLE_QUEUE_DEFINITION_SUFFIX = "+queue-refilled-whole"
+
+
+def round_definition(
+    store_readahead_limited: bool, pass_ends_drained: bool, queue_refilled_whole: bool = False
+) -> str:
     """What a block round measured (Measurement.round_definition): ROUND_DEFINITION, with what
     this version's rounds do that earlier ones did not. ``store_readahead_limited``: it read its
     store below with one page of read-ahead; ``pass_ends_drained``: passes followed each other
     with reads of the stream in flight, and each ended with them done before its pages were
-    dropped."""
+    dropped; ``queue_refilled_whole``: its queue was submitted and reaped whole
+    (IoPlan.completion_batch)."""
     return (
         ROUND_DEFINITION
         + (LIMITED_DEFINITION_SUFFIX if store_readahead_limited else "")
         + (DRAINED_DEFINITION_SUFFIX if pass_ends_drained else "")
+        + (WHOLE_QUEUE_DEFINITION_SUFFIX if queue_refilled_whole else "")
     )
 
 

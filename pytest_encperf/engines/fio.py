@@ -106,6 +106,9 @@ def fio_args(
         # the neighbours of earlier ones (which a store below may have read ahead); an LFSR
         # never repeats within a pass, like the native engine's shuffled order
         args.append("--random_generator=lfsr")
+    if plan.completion_batch > 1:  # the queue refilled whole, as the native engine does
+        batch = plan.completion_batch
+        args += [f"--iodepth_batch_submit={batch}", f"--iodepth_batch_complete_min={batch}"]
     if plan.streams > 1:
         args.append(f"--offset_increment={plan.stripe}")  # each stream its own stripe
     if plan.end_flush:
@@ -320,6 +323,7 @@ class FioEngine:
         one_pass = observe.one_pass(workload.is_read, mode)
         uring = creatable()
         size = path.stat().st_size
+        plan = io_plan(workload, size, mode == "direct")
         args = fio_args(
             workload,
             path,
@@ -348,7 +352,9 @@ class FioEngine:
                 observe=observe,
                 version=self.version(),
                 round_definition=round_definition(
-                    limited, runs_by_passes(io_plan(workload, size, mode == "direct"), one_pass, uring)
+                    limited,
+                    runs_by_passes(plan, one_pass, uring),
+                    queue_refilled_whole=plan.completion_batch > 1,
                 ),
                 io_mode=mode,
                 caveats=tuple(caveats),

@@ -305,7 +305,15 @@ def fio_translation(args: list[str]) -> dict[str, object]:
         "end_flush": option(args, "end_fsync") == "1",
         "advice": "random" if option(args, "fadvise_hint") == "random" else "normal",
         "amount": None if option(args, "io_size") is None else int(option(args, "io_size") or 0),
+        "completion_batch": batch_of(args),
     }
+
+
+def batch_of(args: list[str]) -> int:
+    """The I/Os fio waits for before it submits their successors, all in one call."""
+    submit, complete = option(args, "iodepth_batch_submit"), option(args, "iodepth_batch_complete_min")
+    assert submit == complete, (submit, complete)  # reaped and refilled together
+    return int(complete or 1)
 
 
 def native_translation(plan: IoPlan) -> dict[str, object]:
@@ -327,6 +335,7 @@ def native_translation(plan: IoPlan) -> dict[str, object]:
         "end_flush": plan.end_flush,
         "advice": plan.advice,
         "amount": plan.amount,
+        "completion_batch": native.queue_batch(schedule, plan),
     }
 
 

@@ -13,6 +13,7 @@ from pytest_encperf.workloads import (
     LIMITED_DEFINITION_SUFFIX,
     MATRIX,
     ROUND_DEFINITION,
+    WHOLE_QUEUE_DEFINITION_SUFFIX,
     KiB,
     MiB,
     Workload,
@@ -75,10 +76,27 @@ def test_the_round_definition_says_what_a_round_did_that_earlier_ones_did_not() 
     assert round_definition(False, pass_ends_drained=False) == ROUND_DEFINITION
     assert round_definition(True, pass_ends_drained=False) == ROUND_DEFINITION + LIMITED_DEFINITION_SUFFIX
     assert round_definition(False, pass_ends_drained=True) == ROUND_DEFINITION + DRAINED_DEFINITION_SUFFIX
-    assert (
-        len({round_definition(limited, drained) for limited in (False, True) for drained in (False, True)})
-        == 4
-    )
+    whole = round_definition(False, pass_ends_drained=False, queue_refilled_whole=True)
+    assert whole == ROUND_DEFINITION + WHOLE_QUEUE_DEFINITION_SUFFIX
+    kinds = {
+        round_definition(limited, drained, whole)
+        for limited in (False, True)
+        for drained in (False, True)
+        for whole in (False, True)
+    }
+    assert len(kinds) == 8
+
+
+def test_only_a_queued_direct_random_stream_refills_its_queue_whole() -> None:
+    batches = {
+        (w.name, direct): io_plan(w, 64 * MiB, direct).completion_batch
+        for w in CDM
+        for direct in (True, False)
+    }
+    assert {key: batch for key, batch in batches.items() if batch != 1} == {
+        ("RND4K-Q32T1-read", True): 32,
+        ("RND4K-Q32T1-write", True): 32,
+    }
 
 
 def test_a_file_smaller_than_a_block_and_the_files_cycle_are_refused() -> None:
