@@ -215,14 +215,13 @@ class IoPlan:
 
     @property
     def completion_batch(self) -> int:
-        """I/Os a stream waits to see completed before it submits their successors, all in one
-        call. A queued direct random stream refills its queue whole: it submits ``outstanding``
-        I/Os at once and waits for all of them (fio: iodepth_batch_submit and
-        iodepth_batch_complete_min); 1 elsewhere (each I/O replaced as it completes). At 4 KiB
-        on a fast device a system call per I/O, not the device, sets the pace, and the engines
-        paid it differently: fio refilled one I/O a call, the native engine (Python, slower to
-        come back) about the whole queue, so fast devices were measured 10-35% apart
-        (docs/explanation/method.md, "Queued random rounds")."""
+        """The most completions a stream takes in one call (it waits for at least one), whose
+        successors it then submits together in one call. A queued direct random stream takes all
+        that are ready, up to its queue (fio: iodepth_batch_complete_max and iodepth_batch_submit;
+        fio's default takes one a call); 1 elsewhere. At 4 KiB on a fast device two system calls
+        per I/O, not the device, set fio's pace, while the native engine (Python, slower to come
+        back) took about 30 a call, so the engines measured fast devices 10-35% apart
+        (docs/explanation/method.md, "Queued random rounds"). The queue stays full either way."""
         if self.direct and self.random and self.outstanding > 1:
             return self.outstanding
         return 1
@@ -242,9 +241,10 @@ class IoPlan:
         return self.is_read and not self.direct and self.outstanding > 1 and self.amount is None
 
 
-# Added to it for a round that refilled its queue whole (IoPlan.completion_batch): before, fio
-# replaced each I/O as it completed, a pattern another speed on a fast device.
-WHOLE_QUEUE_DEFINITION_SUFFIX = "+queue-refilled-whole"
+# Added to it for a fio round that took every ready completion in one call (IoPlan.completion_batch):
+# before, fio took one a call, a pattern of another speed on a fast device. The native engine's
+# rounds always took them so and carry no suffix.
+WHOLE_QUEUE_DEFINITION_SUFFIX = "+completions-taken-together"
 
 
 def round_definition(
@@ -254,7 +254,7 @@ def round_definition(
     this version's rounds do that earlier ones did not. ``store_readahead_limited``: it read its
     store below with one page of read-ahead; ``pass_ends_drained``: passes followed each other
     with reads of the stream in flight, and each ended with them done before its pages were
-    dropped; ``queue_refilled_whole``: its queue was submitted and reaped whole
+    dropped; ``queue_refilled_whole``: fio took every ready completion in one call
     (IoPlan.completion_batch)."""
     return (
         ROUND_DEFINITION

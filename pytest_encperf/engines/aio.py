@@ -95,12 +95,9 @@ def run_queue(
     clock: Callable[[], int],
     deadline: Callable[[], int],
     latencies: MutableSequence[int],
-    completion_batch: int = 1,
 ) -> None:
     """Keep ``len(buffers)`` I/Os in flight on ``fd`` until ``next_offset()`` returns None or
-    the clock passes ``deadline()``; append each I/O's latency (ns) to ``latencies``. Each
-    wait is for at least ``completion_batch`` completions (fewer when fewer are out), whose
-    successors then go in one io_submit (fio's iodepth_batch_complete_min / _submit).
+    the clock passes ``deadline()``; append each I/O's latency (ns) to ``latencies``.
 
     ``buffers`` are addresses of aligned buffers of ``block`` bytes, one per slot. The loop
     touches the kernel structures through memoryviews (not ctypes attribute access): at tens
@@ -156,8 +153,7 @@ def run_queue(
                 if submitted != len(batch):
                     raise OSError(errno.EAGAIN, f"io_submit took {submitted} of {len(batch)}")
                 batch = []
-            wait_for = ctypes.c_long(min(completion_batch, in_flight))
-            done = syscall(nr_getevents, ctx, wait_for, c_depth, events, None)
+            done = syscall(nr_getevents, ctx, one, c_depth, events, None)
             if done < 0:
                 if ctypes.get_errno() == errno.EINTR:
                     continue

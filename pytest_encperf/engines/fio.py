@@ -106,9 +106,9 @@ def fio_args(
         # the neighbours of earlier ones (which a store below may have read ahead); an LFSR
         # never repeats within a pass, like the native engine's shuffled order
         args.append("--random_generator=lfsr")
-    if plan.completion_batch > 1:  # the queue refilled whole, as the native engine does
+    if plan.completion_batch > 1:  # every ready completion in one call, as the native engine
         batch = plan.completion_batch
-        args += [f"--iodepth_batch_submit={batch}", f"--iodepth_batch_complete_min={batch}"]
+        args += [f"--iodepth_batch_submit={batch}", f"--iodepth_batch_complete_max={batch}"]
     if plan.streams > 1:
         args.append(f"--offset_increment={plan.stripe}")  # each stream its own stripe
     if plan.end_flush:

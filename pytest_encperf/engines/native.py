@@ -146,13 +146,6 @@ class NativeSchedule:
         return self.depth * self.workers.count(stream)
 
 
-def queue_batch(schedule: NativeSchedule, plan: IoPlan) -> int:
-    """The I/Os a stream's queue waits for and then submits together (IoPlan.completion_batch)
-    where its I/Os go through Linux AIO; 1 elsewhere (io_uring rounds are buffered, and
-    threads take one I/O at a time)."""
-    return plan.completion_batch if schedule.queue == "aio" else 1
-
-
 def native_schedule(plan: IoPlan, aio_usable: bool, uring_usable: bool) -> NativeSchedule:
     """As fio issues the plan: one I/O at a time is a plain synchronous call in either mode
     (fio's psync); more than one in flight, one Linux AIO queue per stream when direct (fio's
@@ -332,7 +325,7 @@ class NativeEngine:
         def queue_worker(index: int) -> None:
             stream = streams[schedule.workers[index]]
             run_queue = (
-                functools.partial(aio.run_queue, completion_batch=queue_batch(schedule, plan))
+                aio.run_queue
                 if schedule.queue == "aio"
                 else functools.partial(uring.run_queue, one_a_call=not plan.random)  # see run_queue
             )
@@ -428,7 +421,6 @@ class NativeEngine:
             round_definition=round_definition(
                 limited,
                 pass_ends_drained=drain and plan.reads_out_at_pass_ends and limit is None,
-                queue_refilled_whole=queue_batch(schedule, plan) > 1,
             ),
             io_mode=mode,
             logical_read_bytes=ios * block if plan.is_read else 0,

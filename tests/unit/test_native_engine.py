@@ -197,20 +197,16 @@ def test_direct_rounds_go_through_linux_aio_with_the_queue_depth_in_flight(
     if probe_io_mode(test_file) != "direct":
         pytest.skip(f"O_DIRECT is not really direct on {test_file.parent}")
     depths: list[int] = []
-    batches: list[int] = []
     real = native.aio.run_queue
 
     def spy(fd, buffers, *args, **kwargs):
         depths.append(len(buffers))
-        batches.append(kwargs["completion_batch"])
         return real(fd, buffers, *args, **kwargs)
 
     monkeypatch.setattr(native.aio, "run_queue", spy)
     m = engine.run(workload, test_file, runtime=0.05, direct=True)
     assert depths == [workload.iodepth] * workload.numjobs
-    # a random queue is refilled whole (IoPlan.completion_batch), a sequential one I/O by I/O
-    assert batches == [workload.iodepth if workload.is_random else 1] * workload.numjobs
-    assert ("+queue-refilled-whole" in m.round_definition) == workload.is_random
+    assert "+completions-taken-together" not in m.round_definition  # the native loop always took them so
     assert m.io_mode == "direct" and m.ios > 0 and m.bytes == m.ios * workload.block_size
     assert 0 < m.lat_p50_us <= m.lat_p99_us
     if not workload.is_read:  # what AIO wrote is really in the file
@@ -220,10 +216,11 @@ def test_direct_rounds_go_through_linux_aio_with_the_queue_depth_in_flight(
 
 
 @pytest.mark.skipif(not native.aio.available(), reason="Linux AIO system calls unknown on this machine")
-@pytest.mark.parametrize("batch", [1, 32])
-def test_an_aio_queue_waits_for_its_batch_and_submits_it_in_one_call(
-    test_file: Path, batch: int, monkeypatch: pytest.MonkeyPatch
+def test_an_aio_queue_takes_every_ready_completion_and_refills_in_one_call(
+    test_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # what fio is told for a queued direct random round (IoPlan.completion_batch): wait for one,
+    # take up to the whole queue, submit the successors of all taken in one call
     if probe_io_mode(test_file) != "direct":
         pytest.skip(f"O_DIRECT is not really direct on {test_file.parent}")
     libc = native.aio._LIBC
@@ -231,34 +228,35 @@ def test_an_aio_queue_waits_for_its_batch_and_submits_it_in_one_call(
     libc.syscall.restype = ctypes.c_long
     numbers = native.aio._NUMBERS or {}
     submitted: list[int] = []  # I/Os handed over by each io_submit
-    waited_for: list[int] = []  # completions each io_getevents waited for
+    waits: list[tuple[int, int, int]] = []  # each io_getevents: (at least, at most, taken)
 
     def recording_syscall(number: ctypes.c_long, *args: object) -> int:
-        count = args[1].value if len(args) > 1 and isinstance(args[1], ctypes.c_long) else None
+        result = libc.syscall(number, *args)
         if number.value == numbers["submit"]:
-            submitted.append(count or 0)
+            submitted.append(getattr(args[1], "value", 0))
         elif number.value == numbers["getevents"]:
-            waited_for.append(count or 0)
-        return libc.syscall(number, *args)
+            waits.append((getattr(args[1], "value", 0), getattr(args[2], "value", 0), result))
+        return result
 
     monkeypatch.setattr(native.aio, "_LIBC", types.SimpleNamespace(syscall=recording_syscall))
-    offsets = iter(range(0, 70 * 4 * KiB, 4 * KiB))  # 70 I/Os: two whole queues of 32 and 6
+    offsets = iter(range(0, 70 * 4 * KiB, 4 * KiB))  # 70 I/Os
     latencies: list[int] = []
     fd = os.open(test_file, os.O_RDONLY | os.O_DIRECT)
     pool = BufferPool(32, 4 * KiB)
     try:
         native.aio.run_queue(
             fd, pool.addresses, 4 * KiB, True, lambda: next(offsets, None), time.perf_counter_ns,
-            lambda: 2**63, latencies, completion_batch=batch,
+            lambda: 2**63, latencies,
         )  # fmt: skip
     finally:
         os.close(fd)
         pool.close()
-    assert len(latencies) == 70
-    if batch == 32:  # the queue refilled whole: every wait for all that is out
-        assert submitted == [32, 32, 6] and waited_for == [32, 32, 6]
-    else:  # each I/O replaced as it completes: waits for one, refills what completed
-        assert submitted[0] == 32 and sum(submitted) == 70 and set(waited_for) == {1}
+    assert len(latencies) == 70 and sum(taken for _, _, taken in waits) == 70
+    assert {(least, most) for least, most, _ in waits} == {(1, 32)}
+    assert submitted[0] == 32 and sum(submitted) == 70
+    # after each wait, the successors of what it took (while offsets last) go in one call
+    refills = [min(taken, 70 - 32 - sum(t for _, _, t in waits[:i])) for i, (_, _, taken) in enumerate(waits)]
+    assert submitted[1:] == [n for n in refills if n > 0]
 
 
 @pytest.mark.parametrize(("count", "size"), [(1, 4 * KiB), (8, MiB), (3, 5000), (4, 8 * MiB)])

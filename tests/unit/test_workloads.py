@@ -87,7 +87,7 @@ def test_the_round_definition_says_what_a_round_did_that_earlier_ones_did_not() 
     assert len(kinds) == 8
 
 
-def test_only_a_queued_direct_random_stream_refills_its_queue_whole() -> None:
+def test_only_a_queued_direct_random_stream_has_fio_take_its_completions_together() -> None:
     batches = {
         (w.name, direct): io_plan(w, 64 * MiB, direct).completion_batch
         for w in CDM
