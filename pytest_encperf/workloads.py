@@ -244,23 +244,23 @@ class IoPlan:
 # Added to it for a fio round that took every ready completion in one call (IoPlan.completion_batch):
 # before, fio took one a call, a pattern of another speed on a fast device. The native engine's
 # rounds always took them so and carry no suffix.
-WHOLE_QUEUE_DEFINITION_SUFFIX = "+completions-taken-together"
+TAKEN_TOGETHER_DEFINITION_SUFFIX = "+completions-taken-together"
 
 
 def round_definition(
-    store_readahead_limited: bool, pass_ends_drained: bool, queue_refilled_whole: bool = False
+    store_readahead_limited: bool, pass_ends_drained: bool, completions_taken_together: bool = False
 ) -> str:
     """What a block round measured (Measurement.round_definition): ROUND_DEFINITION, with what
     this version's rounds do that earlier ones did not. ``store_readahead_limited``: it read its
     store below with one page of read-ahead; ``pass_ends_drained``: passes followed each other
     with reads of the stream in flight, and each ended with them done before its pages were
-    dropped; ``queue_refilled_whole``: fio took every ready completion in one call
+    dropped; ``completions_taken_together``: fio took every ready completion in one call
     (IoPlan.completion_batch)."""
     return (
         ROUND_DEFINITION
         + (LIMITED_DEFINITION_SUFFIX if store_readahead_limited else "")
         + (DRAINED_DEFINITION_SUFFIX if pass_ends_drained else "")
-        + (WHOLE_QUEUE_DEFINITION_SUFFIX if queue_refilled_whole else "")
+        + (TAKEN_TOGETHER_DEFINITION_SUFFIX if completions_taken_together else "")
     )
 
 

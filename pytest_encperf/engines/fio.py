@@ -354,7 +354,7 @@ class FioEngine:
                 round_definition=round_definition(
                     limited,
                     runs_by_passes(plan, one_pass, uring),
-                    queue_refilled_whole=plan.completion_batch > 1,
+                    completions_taken_together=plan.completion_batch > 1,
                 ),
                 io_mode=mode,
                 caveats=tuple(caveats),

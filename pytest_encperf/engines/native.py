@@ -419,8 +419,7 @@ class NativeEngine:
             lat_p999_us=percentile(merged, 0.999) / 1e3,
             latency=LATENCY_TOTAL,  # each I/O from its submission to its completion
             round_definition=round_definition(
-                limited,
-                pass_ends_drained=drain and plan.reads_out_at_pass_ends and limit is None,
+                limited, pass_ends_drained=drain and plan.reads_out_at_pass_ends and limit is None
             ),
             io_mode=mode,
             logical_read_bytes=ios * block if plan.is_read else 0,

@@ -31,6 +31,7 @@ from pytest_encperf.workloads import (
     PROFILES,
     ROUND_DEFINITION,
     SMALLFILES,
+    TAKEN_TOGETHER_DEFINITION_SUFFIX,
     IoPlan,
     KiB,
     MiB,
@@ -244,6 +245,28 @@ def test_a_round_says_its_pass_ends_were_drained_exactly_when_fio_ran_it_by_pass
     ((args, definition),) = ran
     assert (option(args, "loops") is not None) is drained
     assert definition == ROUND_DEFINITION + (DRAINED_DEFINITION_SUFFIX if drained else "")
+
+
+@pytest.mark.parametrize("mode", ["direct", "buffered"])
+@pytest.mark.parametrize("workload", [CDM[4], CDM[5], CDM[0], CDM[6]], ids=str)
+def test_a_round_says_fio_took_its_completions_together_exactly_when_it_was_told_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workload: Workload, mode: str
+) -> None:
+    from pytest_encperf.engines import fio
+
+    ran: list[tuple[list[str], str]] = []
+    monkeypatch.setattr(fio, "run_fio", lambda args, **kwargs: ran.append((args, kwargs["round_definition"])))
+    monkeypatch.setattr(fio, "probe_io_mode", lambda path: mode)
+    monkeypatch.setattr(fio.host, "drop_page_cache", lambda path: True)
+    path = tmp_path / "f"
+    path.write_bytes(bytes(4 * MiB))
+    engine = FioEngine()
+    engine._version = "3.33"
+    engine.run(workload, path, runtime=0.5, direct=True, observe=Observe(store_below=True))
+    ((args, definition),) = ran
+    together = mode == "direct" and workload.is_random and workload.iodepth > 1  # RND4K Q32T1
+    assert (option(args, "iodepth_batch_complete_max") == "32") is together
+    assert definition.endswith(TAKEN_TOGETHER_DEFINITION_SUFFIX) is together
 
 
 def test_one_pass_rounds_end_at_the_end_of_the_file_or_the_runtime(tmp_path: Path) -> None:

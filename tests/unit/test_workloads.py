@@ -13,7 +13,7 @@ from pytest_encperf.workloads import (
     LIMITED_DEFINITION_SUFFIX,
     MATRIX,
     ROUND_DEFINITION,
-    WHOLE_QUEUE_DEFINITION_SUFFIX,
+    TAKEN_TOGETHER_DEFINITION_SUFFIX,
     KiB,
     MiB,
     Workload,
@@ -76,8 +76,8 @@ def test_the_round_definition_says_what_a_round_did_that_earlier_ones_did_not() 
     assert round_definition(False, pass_ends_drained=False) == ROUND_DEFINITION
     assert round_definition(True, pass_ends_drained=False) == ROUND_DEFINITION + LIMITED_DEFINITION_SUFFIX
     assert round_definition(False, pass_ends_drained=True) == ROUND_DEFINITION + DRAINED_DEFINITION_SUFFIX
-    whole = round_definition(False, pass_ends_drained=False, queue_refilled_whole=True)
-    assert whole == ROUND_DEFINITION + WHOLE_QUEUE_DEFINITION_SUFFIX
+    whole = round_definition(False, pass_ends_drained=False, completions_taken_together=True)
+    assert whole == ROUND_DEFINITION + TAKEN_TOGETHER_DEFINITION_SUFFIX
     kinds = {
         round_definition(limited, drained, whole)
         for limited in (False, True)
