@@ -21,7 +21,15 @@ from pytest_encperf.engines.native import (
     probe_io_mode,
 )
 from pytest_encperf.engines.observe import Observe
-from pytest_encperf.workloads import CDM, DRAINED_DEFINITION_SUFFIX, ROUND_DEFINITION, KiB, MiB, Workload
+from pytest_encperf.workloads import (
+    CDM,
+    DRAINED_DEFINITION_SUFFIX,
+    ROUND_DEFINITION,
+    TAKEN_TOGETHER_DEFINITION_SUFFIX,
+    KiB,
+    MiB,
+    Workload,
+)
 
 SIZE = 4 * MiB
 
@@ -206,7 +214,7 @@ def test_direct_rounds_go_through_linux_aio_with_the_queue_depth_in_flight(
     monkeypatch.setattr(native.aio, "run_queue", spy)
     m = engine.run(workload, test_file, runtime=0.05, direct=True)
     assert depths == [workload.iodepth] * workload.numjobs
-    assert "+completions-taken-together" not in m.round_definition  # the native loop always took them so
+    assert TAKEN_TOGETHER_DEFINITION_SUFFIX not in m.round_definition  # the native loop always took them so
     assert m.io_mode == "direct" and m.ios > 0 and m.bytes == m.ios * workload.block_size
     assert 0 < m.lat_p50_us <= m.lat_p99_us
     if not workload.is_read:  # what AIO wrote is really in the file
